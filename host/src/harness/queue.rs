@@ -1,0 +1,1197 @@
+//! One epoch's shared pull queue, drained by worker lanes that each own an
+//! adapter instance. Mirrors `run_queue_epoch` in `harness_runtime.py`.
+//!
+//! Differences from the reference, by design:
+//! - a lane waits on a condition variable for in-flight work to finish
+//!   instead of sleeping 0.5 s and polling;
+//! - the queue is scheduled through per-key wait lists (see `Scheduler`),
+//!   so pulling stays cheap for 100k items while keeping the reference's
+//!   order: every pull returns the first queued unit whose keys are all free;
+//! - records are handed to a sink as each unit completes instead of being
+//!   returned inside the lanes; lanes keep only item ids and families;
+//! - each lane creates its own adapter in its own thread (the adapter need
+//!   not be `Send`), and the failure policy is applied by the executor:
+//!   the queue treats every executor error as fatal for the epoch.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::thread;
+use std::time::Duration;
+
+use foldhash::{HashMap, HashMapExt};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::episode::adapter::{AdapterError, CallContext, ErrorType, Record};
+use crate::episode::clock::Clock;
+use crate::episode::policy::FatalError;
+use crate::episode::units::ExecutionUnit;
+use crate::episode::value::round_to;
+
+/// Something the queue can schedule: it names the concurrency keys it
+/// holds while running.
+pub trait QueueUnit: Send {
+    /// Keys locked while the unit runs; a unit whose keys overlap a running
+    /// unit's waits. No keys: never waits.
+    fn concurrency_keys(&self) -> &[String];
+}
+
+impl QueueUnit for ExecutionUnit {
+    fn concurrency_keys(&self) -> &[String] {
+        ExecutionUnit::concurrency_keys(self)
+    }
+}
+
+/// The branch id of lane `lane_index` (0-based): `queue_worker_01`, ...
+pub fn branch_id(lane_index: usize) -> String {
+    format!("queue_worker_{:02}", lane_index + 1)
+}
+
+/// What one lane did during an epoch (the reference's lane object without
+/// its `results`, which went to the sink).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LaneSummary {
+    /// `queue_worker_NN`.
+    pub branch_id: String,
+    /// 0-based lane index.
+    pub launch_index: usize,
+    /// Minutes from the lane's start to its end, rounded to 3 places.
+    pub wall_minutes: f64,
+    /// Units this lane completed.
+    #[serde(default)]
+    pub unit_count: usize,
+    /// Records this lane handed to the sink.
+    #[serde(default)]
+    pub record_count: usize,
+    /// `item_id` of each record, in production order. Omitted when empty
+    /// and from checkpoints (they are in `epochs.jsonl`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub item_ids: Vec<Value>,
+    /// `family` of each record, in production order. Omitted when empty
+    /// and from checkpoints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub families: Vec<Value>,
+}
+
+impl LaneSummary {
+    /// The summary without the per-record lists (nothing large is copied).
+    pub fn compact(&self) -> LaneSummary {
+        LaneSummary {
+            branch_id: self.branch_id.clone(),
+            launch_index: self.launch_index,
+            wall_minutes: self.wall_minutes,
+            unit_count: self.unit_count,
+            record_count: self.record_count,
+            item_ids: Vec::new(),
+            families: Vec::new(),
+        }
+    }
+}
+
+/// Where and how long a completed unit ran; passed to the sink.
+#[derive(Clone, Copy, Debug)]
+pub struct UnitDone<'a> {
+    /// 0-based lane index.
+    pub lane_index: usize,
+    /// The lane's branch id.
+    pub branch_id: &'a str,
+    /// Minutes the executor spent on the unit.
+    pub unit_minutes: f64,
+}
+
+/// Parameters of one epoch's queue.
+#[derive(Clone, Copy, Debug)]
+pub struct QueueConfig<'a> {
+    /// Arm name, passed in every call context.
+    pub arm: &'a str,
+    /// 1-based epoch number.
+    pub epoch: u32,
+    /// Maximum lanes; at most one per unit and at least one.
+    pub worker_count: usize,
+    /// Lane `i` starts `min(30 s, i * stagger)` late (reference
+    /// `stagger_seconds`).
+    pub stagger: Duration,
+}
+
+/// A periodic call made while lanes run, from the thread that called
+/// [`run_queue_epoch`] (which is otherwise idle). The arm uses it to flush
+/// buffered output with bounded latency.
+pub struct Ticker<'a, E> {
+    /// Interval between calls.
+    pub every: Duration,
+    /// The call; an `Err` stops the epoch like a unit error.
+    pub tick: &'a (dyn Fn() -> Result<(), E> + Sync),
+}
+
+/// Drains `units` through `worker_count` lanes (reference
+/// `run_queue_epoch`).
+///
+/// Each lane runs in its own scoped thread, creates its adapter there with
+/// `factory(lane_index)`, then repeatedly pulls the first unit whose
+/// concurrency keys are all free, runs `execute(&mut adapter, unit, ctx)`
+/// (`ctx` has the lane's branch id and no group id), frees the keys and
+/// hands the records to `sink` at once. A lane stops when nothing is left
+/// to pull.
+///
+/// Errors: the first error (from the factory, the executor or the sink; a
+/// panic in any of them becomes a [`ErrorType::Trap`] fatal error) stops the
+/// epoch: lanes finish the unit they are running and pull nothing more, and
+/// that first error is returned. Records already given to the sink stay
+/// given.
+///
+/// With a `ticker`, the calling thread runs `ticker.tick` every
+/// `ticker.every` until the last lane ends.
+///
+/// Returns the lanes' summaries in lane order (empty when `units` is).
+#[allow(clippy::too_many_arguments)]
+pub fn run_queue_epoch<U, A, F, X, K, E>(
+    units: Vec<U>,
+    config: &QueueConfig<'_>,
+    clock: &dyn Clock,
+    factory: &F,
+    execute: &X,
+    sink: &K,
+    ticker: Option<Ticker<'_, E>>,
+) -> Result<Vec<LaneSummary>, E>
+where
+    U: QueueUnit,
+    F: Fn(usize) -> Result<A, AdapterError> + Sync,
+    X: Fn(&mut A, U, &CallContext) -> Result<Vec<Record>, E> + Sync,
+    K: Fn(&UnitDone<'_>, Vec<Record>) -> Result<(), E> + Sync,
+    E: From<FatalError> + Send,
+{
+    if units.is_empty() {
+        return Ok(Vec::new());
+    }
+    let lane_count = config.worker_count.max(1).min(units.len());
+    let shared = Shared {
+        state: Mutex::new(State {
+            scheduler: Scheduler::new(&units),
+            slots: units.into_iter().map(Some).collect(),
+            stopped: false,
+            error: None,
+            waiting: 0,
+            lanes_running: lane_count,
+        }),
+        wake: Condvar::new(),
+        lanes_done: Condvar::new(),
+    };
+    let lanes: Vec<LaneSummary> = thread::scope(|scope| {
+        let handles: Vec<_> = (0..lane_count)
+            .map(|lane_index| {
+                let shared = &shared;
+                scope.spawn(move || {
+                    let _finished = LaneFinished(shared);
+                    run_lane(lane_index, shared, config, clock, factory, execute, sink)
+                })
+            })
+            .collect();
+        if let Some(ticker) = &ticker {
+            shared.tick_until_lanes_end(ticker);
+        }
+        handles
+            .into_iter()
+            .map(|handle| match handle.join() {
+                Ok(summary) => summary,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    });
+    let state = shared
+        .state
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    match state.error {
+        Some(error) => Err(error),
+        None => Ok(lanes),
+    }
+}
+
+fn panic_error(what: &str, payload: Box<dyn std::any::Any + Send>) -> FatalError {
+    let detail = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-text panic payload".to_owned());
+    FatalError::new(AdapterError::new(
+        ErrorType::Trap,
+        format!("{what} panicked: {detail}"),
+    ))
+}
+
+fn run_lane<U, A, F, X, K, E>(
+    lane_index: usize,
+    shared: &Shared<U, E>,
+    config: &QueueConfig<'_>,
+    clock: &dyn Clock,
+    factory: &F,
+    execute: &X,
+    sink: &K,
+) -> LaneSummary
+where
+    U: QueueUnit,
+    F: Fn(usize) -> Result<A, AdapterError> + Sync,
+    X: Fn(&mut A, U, &CallContext) -> Result<Vec<Record>, E> + Sync,
+    K: Fn(&UnitDone<'_>, Vec<Record>) -> Result<(), E> + Sync,
+    E: From<FatalError> + Send,
+{
+    let started = clock.now();
+    let branch = branch_id(lane_index);
+    let mut summary = LaneSummary {
+        branch_id: branch.clone(),
+        launch_index: lane_index,
+        wall_minutes: 0.0,
+        unit_count: 0,
+        record_count: 0,
+        item_ids: Vec::new(),
+        families: Vec::new(),
+    };
+    if lane_index > 0 && !config.stagger.is_zero() {
+        let delay = config
+            .stagger
+            .saturating_mul(u32::try_from(lane_index).unwrap_or(u32::MAX))
+            .min(Duration::from_secs(30));
+        thread::sleep(delay);
+    }
+    let created = catch_unwind(AssertUnwindSafe(|| factory(lane_index)));
+    let mut adapter = match created {
+        Ok(Ok(adapter)) => Some(adapter),
+        Ok(Err(error)) => {
+            shared.fail(E::from(FatalError::new(error)));
+            None
+        }
+        Err(panic) => {
+            shared.fail(E::from(panic_error("adapter factory", panic)));
+            None
+        }
+    };
+    if let Some(adapter) = adapter.as_mut() {
+        let ctx = CallContext {
+            arm: config.arm.to_owned(),
+            epoch: config.epoch,
+            branch_id: branch.clone(),
+            execution_group_id: None,
+        };
+        let mut next = shared.next_unit(None);
+        while let Some((index, unit)) = next {
+            let unit_started = clock.now();
+            let outcome = catch_unwind(AssertUnwindSafe(|| execute(adapter, unit, &ctx)));
+            let unit_minutes = clock.minutes_since(unit_started);
+            let records = match outcome {
+                Ok(Ok(records)) => records,
+                Ok(Err(error)) => {
+                    shared.release_and_fail(index, error);
+                    break;
+                }
+                Err(panic) => {
+                    shared.release_and_fail(index, E::from(panic_error("unit execution", panic)));
+                    break;
+                }
+            };
+            summary.unit_count += 1;
+            summary.record_count += records.len();
+            for record in &records {
+                summary
+                    .item_ids
+                    .push(record.get("item_id").cloned().unwrap_or(Value::Null));
+                summary
+                    .families
+                    .push(record.get("family").cloned().unwrap_or(Value::Null));
+            }
+            let done = UnitDone {
+                lane_index,
+                branch_id: &branch,
+                unit_minutes,
+            };
+            match catch_unwind(AssertUnwindSafe(|| sink(&done, records))) {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    shared.release_and_fail(index, error);
+                    break;
+                }
+                Err(panic) => {
+                    shared.release_and_fail(index, E::from(panic_error("record sink", panic)));
+                    break;
+                }
+            }
+            // Frees this unit's keys and pulls the next in one critical
+            // section (the keys stay held while the sink runs).
+            next = shared.next_unit(Some(index));
+        }
+    }
+    drop(adapter);
+    summary.wall_minutes = round_to(clock.minutes_since(started), 3);
+    summary
+}
+
+/// Counts a lane as finished when its thread ends, even by a panic (which
+/// also stops the epoch; the panic resumes when the lane is joined).
+struct LaneFinished<'a, U, E>(&'a Shared<U, E>);
+
+impl<U, E> Drop for LaneFinished<'_, U, E> {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.0.lock().stopped = true;
+            self.0.wake.notify_all();
+        }
+        self.0.lane_finished();
+    }
+}
+
+struct Shared<U, E> {
+    state: Mutex<State<U, E>>,
+    /// Lanes waiting for runnable work.
+    wake: Condvar,
+    /// The ticking thread waiting for the lanes to end.
+    lanes_done: Condvar,
+}
+
+struct State<U, E> {
+    scheduler: Scheduler,
+    slots: Vec<Option<U>>,
+    stopped: bool,
+    error: Option<E>,
+    /// Lanes blocked in [`Shared::next_unit`]; wake-ups are skipped (no
+    /// futex syscall) while nobody waits.
+    waiting: usize,
+    /// Lanes not yet finished.
+    lanes_running: usize,
+}
+
+impl<U, E> Shared<U, E> {
+    fn lock(&self) -> MutexGuard<'_, State<U, E>> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Frees the keys of the unit `finished` (if any), then returns the next
+    /// runnable unit; waits while everything pending is blocked by running
+    /// units; `None` when stopped or nothing is pending.
+    fn next_unit(&self, finished: Option<usize>) -> Option<(usize, U)> {
+        let mut state = self.lock();
+        if let Some(index) = finished {
+            state.scheduler.release(index);
+            if state.waiting > 0 {
+                self.wake.notify_all();
+            }
+        }
+        loop {
+            if state.stopped {
+                return None;
+            }
+            if let Some(index) = state.scheduler.pull() {
+                let unit = state.slots[index].take().expect("a unit is pulled once");
+                return Some((index, unit));
+            }
+            if state.scheduler.pending() == 0 {
+                return None;
+            }
+            state.waiting += 1;
+            state = self
+                .wake
+                .wait(state)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            state.waiting -= 1;
+        }
+    }
+
+    fn release_and_fail(&self, index: usize, error: E) {
+        self.lock().scheduler.release(index);
+        self.fail(error);
+    }
+
+    fn lane_finished(&self) {
+        let mut state = self.lock();
+        state.lanes_running -= 1;
+        drop(state);
+        self.lanes_done.notify_all();
+    }
+
+    fn fail(&self, error: E) {
+        let mut state = self.lock();
+        if state.error.is_none() {
+            state.error = Some(error);
+        }
+        state.stopped = true;
+        drop(state);
+        self.wake.notify_all();
+    }
+}
+
+impl<U, E: From<FatalError>> Shared<U, E> {
+    fn tick_until_lanes_end(&self, ticker: &Ticker<'_, E>) {
+        let mut state = self.lock();
+        while state.lanes_running > 0 {
+            state = self
+                .lanes_done
+                .wait_timeout(state, ticker.every)
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+            if state.lanes_running == 0 {
+                break;
+            }
+            drop(state);
+            match catch_unwind(AssertUnwindSafe(|| (ticker.tick)())) {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => self.fail(error),
+                Err(panic) => self.fail(E::from(panic_error("output ticker", panic))),
+            }
+            state = self.lock();
+        }
+    }
+}
+
+const NO_KEY: u32 = u32::MAX;
+
+/// Pull order for a keyed queue: every [`Scheduler::pull`] returns the
+/// lowest-index pending unit whose keys are all free, like the reference's
+/// linear scan, without rescanning blocked units.
+///
+/// Keys are interned to integers. A unit found blocked is parked on one
+/// busy key. When a key is freed, its lowest parked unit is woken as a
+/// candidate; a woken candidate that turns out blocked on another key is
+/// parked there and passes the wake on to the next unit parked on the freed
+/// key. Invariant: a non-empty park list belongs to a busy key or has a
+/// woken candidate pending, so nothing runnable is ever left parked.
+/// Candidates always have lower indices than the unscanned tail.
+pub(crate) struct Scheduler {
+    unit_keys: Vec<Box<[u32]>>,
+    next: usize,
+    candidates: BinaryHeap<Reverse<(usize, u32)>>,
+    parked: Vec<BinaryHeap<Reverse<usize>>>,
+    busy: Vec<bool>,
+    pending: usize,
+}
+
+impl Scheduler {
+    pub(crate) fn new<U: QueueUnit>(units: &[U]) -> Self {
+        let mut ids: HashMap<&str, u32> = HashMap::with_capacity(units.len().min(1 << 16));
+        let unit_keys: Vec<Box<[u32]>> = units
+            .iter()
+            .map(|unit| {
+                let mut keys: Vec<u32> = Vec::with_capacity(unit.concurrency_keys().len());
+                for key in unit.concurrency_keys() {
+                    let next_id = u32::try_from(ids.len()).expect("fewer than 2^32 keys");
+                    let id = *ids.entry(key.as_str()).or_insert(next_id);
+                    if !keys.contains(&id) {
+                        keys.push(id);
+                    }
+                }
+                keys.into_boxed_slice()
+            })
+            .collect();
+        let key_count = ids.len();
+        Self {
+            pending: unit_keys.len(),
+            unit_keys,
+            next: 0,
+            candidates: BinaryHeap::new(),
+            parked: (0..key_count).map(|_| BinaryHeap::new()).collect(),
+            busy: vec![false; key_count],
+        }
+    }
+
+    /// Units not yet pulled.
+    pub(crate) fn pending(&self) -> usize {
+        self.pending
+    }
+
+    /// The lowest-index pending unit whose keys are all free (its keys
+    /// become busy), or `None`.
+    pub(crate) fn pull(&mut self) -> Option<usize> {
+        loop {
+            let (index, woken_for) = if let Some(Reverse(candidate)) = self.candidates.pop() {
+                candidate
+            } else if self.next < self.unit_keys.len() {
+                self.next += 1;
+                (self.next - 1, NO_KEY)
+            } else {
+                return None;
+            };
+            let blocker = self.unit_keys[index]
+                .iter()
+                .copied()
+                .find(|&key| self.busy[key as usize]);
+            match blocker {
+                None => {
+                    for &key in self.unit_keys[index].iter() {
+                        self.busy[key as usize] = true;
+                    }
+                    self.pending -= 1;
+                    return Some(index);
+                }
+                Some(blocker) => {
+                    self.parked[blocker as usize].push(Reverse(index));
+                    if woken_for != NO_KEY && !self.busy[woken_for as usize] {
+                        self.wake(woken_for);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Frees the keys of a pulled unit.
+    pub(crate) fn release(&mut self, index: usize) {
+        for position in 0..self.unit_keys[index].len() {
+            let key = self.unit_keys[index][position];
+            self.busy[key as usize] = false;
+            self.wake(key);
+        }
+    }
+
+    fn wake(&mut self, key: u32) {
+        if let Some(Reverse(index)) = self.parked[key as usize].pop() {
+            self.candidates.push(Reverse((index, key)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::rc::Rc;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::episode::clock::SystemClock;
+    use crate::episode::testing::obj;
+
+    #[derive(Debug)]
+    struct TestUnit {
+        id: String,
+        keys: Vec<String>,
+    }
+
+    impl QueueUnit for TestUnit {
+        fn concurrency_keys(&self) -> &[String] {
+            &self.keys
+        }
+    }
+
+    fn unit(id: &str, keys: &[&str]) -> TestUnit {
+        TestUnit {
+            id: id.to_owned(),
+            keys: keys.iter().map(|k| (*k).to_owned()).collect(),
+        }
+    }
+
+    /// The reference's pull: linear scan for the first unit with all keys
+    /// free.
+    struct NaiveQueue {
+        keys: Vec<Vec<u32>>,
+        taken: Vec<bool>,
+        busy: HashSet<u32>,
+    }
+
+    impl NaiveQueue {
+        fn pull(&mut self) -> Option<usize> {
+            let index = (0..self.keys.len())
+                .find(|&i| !self.taken[i] && self.keys[i].iter().all(|k| !self.busy.contains(k)))?;
+            self.taken[index] = true;
+            self.busy.extend(self.keys[index].iter().copied());
+            Some(index)
+        }
+        fn release(&mut self, index: usize) {
+            for k in &self.keys[index] {
+                self.busy.remove(k);
+            }
+        }
+    }
+
+    #[test]
+    fn scheduler_pulls_the_first_unit_whose_keys_are_all_free() {
+        let units = vec![
+            unit("a", &["x", "y"]),
+            unit("b", &["y"]),
+            unit("c", &["z"]),
+            unit("d", &[]),
+            unit("e", &["x"]),
+        ];
+        let mut s = Scheduler::new(&units);
+        assert_eq!(s.pull(), Some(0)); // a holds x, y
+        assert_eq!(s.pull(), Some(2)); // b waits for y; c runs
+        assert_eq!(s.pull(), Some(3)); // d has no keys
+        assert_eq!(s.pull(), None); // b (y) and e (x) wait for a
+        assert_eq!(s.pending(), 2);
+        s.release(0);
+        assert_eq!(s.pull(), Some(1), "b comes before e once a is done");
+        assert_eq!(s.pull(), Some(4));
+        assert_eq!(s.pending(), 0);
+        assert_eq!(s.pull(), None);
+    }
+
+    #[test]
+    fn scheduler_passes_a_wake_along_when_the_woken_unit_is_still_blocked() {
+        // b and c both wait for x; b also needs y (held by d).
+        let units = vec![
+            unit("a", &["x"]),
+            unit("d", &["y"]),
+            unit("b", &["x", "y"]),
+            unit("c", &["x"]),
+        ];
+        let mut s = Scheduler::new(&units);
+        assert_eq!(s.pull(), Some(0));
+        assert_eq!(s.pull(), Some(1));
+        assert_eq!(s.pull(), None);
+        s.release(0); // x free: b is woken but still blocked on y -> c
+        assert_eq!(s.pull(), Some(3));
+        s.release(3);
+        assert_eq!(s.pull(), None, "b still waits for y");
+        s.release(1);
+        assert_eq!(s.pull(), Some(2));
+    }
+
+    #[test]
+    fn scheduler_matches_the_reference_linear_scan_on_random_workloads() {
+        // xorshift64*: deterministic pseudo-random workloads.
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move |bound: u64| {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            state.wrapping_mul(0x2545_F491_4F6C_DD1D) % bound
+        };
+        for round in 0..300 {
+            let unit_count = 1 + next(60) as usize;
+            let key_space = 1 + next(8);
+            let units: Vec<TestUnit> = (0..unit_count)
+                .map(|i| {
+                    let key_count = next(4);
+                    let keys: Vec<String> = (0..key_count)
+                        .map(|_| format!("k{}", next(key_space)))
+                        .collect();
+                    TestUnit {
+                        id: i.to_string(),
+                        keys,
+                    }
+                })
+                .collect();
+            let mut fast = Scheduler::new(&units);
+            let mut naive = NaiveQueue {
+                keys: fast.unit_keys.iter().map(|k| k.to_vec()).collect(),
+                taken: vec![false; unit_count],
+                busy: HashSet::new(),
+            };
+            let mut running: Vec<usize> = Vec::new();
+            let mut pulled = 0;
+            while pulled < unit_count {
+                // Pull up to a random number of lanes' worth, then release
+                // a random running unit.
+                let want = 1 + next(4) as usize;
+                while running.len() < want {
+                    let expected = naive.pull();
+                    let got = fast.pull();
+                    assert_eq!(got, expected, "round {round}: pull diverged");
+                    match got {
+                        Some(index) => {
+                            running.push(index);
+                            pulled += 1;
+                        }
+                        None => break,
+                    }
+                }
+                assert!(
+                    !running.is_empty(),
+                    "round {round}: deadlock with nothing running"
+                );
+                let victim = running.swap_remove(next(running.len() as u64) as usize);
+                fast.release(victim);
+                naive.release(victim);
+            }
+            assert_eq!(fast.pending(), 0);
+        }
+    }
+
+    /// A rendezvous for `n` threads that gives up after a generous timeout
+    /// (a failure signal only; tests never assert on timing).
+    struct Rendezvous {
+        state: Mutex<usize>,
+        cv: Condvar,
+        n: usize,
+    }
+
+    impl Rendezvous {
+        fn new(n: usize) -> Self {
+            Self {
+                state: Mutex::new(0),
+                cv: Condvar::new(),
+                n,
+            }
+        }
+        fn arrive(&self) -> bool {
+            let mut count = self.state.lock().unwrap();
+            *count += 1;
+            self.cv.notify_all();
+            let (count, timeout) = self
+                .cv
+                .wait_timeout_while(count, Duration::from_secs(20), |c| *c < self.n)
+                .unwrap();
+            drop(count);
+            !timeout.timed_out()
+        }
+    }
+
+    fn config(workers: usize) -> QueueConfig<'static> {
+        QueueConfig {
+            arm: "main",
+            epoch: 1,
+            worker_count: workers,
+            stagger: Duration::ZERO,
+        }
+    }
+
+    fn record_of(id: &str) -> Record {
+        obj(json!({"item_id": id, "family": format!("fam-{id}")}))
+    }
+
+    /// A lane adapter that is deliberately not `Send`.
+    struct LocalAdapter {
+        lane: usize,
+        _not_send: Rc<()>,
+    }
+
+    #[test]
+    fn disjoint_units_overlap_while_every_key_of_a_running_unit_stays_locked() {
+        // a holds x and y; b needs y; c needs z. With two lanes, a and c
+        // must run at the same time (they rendezvous), and b must wait for
+        // a even though b only shares one of a's keys.
+        let units = vec![unit("a", &["x", "y"]), unit("b", &["y"]), unit("c", &["z"])];
+        let rendezvous = Rendezvous::new(2);
+        let active: Mutex<Vec<(String, Vec<String>)>> = Mutex::new(Vec::new());
+        let events: Mutex<Vec<String>> = Mutex::new(Vec::new());
+        let overlap_proven = AtomicUsize::new(0);
+        let factory = |lane: usize| {
+            Ok(LocalAdapter {
+                lane,
+                _not_send: Rc::new(()),
+            })
+        };
+        let execute = |adapter: &mut LocalAdapter, unit: TestUnit, ctx: &CallContext| {
+            assert_eq!(ctx.branch_id, branch_id(adapter.lane));
+            {
+                let mut active = active.lock().unwrap();
+                for (other, keys) in active.iter() {
+                    assert!(
+                        keys.iter().all(|k| !unit.keys.contains(k)),
+                        "{} started while {other} holds a shared key",
+                        unit.id
+                    );
+                }
+                active.push((unit.id.clone(), unit.keys.clone()));
+                events.lock().unwrap().push(format!("start:{}", unit.id));
+            }
+            if unit.id != "b" && rendezvous.arrive() {
+                overlap_proven.fetch_add(1, Ordering::SeqCst);
+            }
+            {
+                let mut active = active.lock().unwrap();
+                active.retain(|(id, _)| id != &unit.id);
+                events.lock().unwrap().push(format!("end:{}", unit.id));
+            }
+            Ok::<_, FatalError>(vec![record_of(&unit.id)])
+        };
+        let sink = |_: &UnitDone<'_>, _: Vec<Record>| Ok::<_, FatalError>(());
+        let lanes = run_queue_epoch(
+            units,
+            &config(2),
+            &SystemClock,
+            &factory,
+            &execute,
+            &sink,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            overlap_proven.load(Ordering::SeqCst),
+            2,
+            "a and c ran concurrently"
+        );
+        let events = events.into_inner().unwrap();
+        let pos = |e: &str| events.iter().position(|x| x == e).unwrap();
+        assert!(pos("end:a") < pos("start:b"), "{events:?}");
+        assert_eq!(lanes.len(), 2);
+        assert_eq!(lanes[0].branch_id, "queue_worker_01");
+        assert_eq!(lanes[1].branch_id, "queue_worker_02");
+        assert_eq!(lanes.iter().map(|l| l.unit_count).sum::<usize>(), 3);
+    }
+
+    #[test]
+    fn records_reach_the_sink_as_soon_as_their_unit_completes() {
+        // b refuses to finish until the sink has seen a's record: only a
+        // streaming queue can complete this epoch.
+        let units = vec![unit("a", &["p"]), unit("b", &["q"])];
+        let seen = Mutex::new(Vec::<String>::new());
+        let seen_cv = Condvar::new();
+        let factory = |_lane: usize| Ok(());
+        let execute = |_: &mut (), unit: TestUnit, _: &CallContext| {
+            if unit.id == "b" {
+                let guard = seen.lock().unwrap();
+                let (guard, timeout) = seen_cv
+                    .wait_timeout_while(guard, Duration::from_secs(20), |s| {
+                        !s.contains(&"a".to_owned())
+                    })
+                    .unwrap();
+                drop(guard);
+                if timeout.timed_out() {
+                    return Err(FatalError::new(AdapterError::new(
+                        ErrorType::Deadline,
+                        "a's record never reached the sink while b ran",
+                    )));
+                }
+            }
+            Ok(vec![record_of(&unit.id)])
+        };
+        let sink = |done: &UnitDone<'_>, records: Vec<Record>| {
+            assert!(done.branch_id.starts_with("queue_worker_0"));
+            let mut seen = seen.lock().unwrap();
+            for record in records {
+                seen.push(record["item_id"].as_str().unwrap().to_owned());
+            }
+            seen_cv.notify_all();
+            Ok::<_, FatalError>(())
+        };
+        let lanes = run_queue_epoch(
+            units,
+            &config(2),
+            &SystemClock,
+            &factory,
+            &execute,
+            &sink,
+            None,
+        )
+        .unwrap();
+        assert_eq!(seen.into_inner().unwrap(), vec!["a", "b"]);
+        let mut ids: Vec<Value> = lanes.iter().flat_map(|l| l.item_ids.clone()).collect();
+        ids.sort_by_key(|v| v.to_string());
+        assert_eq!(ids, vec![json!("a"), json!("b")]);
+        let families: Vec<Value> = lanes.iter().flat_map(|l| l.families.clone()).collect();
+        assert_eq!(families.len(), 2);
+    }
+
+    #[test]
+    fn lanes_are_capped_by_units_and_each_builds_its_own_adapter_in_its_thread() {
+        let built = Mutex::new(Vec::new());
+        let factory = |lane: usize| {
+            built.lock().unwrap().push((lane, thread::current().id()));
+            Ok(LocalAdapter {
+                lane,
+                _not_send: Rc::new(()),
+            })
+        };
+        let execute = |adapter: &mut LocalAdapter, unit: TestUnit, _: &CallContext| {
+            Ok::<_, FatalError>(vec![obj(json!({"item_id": unit.id, "lane": adapter.lane}))])
+        };
+        let sink = |_: &UnitDone<'_>, _: Vec<Record>| Ok::<_, FatalError>(());
+        let units = vec![unit("a", &[]), unit("b", &[])];
+        let lanes = run_queue_epoch(
+            units,
+            &config(8),
+            &SystemClock,
+            &factory,
+            &execute,
+            &sink,
+            None,
+        )
+        .unwrap();
+        assert_eq!(lanes.len(), 2, "no more lanes than units");
+        let snapshot = built.lock().unwrap().clone();
+        let mut lanes_built: Vec<usize> = snapshot.iter().map(|(lane, _)| *lane).collect();
+        lanes_built.sort_unstable();
+        assert_eq!(lanes_built, vec![0, 1]);
+        assert_ne!(
+            snapshot[0].1, snapshot[1].1,
+            "each adapter is built on its own thread"
+        );
+        assert!(snapshot.iter().all(|(_, id)| *id != thread::current().id()));
+        assert_eq!(lanes[1].launch_index, 1);
+
+        let empty: Vec<TestUnit> = Vec::new();
+        let lanes = run_queue_epoch(
+            empty,
+            &config(2),
+            &SystemClock,
+            &factory,
+            &execute,
+            &sink,
+            None,
+        )
+        .unwrap();
+        assert!(lanes.is_empty());
+        assert_eq!(
+            built.lock().unwrap().len(),
+            2,
+            "an empty queue builds no adapter"
+        );
+    }
+
+    #[test]
+    fn the_first_error_stops_the_epoch_and_nothing_more_is_pulled() {
+        let executed = Mutex::new(Vec::new());
+        let factory = |_lane: usize| Ok(());
+        let execute = |_: &mut (), unit: TestUnit, _: &CallContext| {
+            executed.lock().unwrap().push(unit.id.clone());
+            if unit.id == "b" {
+                return Err(FatalError::new(AdapterError::declared(
+                    "boom", "b failed", false,
+                )));
+            }
+            Ok(vec![record_of(&unit.id)])
+        };
+        let sunk = Mutex::new(Vec::new());
+        let sink = |_: &UnitDone<'_>, records: Vec<Record>| {
+            sunk.lock().unwrap().extend(records);
+            Ok::<_, FatalError>(())
+        };
+        let units = vec![
+            unit("a", &[]),
+            unit("b", &[]),
+            unit("c", &[]),
+            unit("d", &[]),
+        ];
+        let error = run_queue_epoch(
+            units,
+            &config(1),
+            &SystemClock,
+            &factory,
+            &execute,
+            &sink,
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(error.error.message, "b failed");
+        assert_eq!(executed.into_inner().unwrap(), vec!["a", "b"]);
+        assert_eq!(
+            sunk.into_inner().unwrap().len(),
+            1,
+            "a's record was already streamed"
+        );
+    }
+
+    #[test]
+    fn a_lane_failing_mid_epoch_lets_the_other_lane_finish_its_unit() {
+        let rendezvous = Rendezvous::new(2);
+        let factory = |_lane: usize| Ok(());
+        let execute = |_: &mut (), unit: TestUnit, _: &CallContext| {
+            if unit.id == "fail" || unit.id == "slow" {
+                assert!(rendezvous.arrive(), "both units are in flight together");
+            }
+            if unit.id == "fail" {
+                return Err(FatalError::new(AdapterError::declared(
+                    "boom", "failed", false,
+                )));
+            }
+            Ok(vec![record_of(&unit.id)])
+        };
+        let sunk = Mutex::new(Vec::new());
+        let sink = |_: &UnitDone<'_>, records: Vec<Record>| {
+            sunk.lock().unwrap().extend(records);
+            Ok::<_, FatalError>(())
+        };
+        let units = vec![unit("fail", &["f"]), unit("slow", &["s"])];
+        let error = run_queue_epoch(
+            units,
+            &config(2),
+            &SystemClock,
+            &factory,
+            &execute,
+            &sink,
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(error.error.message, "failed");
+        let sunk = sunk.into_inner().unwrap();
+        assert_eq!(sunk.len(), 1, "the running unit completed and was streamed");
+        assert_eq!(sunk[0]["item_id"], json!("slow"));
+    }
+
+    #[test]
+    fn factory_sink_and_panics_become_epoch_errors() {
+        let execute = |_: &mut (), unit: TestUnit, _: &CallContext| {
+            if unit.id == "panics" {
+                panic!("adapter bug");
+            }
+            Ok::<_, FatalError>(vec![record_of(&unit.id)])
+        };
+        let sink = |_: &UnitDone<'_>, _: Vec<Record>| Ok::<_, FatalError>(());
+
+        let failing_factory = |_lane: usize| -> Result<(), AdapterError> {
+            Err(AdapterError::new(ErrorType::Instantiation, "bad component"))
+        };
+        let error = run_queue_epoch(
+            vec![unit("a", &[])],
+            &config(1),
+            &SystemClock,
+            &failing_factory,
+            &execute,
+            &sink,
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(error.error.error_type, ErrorType::Instantiation);
+
+        let factory = |_lane: usize| Ok(());
+        let error = run_queue_epoch(
+            vec![unit("panics", &[])],
+            &config(1),
+            &SystemClock,
+            &factory,
+            &execute,
+            &sink,
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(error.error.error_type, ErrorType::Trap);
+        assert!(
+            error.error.message.contains("adapter bug"),
+            "{}",
+            error.error
+        );
+
+        let refusing_sink = |_: &UnitDone<'_>, _: Vec<Record>| {
+            Err(FatalError::new(AdapterError::new(
+                ErrorType::Trap,
+                "disk full",
+            )))
+        };
+        let error = run_queue_epoch(
+            vec![unit("a", &[]), unit("b", &[])],
+            &config(1),
+            &SystemClock,
+            &factory,
+            &execute,
+            &refusing_sink,
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(error.error.message, "disk full");
+    }
+
+    #[test]
+    fn many_units_on_one_key_drain_in_order_without_overlap() {
+        let running = Arc::new(AtomicUsize::new(0));
+        let order = Mutex::new(Vec::new());
+        let factory = |_lane: usize| Ok(());
+        let execute = |_: &mut (), unit: TestUnit, _: &CallContext| {
+            assert_eq!(
+                running.fetch_add(1, Ordering::SeqCst),
+                0,
+                "one key, one unit at a time"
+            );
+            order
+                .lock()
+                .unwrap()
+                .push(unit.id.parse::<usize>().unwrap());
+            running.fetch_sub(1, Ordering::SeqCst);
+            Ok::<_, FatalError>(Vec::new())
+        };
+        let sink = |_: &UnitDone<'_>, _: Vec<Record>| Ok::<_, FatalError>(());
+        let units: Vec<TestUnit> = (0..500).map(|i| unit(&i.to_string(), &["same"])).collect();
+        run_queue_epoch(
+            units,
+            &config(4),
+            &SystemClock,
+            &factory,
+            &execute,
+            &sink,
+            None,
+        )
+        .unwrap();
+        assert_eq!(order.into_inner().unwrap(), (0..500).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_ticker_runs_on_the_calling_thread_while_lanes_work() {
+        // The only unit waits until it has seen two ticks: the epoch can only
+        // finish if ticks happen while a lane is busy.
+        let ticks = Mutex::new(Vec::new());
+        let ticked = Condvar::new();
+        let caller = thread::current().id();
+        let tick = || {
+            ticks.lock().unwrap().push(thread::current().id());
+            ticked.notify_all();
+            Ok::<_, FatalError>(())
+        };
+        let factory = |_lane: usize| Ok(());
+        let execute = |_: &mut (), unit: TestUnit, _: &CallContext| {
+            let guard = ticks.lock().unwrap();
+            let (guard, timeout) = ticked
+                .wait_timeout_while(guard, Duration::from_secs(20), |t| t.len() < 2)
+                .unwrap();
+            drop(guard);
+            assert!(!timeout.timed_out(), "no tick while the lane was busy");
+            Ok::<_, FatalError>(vec![record_of(&unit.id)])
+        };
+        let sink = |_: &UnitDone<'_>, _: Vec<Record>| Ok::<_, FatalError>(());
+        let ticker = Ticker {
+            every: Duration::from_millis(1),
+            tick: &tick,
+        };
+        run_queue_epoch(
+            vec![unit("a", &[])],
+            &config(1),
+            &SystemClock,
+            &factory,
+            &execute,
+            &sink,
+            Some(ticker),
+        )
+        .unwrap();
+        let ticks = ticks.into_inner().unwrap();
+        assert!(ticks.len() >= 2);
+        assert!(
+            ticks.iter().all(|id| *id == caller),
+            "ticks run on the caller's thread"
+        );
+
+        // A failing tick stops the epoch: nothing after the running unit.
+        // The unit waits for a second tick, which can only come after the
+        // first tick's failure was registered.
+        let executed = AtomicUsize::new(0);
+        let failures = Mutex::new(0usize);
+        let failed = Condvar::new();
+        let failing = || {
+            // Only fail once a unit runs (lanes may start late under load).
+            if executed.load(Ordering::SeqCst) == 0 {
+                return Ok(());
+            }
+            *failures.lock().unwrap() += 1;
+            failed.notify_all();
+            Err(FatalError::new(AdapterError::new(
+                ErrorType::Trap,
+                "flush failed",
+            )))
+        };
+        let slow = |_: &mut (), _unit: TestUnit, _: &CallContext| {
+            executed.fetch_add(1, Ordering::SeqCst);
+            let guard = failures.lock().unwrap();
+            let (guard, timeout) = failed
+                .wait_timeout_while(guard, Duration::from_secs(20), |n| *n < 2)
+                .unwrap();
+            drop(guard);
+            assert!(!timeout.timed_out(), "the ticker kept ticking");
+            Ok::<_, FatalError>(Vec::new())
+        };
+        let error = run_queue_epoch(
+            vec![unit("a", &[]), unit("b", &[]), unit("c", &[])],
+            &config(1),
+            &SystemClock,
+            &factory,
+            &slow,
+            &sink,
+            Some(Ticker {
+                every: Duration::from_millis(1),
+                tick: &failing,
+            }),
+        )
+        .unwrap_err();
+        assert_eq!(error.error.message, "flush failed");
+        assert_eq!(executed.load(Ordering::SeqCst), 1);
+    }
+}

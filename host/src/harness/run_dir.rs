@@ -1,0 +1,485 @@
+//! Where an arm's output goes: the [`ArmOutput`] trait and the on-disk
+//! [`RunDir`].
+//!
+//! A run directory holds `records.jsonl` (one record per line, as units
+//! complete), `epochs.jsonl` (one epoch summary per line), `checkpoint.json`
+//! and `summary.json` (both replaced atomically). On resume, both JSONL
+//! files are cut back to the byte lengths the checkpoint recorded, so an
+//! epoch interrupted by a crash leaves no duplicates.
+//!
+//! Records are written behind a small buffer with bounded latency: one
+//! `write(2)` per unit costs about as much as the rest of the host's work on
+//! an item, so [`RunDir`] collects serialised records and writes them at
+//! least every [`DEFAULT_FLUSH_INTERVAL`] (the arm flushes on a timer while
+//! units run), whenever 256 KiB are pending, at the end of every epoch,
+//! before a checkpoint, before an error is returned, and on drop. A reader
+//! tailing `records.jsonl` sees each record within that interval;
+//! [`RunDir::with_flush_interval`]`(Duration::ZERO)` writes every unit's
+//! records at once instead. Resume is unaffected either way: a crash can
+//! only lose records the checkpoint does not cover, which a resume cuts
+//! back anyway.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::episode::adapter::Record;
+
+use super::atomic::write_json_atomic;
+use super::checkpoint::{
+    ArmCheckpoint, CheckpointState, RuntimeSignature, load_arm_checkpoint, write_arm_checkpoint,
+};
+use super::error::ArmError;
+use super::summary::{ArmSummary, EpochSummary};
+
+/// `records.jsonl`.
+pub const RECORDS_FILE: &str = "records.jsonl";
+/// `epochs.jsonl`.
+pub const EPOCHS_FILE: &str = "epochs.jsonl";
+/// `checkpoint.json`.
+pub const CHECKPOINT_FILE: &str = "checkpoint.json";
+/// `summary.json`.
+pub const SUMMARY_FILE: &str = "summary.json";
+/// Longest time a completed unit's records stay buffered before they are
+/// written to `records.jsonl`.
+pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_millis(50);
+/// Pending record bytes that force a write regardless of the interval.
+const FLUSH_THRESHOLD_BYTES: usize = 256 * 1024;
+
+/// How much of each append-only file has been written (bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutputOffsets {
+    /// Length of `records.jsonl`.
+    pub records_jsonl_bytes: u64,
+    /// Length of `epochs.jsonl`.
+    pub epochs_jsonl_bytes: u64,
+}
+
+/// The sink an arm writes through. [`RunDir`] is the real one; tests wrap it
+/// to inject failures.
+///
+/// Call order: [`ArmOutput::begin_fresh`] or [`ArmOutput::begin_resume`]
+/// once, then any number of appends, flushes, checkpoints and finally the
+/// summary. `append_records` and `flush` are called from queue lanes and
+/// the arm's thread, serialised by the arm.
+pub trait ArmOutput: Send {
+    /// Starts a fresh run. Must refuse (with [`ArmError::RunExists`]) when
+    /// the output already holds a run.
+    fn begin_fresh(&mut self) -> Result<(), ArmError>;
+    /// Loads and validates the checkpoint against `expected`, cuts the
+    /// append-only outputs back to what it covers, and returns its state.
+    fn begin_resume(&mut self, expected: &RuntimeSignature) -> Result<CheckpointState, ArmError>;
+    /// Appends records, one JSON object per line. May buffer: buffered
+    /// records must be written by the next [`ArmOutput::flush`].
+    fn append_records(&mut self, records: &[Record]) -> Result<(), ArmError>;
+    /// Writes buffered records out. The arm calls it every
+    /// [`ArmOutput::flush_interval`] while units run, after every epoch's
+    /// queue, and before returning an error from the queue.
+    fn flush(&mut self) -> Result<(), ArmError> {
+        Ok(())
+    }
+    /// How often the arm must call [`ArmOutput::flush`] while units run;
+    /// `None` when `append_records` never buffers.
+    fn flush_interval(&self) -> Option<Duration> {
+        None
+    }
+    /// Appends one epoch summary line.
+    fn append_epoch(&mut self, epoch: &EpochSummary) -> Result<(), ArmError>;
+    /// Writes out buffered records, makes the appended outputs durable, then
+    /// replaces the checkpoint atomically.
+    fn write_checkpoint(&mut self, checkpoint: &ArmCheckpoint) -> Result<(), ArmError>;
+    /// Replaces the arm summary atomically (after writing out buffered
+    /// records).
+    fn write_summary(&mut self, summary: &ArmSummary) -> Result<(), ArmError>;
+    /// Current lengths of the append-only outputs, buffered bytes included.
+    fn offsets(&self) -> OutputOffsets;
+    /// Where the checkpoint lives, for the summary's `resume` block.
+    fn checkpoint_location(&self) -> Option<String>;
+}
+
+/// An arm's run directory on disk.
+#[derive(Debug)]
+pub struct RunDir {
+    root: PathBuf,
+    records: Option<File>,
+    epochs: Option<File>,
+    offsets: OutputOffsets,
+    /// Serialised records not yet written.
+    pending: Vec<u8>,
+    flush_interval: Duration,
+    line: Vec<u8>,
+    summary_extra: Map<String, Value>,
+}
+
+impl RunDir {
+    /// A run directory at `root` (nothing is touched until the arm begins),
+    /// writing records behind a buffer flushed at least every
+    /// [`DEFAULT_FLUSH_INTERVAL`].
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            records: None,
+            epochs: None,
+            offsets: OutputOffsets::default(),
+            pending: Vec::with_capacity(64 * 1024),
+            flush_interval: DEFAULT_FLUSH_INTERVAL,
+            line: Vec::with_capacity(4096),
+            summary_extra: Map::new(),
+        }
+    }
+
+    /// Extra top-level fields for `summary.json` (e.g. the adapter's sha256
+    /// and the host version). A non-object `extra` is ignored; on a name
+    /// clash the arm summary's own field wins.
+    pub fn with_summary_extra(mut self, extra: Value) -> Self {
+        if let Value::Object(extra) = extra {
+            self.summary_extra = extra;
+        }
+        self
+    }
+
+    /// Sets the longest time records stay buffered; `Duration::ZERO` writes
+    /// every completed unit's records immediately (one `write(2)` per unit).
+    pub fn with_flush_interval(mut self, interval: Duration) -> Self {
+        self.flush_interval = interval;
+        self
+    }
+
+    /// The directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `records.jsonl` in this directory.
+    pub fn records_path(&self) -> PathBuf {
+        self.root.join(RECORDS_FILE)
+    }
+
+    /// `epochs.jsonl` in this directory.
+    pub fn epochs_path(&self) -> PathBuf {
+        self.root.join(EPOCHS_FILE)
+    }
+
+    /// `checkpoint.json` in this directory.
+    pub fn checkpoint_path(&self) -> PathBuf {
+        self.root.join(CHECKPOINT_FILE)
+    }
+
+    /// `summary.json` in this directory.
+    pub fn summary_path(&self) -> PathBuf {
+        self.root.join(SUMMARY_FILE)
+    }
+
+    /// Atomically writes another JSON file (e.g. a manifest) into the
+    /// directory.
+    pub fn write_json<T: Serialize + ?Sized>(&self, name: &str, value: &T) -> Result<(), ArmError> {
+        let path = self.root.join(name);
+        write_json_atomic(&path, value)
+            .map_err(|e| ArmError::io(format!("writing {}", path.display()), e))
+    }
+
+    fn open_append(path: &Path, create_new: bool) -> Result<File, ArmError> {
+        let mut options = OpenOptions::new();
+        options.append(true);
+        if create_new {
+            options.create_new(true);
+        }
+        options
+            .open(path)
+            .map_err(|e| ArmError::io(format!("opening {}", path.display()), e))
+    }
+
+    /// Cuts `path` back to `length` bytes and opens it for appending.
+    fn cut_back(path: &Path, length: u64) -> Result<File, ArmError> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let file = match OpenOptions::new().write(true).open(path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == io::ErrorKind::NotFound && length == 0 => {
+                return OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(path)
+                    .map_err(|e| ArmError::io(format!("opening {}", path.display()), e));
+            }
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                return Err(ArmError::Damaged(format!(
+                    "{name} is missing but the checkpoint covers {length} bytes of it"
+                )));
+            }
+            Err(error) => return Err(ArmError::io(format!("opening {}", path.display()), error)),
+        };
+        let actual = file
+            .metadata()
+            .map_err(|e| ArmError::io(format!("reading {}", path.display()), e))?
+            .len();
+        if actual < length {
+            return Err(ArmError::Damaged(format!(
+                "{name} holds {actual} bytes but the checkpoint covers {length}"
+            )));
+        }
+        if actual > length {
+            file.set_len(length)
+                .and_then(|()| file.sync_all())
+                .map_err(|e| ArmError::io(format!("truncating {}", path.display()), e))?;
+        }
+        drop(file);
+        Self::open_append(path, false)
+    }
+
+    fn append(
+        file: &mut Option<File>,
+        bytes: &[u8],
+        path: impl FnOnce() -> PathBuf,
+    ) -> Result<(), ArmError> {
+        match file {
+            Some(file) => file
+                .write_all(bytes)
+                .map_err(|e| ArmError::io(format!("writing {}", path().display()), e)),
+            None => Err(ArmError::io(
+                format!("writing {}", path().display()),
+                io::Error::other("the run was not begun"),
+            )),
+        }
+    }
+}
+
+impl ArmOutput for RunDir {
+    fn begin_fresh(&mut self) -> Result<(), ArmError> {
+        fs::create_dir_all(&self.root)
+            .map_err(|e| ArmError::io(format!("creating {}", self.root.display()), e))?;
+        let found: Vec<String> = [RECORDS_FILE, EPOCHS_FILE, CHECKPOINT_FILE, SUMMARY_FILE]
+            .into_iter()
+            .filter(|name| self.root.join(name).exists())
+            .map(str::to_owned)
+            .collect();
+        if !found.is_empty() {
+            return Err(ArmError::RunExists {
+                path: self.root.clone(),
+                found,
+            });
+        }
+        self.records = Some(Self::open_append(&self.records_path(), true)?);
+        self.epochs = Some(Self::open_append(&self.epochs_path(), true)?);
+        self.offsets = OutputOffsets::default();
+        self.pending.clear();
+        Ok(())
+    }
+
+    fn begin_resume(&mut self, expected: &RuntimeSignature) -> Result<CheckpointState, ArmError> {
+        let state = load_arm_checkpoint(&self.checkpoint_path(), expected)?;
+        let records = Self::cut_back(&self.records_path(), state.records_jsonl_bytes)?;
+        let epochs = Self::cut_back(&self.epochs_path(), state.epochs_jsonl_bytes)?;
+        self.records = Some(records);
+        self.epochs = Some(epochs);
+        self.offsets = OutputOffsets {
+            records_jsonl_bytes: state.records_jsonl_bytes,
+            epochs_jsonl_bytes: state.epochs_jsonl_bytes,
+        };
+        self.pending.clear();
+        Ok(state)
+    }
+
+    fn append_records(&mut self, records: &[Record]) -> Result<(), ArmError> {
+        let before = self.pending.len();
+        for record in records {
+            if let Err(error) = serde_json::to_writer(&mut self.pending, record) {
+                self.pending.truncate(before);
+                return Err(ArmError::io(
+                    "serialising a record",
+                    io::Error::other(error),
+                ));
+            }
+            self.pending.push(b'\n');
+        }
+        self.offsets.records_jsonl_bytes += (self.pending.len() - before) as u64;
+        if self.flush_interval.is_zero() || self.pending.len() >= FLUSH_THRESHOLD_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), ArmError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let root = &self.root;
+        Self::append(&mut self.records, &self.pending, || root.join(RECORDS_FILE))?;
+        self.pending.clear();
+        Ok(())
+    }
+
+    fn flush_interval(&self) -> Option<Duration> {
+        (!self.flush_interval.is_zero()).then_some(self.flush_interval)
+    }
+
+    fn append_epoch(&mut self, epoch: &EpochSummary) -> Result<(), ArmError> {
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, epoch)
+            .map_err(|e| ArmError::io("serialising an epoch summary", io::Error::other(e)))?;
+        self.line.push(b'\n');
+        let root = &self.root;
+        Self::append(&mut self.epochs, &self.line, || root.join(EPOCHS_FILE))?;
+        self.offsets.epochs_jsonl_bytes += self.line.len() as u64;
+        Ok(())
+    }
+
+    fn write_checkpoint(&mut self, checkpoint: &ArmCheckpoint) -> Result<(), ArmError> {
+        self.flush()?;
+        for (file, name) in [(&self.records, RECORDS_FILE), (&self.epochs, EPOCHS_FILE)] {
+            if let Some(file) = file {
+                file.sync_data()
+                    .map_err(|e| ArmError::io(format!("syncing {name}"), e))?;
+            }
+        }
+        write_arm_checkpoint(&self.checkpoint_path(), checkpoint)?;
+        Ok(())
+    }
+
+    fn write_summary(&mut self, summary: &ArmSummary) -> Result<(), ArmError> {
+        self.flush()?;
+        if self.summary_extra.is_empty() {
+            return self.write_json(SUMMARY_FILE, summary);
+        }
+        let mut value = match serde_json::to_value(summary) {
+            Ok(Value::Object(map)) => map,
+            Ok(_) => Map::new(),
+            Err(error) => {
+                return Err(ArmError::io(
+                    "serialising the summary",
+                    io::Error::other(error),
+                ));
+            }
+        };
+        for (key, extra) in &self.summary_extra {
+            if !value.contains_key(key) {
+                value.insert(key.clone(), extra.clone());
+            }
+        }
+        self.write_json(SUMMARY_FILE, &value)
+    }
+
+    fn offsets(&self) -> OutputOffsets {
+        self.offsets
+    }
+
+    fn checkpoint_location(&self) -> Option<String> {
+        Some(self.checkpoint_path().display().to_string())
+    }
+}
+
+impl Drop for RunDir {
+    /// Writes out buffered records (best effort).
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::episode::testing::obj;
+
+    fn lines(path: &Path) -> usize {
+        fs::read_to_string(path).unwrap().lines().count()
+    }
+
+    #[test]
+    fn records_are_buffered_until_flushed_and_offsets_count_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut run_dir = RunDir::new(dir.path());
+        run_dir.begin_fresh().unwrap();
+        assert_eq!(run_dir.flush_interval(), Some(DEFAULT_FLUSH_INTERVAL));
+        let record = obj(json!({"item_id": "a"}));
+        run_dir
+            .append_records(&[record.clone(), record.clone()])
+            .unwrap();
+        let expected = 2 * (serde_json::to_string(&record).unwrap().len() as u64 + 1);
+        assert_eq!(run_dir.offsets().records_jsonl_bytes, expected);
+        assert_eq!(lines(&run_dir.records_path()), 0, "still buffered");
+        run_dir.flush().unwrap();
+        assert_eq!(lines(&run_dir.records_path()), 2);
+        assert_eq!(
+            fs::metadata(run_dir.records_path()).unwrap().len(),
+            expected
+        );
+        run_dir
+            .append_records(std::slice::from_ref(&record))
+            .unwrap();
+        let path = run_dir.records_path();
+        drop(run_dir);
+        assert_eq!(
+            lines(&path),
+            3,
+            "dropping the run directory writes the rest"
+        );
+    }
+
+    #[test]
+    fn a_zero_interval_writes_every_append_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut run_dir = RunDir::new(dir.path()).with_flush_interval(Duration::ZERO);
+        run_dir.begin_fresh().unwrap();
+        assert_eq!(run_dir.flush_interval(), None);
+        run_dir
+            .append_records(&[obj(json!({"item_id": "a"}))])
+            .unwrap();
+        assert_eq!(lines(&run_dir.records_path()), 1);
+    }
+
+    #[test]
+    fn summary_extra_fields_are_added_without_overriding_the_arm_summary() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut run_dir = RunDir::new(dir.path()).with_summary_extra(json!({
+            "host_version": "1.2.3",
+            "record_count": "must not win"
+        }));
+        run_dir.begin_fresh().unwrap();
+        let summary: ArmSummary = serde_json::from_value(json!({
+            "schema_version": "loopx_explore_harness_arm_v0", "arm_key": "main",
+            "budget_minutes": null, "worker_count": 1, "elapsed_minutes": 0.0,
+            "stop_reason": "max_epochs", "epoch_count": 0, "record_count": 0,
+            "raw_value_total": 0.0, "novel_value_total": 0.0, "variant_records_total": 0,
+            "execution_metrics": crate::episode::metrics::ExecutionMetrics::default(),
+            "coverage_count": 0, "coverage_first_seen_minutes": {}, "checkpoints": [],
+            "resume": {"schema_version": "x", "enabled": false, "resumed": false,
+                       "checkpoint_schema_version": "y", "checkpoint_path": null,
+                       "restored_epoch_count": 0},
+            "runtime_policy": {"schema_version": "z", "item_failure_policy": "record",
+                               "item_exception_isolation": true,
+                               "episode_execution": {"mode": "standalone",
+                                                     "adapter_owned_restore": false},
+                               "duration_source": "host", "planner_guidance": {}}
+        }))
+        .unwrap();
+        run_dir.write_summary(&summary).unwrap();
+        let written: Value =
+            serde_json::from_str(&fs::read_to_string(run_dir.summary_path()).unwrap()).unwrap();
+        assert_eq!(written["host_version"], json!("1.2.3"));
+        assert_eq!(written["record_count"], json!(0));
+        assert_eq!(written["stop_reason"], json!("max_epochs"));
+    }
+
+    #[test]
+    fn appending_before_the_run_begins_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut run_dir = RunDir::new(dir.path()).with_flush_interval(Duration::ZERO);
+        let error = run_dir
+            .append_records(&[obj(json!({"item_id": "a"}))])
+            .unwrap_err();
+        assert!(matches!(error, ArmError::Io { .. }), "{error}");
+        let written = RunDir::new(dir.path());
+        written
+            .write_json("manifest.json", &json!({"host": "sandloop"}))
+            .unwrap();
+        assert!(dir.path().join("manifest.json").exists());
+    }
+}

@@ -1,0 +1,204 @@
+//! The JSON shapes an arm writes: epoch summaries (`epochs.jsonl`), anytime
+//! checkpoints, and the arm summary (`summary.json`). Field names follow
+//! `run_budget_arm` in `harness_runtime.py`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::episode::metrics::ExecutionMetrics;
+
+use super::catalog::FrontierAudit;
+use super::queue::LaneSummary;
+
+/// `schema_version` of epoch and arm summaries (reference
+/// `HARNESS_ARM_SCHEMA_VERSION`).
+pub const HARNESS_ARM_SCHEMA_VERSION: &str = "loopx_explore_harness_arm_v0";
+/// `runtime_policy.schema_version`.
+pub const HARNESS_RUNTIME_POLICY_SCHEMA_VERSION: &str = "loopx_explore_harness_runtime_policy_v0";
+/// `resume.schema_version`.
+pub const HARNESS_RESUME_SCHEMA_VERSION: &str = "loopx_explore_harness_resume_v0";
+
+/// Why the epoch loop ended (`stop_reason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// Every epoch up to `max_epochs` ran.
+    MaxEpochs,
+    /// The budget was spent before the next epoch.
+    BudgetExhausted,
+    /// The remaining budget was below the recent epochs' wall time times
+    /// the guard factor.
+    DurationGuard,
+    /// `list_seed_items` returned nothing.
+    SeedQueueEmpty,
+}
+
+impl StopReason {
+    /// The snake_case name written to `stop_reason`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            StopReason::MaxEpochs => "max_epochs",
+            StopReason::BudgetExhausted => "budget_exhausted",
+            StopReason::DurationGuard => "duration_guard",
+            StopReason::SeedQueueEmpty => "seed_queue_empty",
+        }
+    }
+}
+
+/// One completed epoch (one line of `epochs.jsonl`; kept compact, without
+/// lane item lists, in the checkpoint).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EpochSummary {
+    /// [`HARNESS_ARM_SCHEMA_VERSION`].
+    pub schema_version: String,
+    /// 1-based epoch number.
+    pub epoch: u32,
+    /// Minutes from queue start to the last lane's end, rounded to 3.
+    pub epoch_wall_minutes: f64,
+    /// Items queued: seeds plus compiled variants.
+    pub queue_size: usize,
+    /// Units the queue ran (groups and invalid units, or plain items).
+    pub execution_unit_count: usize,
+    /// Records produced, including compile-error records.
+    #[serde(default)]
+    pub record_count: u64,
+    /// Sum of the records' `raw_value`, rounded to 3.
+    #[serde(default)]
+    pub raw_value: f64,
+    /// Sum of the records' `novel_value`, rounded to 3.
+    #[serde(default)]
+    pub novel_value: f64,
+    /// [`crate::episode::metrics::summarize_execution_records`] of the
+    /// epoch's records.
+    pub execution_metrics: ExecutionMetrics,
+    /// The frontier audit; `null` without a variant catalog.
+    pub frontier: Option<FrontierAudit>,
+    /// Per-lane summaries in lane order.
+    pub lanes: Vec<LaneSummary>,
+}
+
+impl EpochSummary {
+    /// The summary without the lanes' per-record lists (checkpoint form;
+    /// nothing large is copied).
+    pub fn compact(&self) -> EpochSummary {
+        EpochSummary {
+            schema_version: self.schema_version.clone(),
+            epoch: self.epoch,
+            epoch_wall_minutes: self.epoch_wall_minutes,
+            queue_size: self.queue_size,
+            execution_unit_count: self.execution_unit_count,
+            record_count: self.record_count,
+            raw_value: self.raw_value,
+            novel_value: self.novel_value,
+            execution_metrics: self.execution_metrics.clone(),
+            frontier: self.frontier.clone(),
+            lanes: self.lanes.iter().map(LaneSummary::compact).collect(),
+        }
+    }
+}
+
+/// One point of the anytime curve, after each epoch (reference
+/// `checkpoints` entries).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AnytimeCheckpoint {
+    /// The epoch just completed.
+    pub epoch: u32,
+    /// Arm minutes elapsed (including time before a resume), rounded to 3.
+    pub elapsed_minutes: f64,
+    /// Cumulative raw value, rounded to 3.
+    pub raw_value_cum: f64,
+    /// Cumulative novel value, rounded to 3.
+    pub novel_value_cum: f64,
+    /// Families seen so far.
+    pub coverage_count_cum: usize,
+    /// Variant records so far.
+    pub variant_records_cum: u64,
+    /// `elapsed_minutes * worker_count`, rounded to 3.
+    pub requested_worker_minutes_cum: f64,
+    /// Cumulative execution metrics.
+    pub execution_metrics_cum: ExecutionMetrics,
+}
+
+/// `resume` block of the arm summary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResumeInfo {
+    /// [`HARNESS_RESUME_SCHEMA_VERSION`].
+    pub schema_version: String,
+    /// Checkpoints were written.
+    pub enabled: bool,
+    /// This run continued a checkpoint.
+    pub resumed: bool,
+    /// The checkpoint schema.
+    pub checkpoint_schema_version: String,
+    /// Where the checkpoint lives (when enabled).
+    pub checkpoint_path: Option<String>,
+    /// Epochs restored from the checkpoint.
+    pub restored_epoch_count: u32,
+}
+
+/// `runtime_policy.episode_execution`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeExecution {
+    /// `recoverable-v0` or `standalone`.
+    pub mode: String,
+    /// Restore mechanics belong to the adapter (episode mode).
+    pub adapter_owned_restore: bool,
+}
+
+/// `runtime_policy` of the arm summary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RuntimePolicy {
+    /// [`HARNESS_RUNTIME_POLICY_SCHEMA_VERSION`].
+    pub schema_version: String,
+    /// `record` or `fatal`.
+    pub item_failure_policy: String,
+    /// True under `record`: one item's failure does not stop the others.
+    pub item_exception_isolation: bool,
+    /// How units run.
+    pub episode_execution: EpisodeExecution,
+    /// Always `host`: `duration_minutes` is measured by the host, never
+    /// taken from the adapter (a deviation from the reference).
+    pub duration_source: String,
+    /// Guidance the harness does not enforce (as in the reference).
+    pub planner_guidance: Value,
+}
+
+/// The arm summary (`summary.json`; reference `run_budget_arm` return
+/// value without `epochs`, which are in `epochs.jsonl`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArmSummary {
+    /// [`HARNESS_ARM_SCHEMA_VERSION`].
+    pub schema_version: String,
+    /// The arm name.
+    pub arm_key: String,
+    /// Budget in minutes; `null` when unlimited.
+    pub budget_minutes: Option<f64>,
+    /// Queue worker lanes.
+    pub worker_count: usize,
+    /// Arm minutes elapsed (including before a resume), rounded to 3.
+    pub elapsed_minutes: f64,
+    /// Why the loop ended.
+    pub stop_reason: StopReason,
+    /// Completed epochs (including restored ones).
+    pub epoch_count: usize,
+    /// Records in `records.jsonl`.
+    pub record_count: u64,
+    /// Total raw value, rounded to 3.
+    pub raw_value_total: f64,
+    /// Total novel value, rounded to 3.
+    pub novel_value_total: f64,
+    /// Records with a truthy `is_variant`.
+    pub variant_records_total: u64,
+    /// Cumulative execution metrics.
+    pub execution_metrics: ExecutionMetrics,
+    /// Families seen.
+    pub coverage_count: usize,
+    /// Family -> elapsed minutes at the end of the epoch it was first seen.
+    pub coverage_first_seen_minutes: Map<String, Value>,
+    /// The anytime curve, one point per epoch.
+    pub checkpoints: Vec<AnytimeCheckpoint>,
+    /// Checkpoint/resume facts.
+    pub resume: ResumeInfo,
+    /// The failure policy and execution mode.
+    pub runtime_policy: RuntimePolicy,
+}

@@ -1,0 +1,219 @@
+//! What a queue lane runs: an episode unit, or one plain item for adapters
+//! without episode groups. Applies the failure policy the way the
+//! reference's `run_queue_epoch` worker does for plain `execute`.
+
+use serde_json::Value;
+
+use crate::episode::adapter::{AdapterError, CallContext, EpisodeAdapter, ErrorType, Item, Record};
+use crate::episode::clock::Clock;
+use crate::episode::group::execute_episode_group;
+use crate::episode::policy::{FailurePolicy, FatalError};
+use crate::episode::records::{adapter_error_record, set_field};
+use crate::episode::units::{ExecutionUnit, item_concurrency_keys};
+use crate::episode::value::{json_f64, truthy};
+
+use super::queue::QueueUnit;
+
+/// One item run with plain `execute` (arms whose adapter has no episode
+/// groups).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StandaloneItem {
+    /// The queued item.
+    pub item: Item,
+    /// Its [`item_concurrency_keys`].
+    pub concurrency_keys: Vec<String>,
+}
+
+impl StandaloneItem {
+    /// Wraps `item`, computing its keys.
+    pub fn new(item: Item) -> Self {
+        let concurrency_keys = item_concurrency_keys(&item);
+        Self {
+            item,
+            concurrency_keys,
+        }
+    }
+}
+
+/// One unit of an epoch's queue.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WorkUnit {
+    /// An episode group or invalid unit (episode mode).
+    Episode(ExecutionUnit),
+    /// A plain item (standalone mode).
+    Standalone(StandaloneItem),
+}
+
+impl QueueUnit for WorkUnit {
+    fn concurrency_keys(&self) -> &[String] {
+        match self {
+            WorkUnit::Episode(unit) => unit.concurrency_keys(),
+            WorkUnit::Standalone(item) => &item.concurrency_keys,
+        }
+    }
+}
+
+/// Runs one plain item (the reference's queue worker around `execute`).
+///
+/// Success: the adapter's record with `item_id`, `family`, `is_variant`
+/// and (for variants) `variant_spec_id` filled in when missing, and
+/// `duration_minutes` set to the host-measured call time. Failure under
+/// [`FailurePolicy::Record`]: an error record; under
+/// [`FailurePolicy::Fatal`]: `Err`. An adapter without plain `execute`
+/// ([`crate::episode::adapter::Protocols::execute`] false) is not called and
+/// fails with [`ErrorType::MissingExport`].
+pub fn execute_standalone_item<A: EpisodeAdapter + ?Sized>(
+    adapter: &mut A,
+    item: &Item,
+    ctx: &CallContext,
+    policy: FailurePolicy,
+    clock: &dyn Clock,
+) -> Result<Record, FatalError> {
+    let started = clock.now();
+    let outcome = if adapter.protocols().execute {
+        adapter.execute(item, ctx)
+    } else {
+        Err(AdapterError::new(
+            ErrorType::MissingExport,
+            "the adapter has no plain execute export",
+        ))
+    };
+    let minutes = clock.minutes_since(started);
+    match outcome {
+        Ok(mut record) => {
+            set_if_missing(&mut record, "item_id", item.get("item_id"));
+            set_if_missing(&mut record, "family", item.get("family"));
+            let is_variant = truthy(item.get("is_variant"));
+            if !record.contains_key("is_variant") {
+                set_field(&mut record, "is_variant", Value::Bool(is_variant));
+            }
+            if is_variant && !record.contains_key("variant_spec_id") {
+                let spec_id = match item.get("variant_spec") {
+                    Some(Value::Object(spec)) => spec.get("spec_id").cloned(),
+                    _ => None,
+                };
+                set_field(
+                    &mut record,
+                    "variant_spec_id",
+                    spec_id.unwrap_or(Value::Null),
+                );
+            }
+            set_field(&mut record, "duration_minutes", json_f64(minutes));
+            Ok(record)
+        }
+        Err(error) if policy.is_fatal() => Err(FatalError::new(error)),
+        Err(error) => Ok(adapter_error_record(item, &error, minutes)),
+    }
+}
+
+fn set_if_missing(record: &mut Record, key: &str, value: Option<&Value>) {
+    if !record.contains_key(key) {
+        record.insert(key.into(), value.cloned().unwrap_or(Value::Null));
+    }
+}
+
+/// Runs one queue unit on a lane's adapter: episode units through
+/// [`execute_episode_group`], plain items through
+/// [`execute_standalone_item`].
+pub fn execute_work_unit<A: EpisodeAdapter + ?Sized>(
+    adapter: &mut A,
+    unit: &WorkUnit,
+    ctx: &CallContext,
+    policy: FailurePolicy,
+    clock: &dyn Clock,
+) -> Result<Vec<Record>, FatalError> {
+    match unit {
+        WorkUnit::Episode(unit) => execute_episode_group(adapter, unit, ctx, policy, clock),
+        WorkUnit::Standalone(item) => {
+            execute_standalone_item(adapter, &item.item, ctx, policy, clock).map(|r| vec![r])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::episode::adapter::Protocols;
+    use crate::episode::clock::ManualClock;
+    use crate::episode::testing::{Script, ScriptedAdapter, obj};
+
+    fn ctx() -> CallContext {
+        CallContext {
+            arm: "main".into(),
+            epoch: 1,
+            branch_id: "queue_worker_01".into(),
+            execution_group_id: None,
+        }
+    }
+
+    #[test]
+    fn plain_execute_fills_identity_if_missing_and_measures_duration() {
+        let clock = Arc::new(ManualClock::new());
+        let mut script = Script::standalone();
+        script.execute_minutes = 0.75;
+        let mut adapter = ScriptedAdapter::new(script).with_clock(Arc::clone(&clock));
+        let item = obj(json!({"item_id": "v", "family": "f", "is_variant": true,
+                               "variant_spec": {"spec_id": "sp"}}));
+        let record =
+            execute_standalone_item(&mut adapter, &item, &ctx(), FailurePolicy::Record, &*clock)
+                .unwrap();
+        // The scripted adapter writes its own (forged) item_id: kept, as
+        // the reference only sets missing fields.
+        assert_eq!(record["item_id"], json!("forged-by-adapter"));
+        assert_eq!(record["family"], json!("f"));
+        assert_eq!(record["is_variant"], json!(true));
+        assert_eq!(record["variant_spec_id"], json!("sp"));
+        assert!((record["duration_minutes"].as_f64().unwrap() - 0.75).abs() < 1e-9);
+        assert!(!record.contains_key("record_kind"));
+    }
+
+    #[test]
+    fn plain_execute_failures_follow_the_policy() {
+        let clock = ManualClock::new();
+        let mut script = Script::standalone();
+        script
+            .execute_errors
+            .insert("s".into(), AdapterError::new(ErrorType::MemoryLimit, "oom"));
+        let mut adapter = ScriptedAdapter::new(script);
+        let item = obj(json!({"item_id": "s", "family": "f"}));
+        let record =
+            execute_standalone_item(&mut adapter, &item, &ctx(), FailurePolicy::Record, &clock)
+                .unwrap();
+        assert_eq!(record["execution_status"], json!("adapter_error"));
+        assert_eq!(record["adapter_error"]["type"], json!("memory_limit"));
+        assert_eq!(record["item_id"], json!("s"));
+        let fatal =
+            execute_standalone_item(&mut adapter, &item, &ctx(), FailurePolicy::Fatal, &clock)
+                .unwrap_err();
+        assert_eq!(fatal.error.message, "oom");
+    }
+
+    #[test]
+    fn an_adapter_without_execute_is_not_called() {
+        let clock = ManualClock::new();
+        let mut script = Script::standalone();
+        script.protocols = Protocols {
+            execute: false,
+            ..Protocols::default()
+        };
+        let mut adapter = ScriptedAdapter::new(script);
+        let item = obj(json!({"item_id": "s"}));
+        let unit = WorkUnit::Standalone(StandaloneItem::new(item));
+        let records =
+            execute_work_unit(&mut adapter, &unit, &ctx(), FailurePolicy::Record, &clock).unwrap();
+        assert_eq!(records[0]["adapter_error"]["type"], json!("missing_export"));
+        assert!(adapter.ops().is_empty());
+    }
+
+    #[test]
+    fn standalone_items_lock_their_own_keys() {
+        let unit = WorkUnit::Standalone(StandaloneItem::new(obj(
+            json!({"item_id": "s", "family": "f", "concurrency_key": "ck"}),
+        )));
+        assert_eq!(unit.concurrency_keys(), ["ck"]);
+    }
+}
