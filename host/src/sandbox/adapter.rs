@@ -1,0 +1,447 @@
+//! [`WasmAdapter`]: one sandboxed instance of a component, seen through the
+//! runtimes' [`EpisodeAdapter`] and [`SeedSource`] traits.
+//!
+//! The instance is created lazily and replaced after any call that traps,
+//! runs past its deadline or exhausts a limit: the poisoned `Store` is
+//! dropped with everything in it, and the next call starts from a fresh
+//! instance. Episode groups prepared in a dropped instance are reported as
+//! `instance_lost` instead of being run on a stranger's state.
+
+use std::sync::Arc;
+
+use wasmtime::Store;
+use wasmtime::component::ResourceAny;
+
+use super::bindings::exports::sandloop::adapter::{episode, episode_groups, seeds, variants};
+use super::bindings::sandloop::adapter::types as wit;
+use super::classify::classify;
+use super::component::LoadedAdapter;
+use super::engine::SandboxEngine;
+use super::host_state::HostState;
+use super::output::CallOutput;
+use crate::episode::adapter::{
+    AdapterError, CallContext, EpisodeAdapter, ErrorType, Item, Prepared, Protocols, Record,
+    SeedSource,
+};
+use crate::trace::{TraceEvent, TraceLog};
+
+/// What one call left behind besides its result, handed to a
+/// [`CallObserver`] after every call.
+pub struct CallReport<'a> {
+    /// Lane of the instance (`queue_worker_01`, or `control`).
+    pub branch_id: &'a str,
+    /// Epoch of the call (the last epoch seen for calls without a context).
+    pub epoch: u32,
+    /// The adapter function called, e.g. `execute-episode`.
+    pub call: &'static str,
+    /// The item the call was about, when there is one.
+    pub item_id: Option<&'a str>,
+    /// Captured stdout, stderr and log lines.
+    pub output: &'a CallOutput,
+    /// Trace events appended during the call.
+    pub trace_events: &'a [TraceEvent],
+    /// Trace events the host refused during the call.
+    pub trace_refusals: u32,
+}
+
+/// Receives every call's captured output and trace events (the run directory
+/// writes them to `adapter-output.jsonl` and `traces.jsonl`).
+pub trait CallObserver: Send + Sync {
+    /// Called after each adapter call that printed, logged or traced
+    /// anything.
+    fn on_call(&self, report: &CallReport<'_>);
+}
+
+/// Handle of an episode group prepared in a [`WasmAdapter`]'s instance.
+pub struct GroupHandle {
+    resource: ResourceAny,
+    generation: u64,
+}
+
+struct Live {
+    store: Store<HostState>,
+    episode: Option<episode::Guest>,
+    seeds: Option<seeds::Guest>,
+    variants: Option<variants::Guest>,
+    groups: Option<episode_groups::Guest>,
+}
+
+/// One sandboxed adapter instance (replaced when poisoned).
+pub struct WasmAdapter {
+    loaded: Arc<LoadedAdapter>,
+    branch_id: String,
+    live: Option<Live>,
+    generation: u64,
+    deadline_ticks: u64,
+    observer: Option<Arc<dyn CallObserver>>,
+    /// The trace of the group being run, kept across its calls.
+    group_trace: Option<(String, TraceLog)>,
+    /// Epoch of the latest call that named one.
+    epoch: u32,
+}
+
+impl WasmAdapter {
+    /// An adapter for lane `branch_id`. The instance is created on first
+    /// use; an instantiation failure surfaces as an `instantiation` error of
+    /// that call.
+    pub fn new(
+        loaded: Arc<LoadedAdapter>,
+        branch_id: impl Into<String>,
+        observer: Option<Arc<dyn CallObserver>>,
+    ) -> Self {
+        let deadline_ticks = SandboxEngine::deadline_ticks(loaded.config.call_timeout_secs);
+        Self {
+            loaded,
+            branch_id: branch_id.into(),
+            live: None,
+            generation: 0,
+            deadline_ticks,
+            observer,
+            group_trace: None,
+            epoch: 0,
+        }
+    }
+
+    /// Instances created so far (1 + replacements after poisoning).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    fn instantiate(&mut self) -> Result<(), AdapterError> {
+        let loaded = &self.loaded;
+        let fail = |error: wasmtime::Error| {
+            AdapterError::new(ErrorType::Instantiation, format!("{error:#}"))
+        };
+        let state = HostState::new(&loaded.config).map_err(fail)?;
+        let mut store = Store::new(loaded.engine.engine(), state);
+        store.limiter(|state| &mut state.limiter);
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(self.deadline_ticks);
+        if let Some(fuel) = loaded.config.fuel {
+            store.set_fuel(fuel).map_err(fail)?;
+        }
+        let instance = loaded.pre.instantiate(&mut store).map_err(|error| {
+            let classified = classify(&error, loaded.config.call_timeout_secs);
+            if classified.error_type == ErrorType::Trap {
+                fail(error)
+            } else {
+                classified
+            }
+        })?;
+        let indices = &loaded.indices;
+        let live = Live {
+            episode: indices
+                .episode
+                .as_ref()
+                .map(|i| i.load(&mut store, &instance))
+                .transpose()
+                .map_err(fail)?,
+            seeds: indices
+                .seeds
+                .as_ref()
+                .map(|i| i.load(&mut store, &instance))
+                .transpose()
+                .map_err(fail)?,
+            variants: indices
+                .variants
+                .as_ref()
+                .map(|i| i.load(&mut store, &instance))
+                .transpose()
+                .map_err(fail)?,
+            groups: indices
+                .groups
+                .as_ref()
+                .map(|i| i.load(&mut store, &instance))
+                .transpose()
+                .map_err(fail)?,
+            store,
+        };
+        self.live = Some(live);
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// Run `body` on the live instance under a fresh deadline and fuel
+    /// budget. A wasmtime error drops the instance and is classified.
+    fn call<R>(
+        &mut self,
+        name: &'static str,
+        item_id: Option<&str>,
+        trace: Option<TraceLog>,
+        body: impl FnOnce(&mut Live) -> wasmtime::Result<R>,
+    ) -> (Result<R, AdapterError>, Option<TraceLog>) {
+        if self.live.is_none()
+            && let Err(error) = self.instantiate()
+        {
+            return (Err(error), trace);
+        }
+        let timeout = self.loaded.config.call_timeout_secs;
+        let fuel = self.loaded.config.fuel;
+        let live = self.live.as_mut().expect("instantiated above");
+        let traced_before = trace.as_ref().map_or(0, |log| log.events().len());
+        live.store.set_epoch_deadline(self.deadline_ticks);
+        if let Some(fuel) = fuel
+            && let Err(error) = live.store.set_fuel(fuel)
+        {
+            return (Err(classify(&error, timeout)), trace);
+        }
+        live.store.data_mut().trace = trace;
+        live.store.data_mut().trace_refusals = 0;
+        let result = body(live);
+        let state = live.store.data_mut();
+        let trace = state.trace.take();
+        let refusals = state.trace_refusals;
+        let output = state.capture.take();
+        let new_events = trace.as_ref().map_or(&[][..], |log| {
+            &log.events()[traced_before.min(log.events().len())..]
+        });
+        if let Some(observer) = &self.observer
+            && (!output.is_empty() || !new_events.is_empty() || refusals > 0)
+        {
+            observer.on_call(&CallReport {
+                branch_id: &self.branch_id,
+                epoch: self.epoch,
+                call: name,
+                item_id,
+                output: &output,
+                trace_events: new_events,
+                trace_refusals: refusals,
+            });
+        }
+        let result = result.map_err(|error| {
+            self.live = None;
+            classify(&error, timeout)
+        });
+        (result, trace)
+    }
+
+    fn context(&mut self, ctx: &CallContext) -> wit::Context {
+        self.epoch = ctx.epoch;
+        wit::Context {
+            arm: ctx.arm.clone(),
+            epoch: ctx.epoch,
+            branch_id: ctx.branch_id.clone(),
+            execution_group_id: ctx.execution_group_id.clone(),
+        }
+    }
+
+    fn missing(what: &str) -> AdapterError {
+        AdapterError::new(
+            ErrorType::MissingExport,
+            format!("the adapter does not export `{what}`"),
+        )
+    }
+
+    fn trace_for(&mut self, ctx: &CallContext, item: &Item) -> Option<TraceLog> {
+        if let Some(group) = &ctx.execution_group_id {
+            return match self.group_trace.take() {
+                Some((id, log)) if &id == group => Some(log),
+                _ => TraceLog::new(group, "main").ok(),
+            };
+        }
+        let id = item
+            .get("item_id")
+            .and_then(|v| v.as_str())
+            .unwrap_or("item");
+        TraceLog::new(id, "main").ok()
+    }
+
+    fn keep_group_trace(&mut self, ctx: &CallContext, trace: Option<TraceLog>) {
+        if let (Some(group), Some(log)) = (&ctx.execution_group_id, trace) {
+            self.group_trace = Some((group.clone(), log));
+        }
+    }
+
+    fn max_output(&self) -> usize {
+        self.loaded.config.max_output_bytes
+    }
+}
+
+fn item_id(item: &Item) -> Option<&str> {
+    item.get("item_id").and_then(|value| value.as_str())
+}
+
+fn to_json(item: &Item) -> String {
+    serde_json::to_string(item).expect("a JSON map always serialises")
+}
+
+/// Parse what the adapter returned as one JSON object within `max_bytes`.
+pub fn parse_object(text: &str, max_bytes: usize, what: &str) -> Result<Record, AdapterError> {
+    if text.len() > max_bytes {
+        return Err(AdapterError::new(
+            ErrorType::OutputTooLarge,
+            format!(
+                "{what} is {} bytes, over the limit of {max_bytes}",
+                text.len()
+            ),
+        ));
+    }
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(other) => Err(AdapterError::new(
+            ErrorType::InvalidOutput,
+            format!("{what} must be a JSON object, got {}", json_kind(&other)),
+        )),
+        Err(error) => Err(AdapterError::new(
+            ErrorType::InvalidOutput,
+            format!("{what} is not valid JSON: {error}"),
+        )),
+    }
+}
+
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+fn declared(error: wit::AdapterError) -> AdapterError {
+    AdapterError::declared(error.kind, error.message, error.retryable_infra_error)
+}
+
+impl EpisodeAdapter for WasmAdapter {
+    type Handle = GroupHandle;
+
+    fn protocols(&self) -> Protocols {
+        self.loaded.protocols
+    }
+
+    fn execute(&mut self, item: &Item, ctx: &CallContext) -> Result<Record, AdapterError> {
+        if self.loaded.indices.episode.is_none() {
+            return Err(Self::missing("episode.execute"));
+        }
+        let json = to_json(item);
+        let wit_ctx = self.context(ctx);
+        let trace = self.trace_for(ctx, item);
+        let (result, _) = self.call("execute", item_id(item), trace, |live| {
+            let guest = live.episode.as_ref().expect("checked above");
+            guest.call_execute(&mut live.store, &json, &wit_ctx)
+        });
+        let text = result?.map_err(declared)?;
+        parse_object(&text, self.max_output(), "the observation record")
+    }
+
+    fn prepare_episode_group(
+        &mut self,
+        seed: &Item,
+        items: &[Item],
+        ctx: &CallContext,
+    ) -> Result<Option<Prepared<GroupHandle>>, AdapterError> {
+        if self.loaded.indices.groups.is_none() {
+            return Err(Self::missing("episode-groups.prepare-episode-group"));
+        }
+        let seed_json = to_json(seed);
+        let item_json: Vec<String> = items.iter().map(to_json).collect();
+        let wit_ctx = self.context(ctx);
+        let trace = self.trace_for(ctx, seed);
+        let (result, trace) = self.call("prepare-episode-group", item_id(seed), trace, |live| {
+            let guest = live.groups.as_ref().expect("checked above");
+            guest.call_prepare_episode_group(&mut live.store, &seed_json, &item_json, &wit_ctx)
+        });
+        self.keep_group_trace(ctx, trace);
+        let Some(prepared) = result?.map_err(declared)? else {
+            return Ok(None);
+        };
+        Ok(Some(Prepared {
+            prefix_record: parse_object(
+                &prepared.prefix_record,
+                self.max_output(),
+                "the prefix record",
+            ),
+            checkpoint_ref: prepared.checkpoint_ref,
+            handle: GroupHandle {
+                resource: prepared.group,
+                generation: self.generation,
+            },
+        }))
+    }
+
+    fn execute_episode(
+        &mut self,
+        handle: &GroupHandle,
+        item: &Item,
+        ctx: &CallContext,
+    ) -> Result<Record, AdapterError> {
+        if handle.generation != self.generation || self.live.is_none() {
+            return Err(AdapterError::new(
+                ErrorType::InstanceLost,
+                "the episode group's instance was dropped after an earlier failure; its prefix is gone",
+            ));
+        }
+        let json = to_json(item);
+        let wit_ctx = self.context(ctx);
+        let trace = self.trace_for(ctx, item);
+        let resource = handle.resource;
+        let (result, trace) = self.call("execute-episode", item_id(item), trace, |live| {
+            let guest = live
+                .groups
+                .as_ref()
+                .expect("a live group implies the export");
+            guest.call_execute_episode(&mut live.store, resource, &json, &wit_ctx)
+        });
+        self.keep_group_trace(ctx, trace);
+        let text = result?.map_err(declared)?;
+        parse_object(&text, self.max_output(), "the observation record")
+    }
+
+    fn release_episode_group(
+        &mut self,
+        handle: GroupHandle,
+        ctx: &CallContext,
+    ) -> Result<(), AdapterError> {
+        let group_trace = self.group_trace.take();
+        if handle.generation != self.generation || self.live.is_none() {
+            // The resource died with its store; there is nothing to release.
+            return Ok(());
+        }
+        let wit_ctx = self.context(ctx);
+        let trace = group_trace.map(|(_, log)| log);
+        let (result, _) = self.call("release-episode-group", None, trace, |live| {
+            let guest = live
+                .groups
+                .as_ref()
+                .expect("a live group implies the export");
+            guest.call_release_episode_group(&mut live.store, handle.resource, &wit_ctx)
+        });
+        result?.map_err(declared)
+    }
+}
+
+impl SeedSource for WasmAdapter {
+    fn list_seed_items(&mut self, arm: &str, epoch: u32) -> Result<Vec<Item>, AdapterError> {
+        if self.loaded.indices.seeds.is_none() {
+            return Err(Self::missing("seeds.list-seed-items"));
+        }
+        self.epoch = epoch;
+        let (result, _) = self.call("list-seed-items", None, None, |live| {
+            let guest = live.seeds.as_ref().expect("checked above");
+            guest.call_list_seed_items(&mut live.store, arm, epoch)
+        });
+        let texts = result?.map_err(declared)?;
+        let max = self.max_output();
+        texts
+            .iter()
+            .enumerate()
+            .map(|(index, text)| parse_object(text, max, &format!("seed item {index}")))
+            .collect()
+    }
+
+    fn compile_variant(&mut self, spec: &Item, seed: &Item) -> Result<Item, AdapterError> {
+        if self.loaded.indices.variants.is_none() {
+            return Err(Self::missing("variants.compile-variant"));
+        }
+        let spec_json = to_json(spec);
+        let seed_json = to_json(seed);
+        let (result, _) = self.call("compile-variant", item_id(seed), None, |live| {
+            let guest = live.variants.as_ref().expect("checked above");
+            guest.call_compile_variant(&mut live.store, &spec_json, &seed_json)
+        });
+        let text = result?.map_err(declared)?;
+        parse_object(&text, self.max_output(), "the compiled variant item")
+    }
+}

@@ -1,0 +1,104 @@
+//! [`CallLog`]: writes what adapter calls printed and traced into the run
+//! directory, one JSONL file per epoch under `traces/` and
+//! `adapter-output/`. An epoch's files are started afresh the first time
+//! the process writes to them, so an epoch re-run after `--resume` leaves no
+//! stale lines behind.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde_json::json;
+
+use super::adapter::{CallObserver, CallReport};
+
+/// Files of the open epochs.
+#[derive(Default)]
+struct Files {
+    traces: HashMap<u32, BufWriter<File>>,
+    output: HashMap<u32, BufWriter<File>>,
+}
+
+/// A [`CallObserver`] writing to `DIR/traces/epoch-NNNN.jsonl` (one trace
+/// event per line, the reference's `TraceEvent.to_record` shape) and
+/// `DIR/adapter-output/epoch-NNNN.jsonl` (one line per call that printed,
+/// logged or had trace events refused).
+pub struct CallLog {
+    dir: PathBuf,
+    files: Mutex<Files>,
+    errors: Mutex<Vec<String>>,
+}
+
+impl CallLog {
+    /// A log writing under the run directory `dir`.
+    pub fn new(dir: &Path) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            files: Mutex::new(Files::default()),
+            errors: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// I/O errors met while writing (the run goes on without the log line).
+    pub fn errors(&self) -> Vec<String> {
+        self.errors.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    fn writer<'a>(
+        dir: &Path,
+        map: &'a mut HashMap<u32, BufWriter<File>>,
+        folder: &str,
+        epoch: u32,
+    ) -> std::io::Result<&'a mut BufWriter<File>> {
+        match map.entry(epoch) {
+            std::collections::hash_map::Entry::Occupied(entry) => Ok(entry.into_mut()),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                let folder = dir.join(folder);
+                std::fs::create_dir_all(&folder)?;
+                let file = File::create(folder.join(format!("epoch-{epoch:04}.jsonl")))?;
+                Ok(entry.insert(BufWriter::new(file)))
+            }
+        }
+    }
+
+    fn write(&self, report: &CallReport<'_>) -> std::io::Result<()> {
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        let Files { traces, output } = &mut *files;
+        if !report.trace_events.is_empty() {
+            let writer = Self::writer(&self.dir, traces, "traces", report.epoch)?;
+            for event in report.trace_events {
+                serde_json::to_writer(&mut *writer, event)?;
+                writer.write_all(b"\n")?;
+            }
+            writer.flush()?;
+        }
+        if !report.output.is_empty() || report.trace_refusals > 0 {
+            let writer = Self::writer(&self.dir, output, "adapter-output", report.epoch)?;
+            let line = json!({
+                "branch_id": report.branch_id,
+                "call": report.call,
+                "item_id": report.item_id,
+                "entries": report.output.entries,
+                "dropped_bytes": report.output.dropped_bytes,
+                "trace_refusals": report.trace_refusals,
+            });
+            serde_json::to_writer(&mut *writer, &line)?;
+            writer.write_all(b"\n")?;
+            writer.flush()?;
+        }
+        Ok(())
+    }
+}
+
+impl CallObserver for CallLog {
+    fn on_call(&self, report: &CallReport<'_>) {
+        if let Err(error) = self.write(report)
+            && let Ok(mut errors) = self.errors.lock()
+            && errors.len() < 16
+        {
+            errors.push(error.to_string());
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! Loading an adapter component: validating the bytes, compiling (through
+//! the cache), linking the imports the sandbox provides, and detecting which
+//! protocols the component exports.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use wasmtime::component::{HasSelf, InstancePre, Linker, types::ComponentItem};
+
+use super::bindings::exports::sandloop::adapter::{episode, episode_groups, seeds, variants};
+use super::bindings::sandloop::adapter::{log, trace, types};
+use super::cache::{CacheOutcome, load_or_compile, sha256_hex};
+use super::config::SandboxConfig;
+use super::engine::SandboxEngine;
+use super::host_state::HostState;
+use crate::episode::adapter::Protocols;
+
+/// The WIT package every interface name is qualified with.
+pub const WIT_PACKAGE: &str = "sandloop:adapter";
+/// The WIT package version this host speaks.
+pub const WIT_VERSION: &str = "0.1.0";
+
+/// Why a component cannot be used. Each message names the file and says
+/// what to do; the CLI maps these to exit code 2.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read adapter {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is not WebAssembly (no `\\0asm` header)")]
+    NotWasm { path: String },
+    #[error(
+        "{path} is a core WebAssembly module, not a component; build it for \
+         `wasm32-wasip2` or wrap it with `wasm-tools component new`"
+    )]
+    CoreModule { path: String },
+    #[error("{path} could not be compiled: {message}")]
+    Compile { path: String, message: String },
+    #[error("{path} imports something the sandbox does not provide: {message}")]
+    Link { path: String, message: String },
+    #[error("{path}: {message}")]
+    Contract { path: String, message: String },
+    #[error("could not start the wasmtime engine: {0}")]
+    Engine(String),
+}
+
+/// What `sandloop inspect` and `summary.json` report about a component.
+#[derive(Clone, Debug, Serialize)]
+pub struct ComponentInfo {
+    /// The path it was loaded from, as given.
+    pub path: String,
+    /// sha256 of the component bytes, lowercase hex.
+    pub sha256: String,
+    /// Size of the component, bytes.
+    pub size_bytes: u64,
+    /// Exported interface (or function) names, as the component declares them.
+    pub exports: Vec<String>,
+    /// Imported interface names.
+    pub imports: Vec<String>,
+    /// Protocols detected from the exports (see [`Protocols::names`]).
+    pub protocols: Vec<&'static str>,
+    /// Whether the compiled form came from the cache.
+    pub cache: CacheOutcome,
+    /// Time to compile or load from cache, milliseconds.
+    pub compile_ms: f64,
+}
+
+/// Export indices for each interface the component offers.
+pub(crate) struct ExportIndices {
+    pub episode: Option<episode::GuestIndices>,
+    pub seeds: Option<seeds::GuestIndices>,
+    pub variants: Option<variants::GuestIndices>,
+    pub groups: Option<episode_groups::GuestIndices>,
+}
+
+/// A compiled, linked adapter ready to be instantiated many times.
+pub struct LoadedAdapter {
+    pub(crate) engine: Arc<SandboxEngine>,
+    pub(crate) config: Arc<SandboxConfig>,
+    pub(crate) pre: InstancePre<HostState>,
+    pub(crate) indices: ExportIndices,
+    /// What was loaded.
+    pub info: ComponentInfo,
+    /// The detected protocols.
+    pub protocols: Protocols,
+}
+
+fn interface_name(short: &str) -> String {
+    format!("{WIT_PACKAGE}/{short}@{WIT_VERSION}")
+}
+
+/// Read, validate, compile and link the component at `path`.
+///
+/// Errors: [`LoadError`] for unreadable files, non-WebAssembly, core modules,
+/// compile failures, imports the sandbox does not provide, and components
+/// that break the contract (no `episode` nor `episode-groups` export, an
+/// interface with the wrong shape or WIT version).
+pub fn load(
+    path: &Path,
+    engine: Arc<SandboxEngine>,
+    config: Arc<SandboxConfig>,
+) -> Result<LoadedAdapter, LoadError> {
+    let shown = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(LoadError::NotWasm { path: shown });
+    }
+    if bytes[4..8] == [1, 0, 0, 0] {
+        return Err(LoadError::CoreModule { path: shown });
+    }
+    let sha256 = sha256_hex(&bytes);
+    let started = Instant::now();
+    let (component, cache) = load_or_compile(
+        engine.engine(),
+        &bytes,
+        &sha256,
+        config.cache_dir.as_deref(),
+    )
+    .map_err(|error| LoadError::Compile {
+        path: shown.clone(),
+        message: format!("{error:#}"),
+    })?;
+    let compile_ms = started.elapsed().as_secs_f64() * 1000.0;
+
+    let ty = component.component_type();
+    let exports: Vec<String> = ty
+        .exports(engine.engine())
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let imports: Vec<String> = ty
+        .imports(engine.engine())
+        .map(|(name, _)| name.to_string())
+        .collect();
+    check_versions(&shown, &exports)?;
+
+    let linker =
+        linker(engine.engine()).map_err(|error| LoadError::Engine(format!("{error:#}")))?;
+    let pre = linker
+        .instantiate_pre(&component)
+        .map_err(|error| LoadError::Link {
+            path: shown.clone(),
+            message: format!("{error:#}"),
+        })?;
+    let has = |short: &str| {
+        let name = interface_name(short);
+        matches!(
+            ty.get_export(engine.engine(), &name).map(|item| item.ty),
+            Some(ComponentItem::ComponentInstance(_))
+        )
+    };
+    let shape = |short: &str, error: wasmtime::Error| LoadError::Contract {
+        path: shown.clone(),
+        message: format!(
+            "exports `{}` but not with the shape this host expects (WIT {WIT_PACKAGE}@{WIT_VERSION}): {error:#}",
+            interface_name(short)
+        ),
+    };
+    let indices = ExportIndices {
+        episode: has("episode")
+            .then(|| episode::GuestIndices::new(&pre).map_err(|e| shape("episode", e)))
+            .transpose()?,
+        seeds: has("seeds")
+            .then(|| seeds::GuestIndices::new(&pre).map_err(|e| shape("seeds", e)))
+            .transpose()?,
+        variants: has("variants")
+            .then(|| variants::GuestIndices::new(&pre).map_err(|e| shape("variants", e)))
+            .transpose()?,
+        groups: has("episode-groups")
+            .then(|| {
+                episode_groups::GuestIndices::new(&pre).map_err(|e| shape("episode-groups", e))
+            })
+            .transpose()?,
+    };
+    let protocols = Protocols {
+        execute: indices.episode.is_some(),
+        seeds: indices.seeds.is_some(),
+        variants: indices.variants.is_some(),
+        episode_groups: indices.groups.is_some(),
+    };
+    check_dependencies(&shown, &protocols)?;
+    let info = ComponentInfo {
+        path: shown,
+        sha256,
+        size_bytes: bytes.len() as u64,
+        exports,
+        imports,
+        protocols: protocols.names(),
+        cache,
+        compile_ms,
+    };
+    Ok(LoadedAdapter {
+        engine,
+        config,
+        pre,
+        indices,
+        info,
+        protocols,
+    })
+}
+
+/// The linker every adapter instance is created with: WASI p2 (restricted by
+/// each instance's context) plus the `log` and `trace` imports.
+fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    types::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
+    log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
+    trace::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
+    Ok(linker)
+}
+
+/// Refuse exports of this package at another version, naming both.
+fn check_versions(path: &str, exports: &[String]) -> Result<(), LoadError> {
+    let prefix = format!("{WIT_PACKAGE}/");
+    for export in exports {
+        if let Some(rest) = export.strip_prefix(&prefix) {
+            let version = rest.split_once('@').map(|(_, v)| v).unwrap_or("");
+            if version != WIT_VERSION {
+                return Err(LoadError::Contract {
+                    path: path.to_string(),
+                    message: format!(
+                        "exports `{export}`, but this host speaks {WIT_PACKAGE}@{WIT_VERSION}; \
+                         rebuild the adapter against the WIT shipped with this sandloop"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The host refuses a component whose exports cannot run anything.
+fn check_dependencies(path: &str, protocols: &Protocols) -> Result<(), LoadError> {
+    if protocols.execute || protocols.episode_groups {
+        return Ok(());
+    }
+    let offered: Vec<&str> = [("seeds", protocols.seeds), ("variants", protocols.variants)]
+        .into_iter()
+        .filter_map(|(name, has)| has.then_some(name))
+        .collect();
+    let message = if offered.is_empty() {
+        format!(
+            "exports none of the sandloop episode interfaces; an adapter must export \
+             `{}` or `{}`",
+            interface_name("episode"),
+            interface_name("episode-groups")
+        )
+    } else {
+        format!(
+            "exports `{}` but neither `episode` nor `episode-groups`, so there is nothing to \
+             run its items with",
+            offered.join("` and `")
+        )
+    };
+    Err(LoadError::Contract {
+        path: path.to_string(),
+        message,
+    })
+}

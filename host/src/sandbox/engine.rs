@@ -1,0 +1,95 @@
+//! The wasmtime [`Engine`]: component model, pooling allocator, epoch
+//! interruption for per-call deadlines, optional fuel.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::config::SandboxConfig;
+
+/// How often the epoch advances; a call's deadline is a number of ticks.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// An engine plus the thread that advances its epoch every [`EPOCH_TICK`].
+/// Dropping it stops the ticker.
+pub struct SandboxEngine {
+    engine: Engine,
+    stop: Arc<AtomicBool>,
+    ticker: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SandboxEngine {
+    /// Build an engine for `config`. Errors when wasmtime refuses the
+    /// configuration (e.g. the pooling allocator cannot reserve its slots).
+    pub fn new(config: &SandboxConfig) -> wasmtime::Result<Self> {
+        let memory_bytes = (config.max_memory_mib as usize).saturating_mul(1 << 20);
+        let mut wasm = Config::new();
+        wasm.wasm_component_model(true)
+            .epoch_interruption(true)
+            .consume_fuel(config.fuel.is_some())
+            .max_wasm_stack(1 << 20);
+        if config.pool_instances > 0 {
+            let slots = config.pool_instances;
+            let mut pool = PoolingAllocationConfig::default();
+            pool.total_component_instances(slots)
+                .total_core_instances(slots * 8)
+                .total_memories(slots * 4)
+                .total_tables(slots * 8)
+                .max_memories_per_component(8)
+                .max_core_instances_per_component(32)
+                .max_tables_per_component(16)
+                .max_memory_size(memory_bytes)
+                .max_component_instance_size(1 << 20)
+                .max_core_instance_size(1 << 20)
+                .table_elements(100_000)
+                .linear_memory_keep_resident(1 << 20);
+            wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+                .memory_reservation(memory_bytes.next_power_of_two() as u64);
+        }
+        let engine = Engine::new(&wasm)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let ticker = {
+            let engine = engine.weak();
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("sandloop-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(EPOCH_TICK);
+                        match engine.upgrade() {
+                            Some(engine) => engine.increment_epoch(),
+                            None => break,
+                        }
+                    }
+                })
+                .map_err(wasmtime::Error::from)?
+        };
+        Ok(Self {
+            engine,
+            stop,
+            ticker: Some(ticker),
+        })
+    }
+
+    /// The wasmtime engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Epoch ticks for a deadline of `seconds` (at least one tick).
+    pub fn deadline_ticks(seconds: f64) -> u64 {
+        let ticks = (seconds.max(0.0) * 1000.0 / EPOCH_TICK.as_millis() as f64).ceil();
+        (ticks as u64).max(1)
+    }
+}
+
+impl Drop for SandboxEngine {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(ticker) = self.ticker.take() {
+            let _ = ticker.join();
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! The data of one instance's `Store`: its WASI context (no ambient
+//! authority), resource table, memory limiter, output capture and the trace
+//! branch the `trace` import appends to.
+
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::bindings::sandloop::adapter::{log, trace as trace_wit, types};
+use super::config::SandboxConfig;
+use super::output::Capture;
+use crate::trace::{TraceEventKind, TraceLog};
+
+/// Error raised inside the guest when it asks for more linear memory than
+/// `--max-memory` allows; classified as `memory_limit`.
+#[derive(Debug, thiserror::Error)]
+#[error("linear memory limit of {limit_mib} MiB exceeded (asked for {desired_mib} MiB)")]
+pub struct MemoryLimitExceeded {
+    /// The limit, MiB.
+    pub limit_mib: u64,
+    /// What the guest asked for, MiB (rounded up).
+    pub desired_mib: u64,
+}
+
+/// Per-instance memory and table limits.
+#[derive(Debug)]
+pub struct Limiter {
+    memory_bytes: usize,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes {
+            return Err(wasmtime::Error::new(MemoryLimitExceeded {
+                limit_mib: (self.memory_bytes >> 20) as u64,
+                desired_mib: desired.div_ceil(1 << 20) as u64,
+            }));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+/// Everything a `Store` of an adapter instance holds.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    /// Memory limiter installed with `Store::limiter`.
+    pub limiter: Limiter,
+    /// Captured stdout, stderr and log lines of the current call.
+    pub capture: Capture,
+    /// The trace branch of the current call, if any.
+    pub trace: Option<TraceLog>,
+    /// Trace events refused during the current call.
+    pub trace_refusals: u32,
+}
+
+impl HostState {
+    /// A fresh state for one instance under `config`. Errors when a granted
+    /// directory cannot be opened.
+    pub fn new(config: &SandboxConfig) -> wasmtime::Result<Self> {
+        let capture = Capture::new(config.max_guest_output_bytes);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(capture.stream("stdout"))
+            .stderr(capture.stream("stderr"))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        for grant in &config.dirs {
+            let perms = if grant.read_only {
+                FsPerms::ReadOnly
+            } else {
+                FsPerms::ReadWrite
+            };
+            wasi.preopened_dir(&grant.host, &grant.guest, perms)?;
+        }
+        for name in &config.env {
+            if let Ok(value) = std::env::var(name) {
+                wasi.env(name, value);
+            }
+        }
+        Ok(Self {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limiter: Limiter {
+                memory_bytes: (config.max_memory_mib as usize).saturating_mul(1 << 20),
+            },
+            capture,
+            trace: None,
+            trace_refusals: 0,
+        })
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl types::Host for HostState {}
+
+impl log::Host for HostState {
+    fn log(&mut self, level: log::Level, message: String) {
+        let level = match level {
+            log::Level::Trace => "trace",
+            log::Level::Debug => "debug",
+            log::Level::Info => "info",
+            log::Level::Warn => "warn",
+            log::Level::Error => "error",
+        };
+        self.capture.push("log", Some(level), message.as_bytes());
+    }
+}
+
+impl trace_wit::Host for HostState {
+    fn emit(&mut self, event: trace_wit::Event) -> Result<String, String> {
+        let result = self.append_trace(event);
+        if result.is_err() {
+            self.trace_refusals += 1;
+        }
+        result
+    }
+}
+
+impl HostState {
+    fn append_trace(&mut self, event: trace_wit::Event) -> Result<String, String> {
+        let Some(log) = self.trace.as_mut() else {
+            return Err("no trace is open for this call".to_string());
+        };
+        let payload: serde_json::Value = serde_json::from_str(&event.public_payload)
+            .map_err(|error| format!("public_payload is not JSON: {error}"))?;
+        let kind = match event.kind {
+            trace_wit::EventKind::AgentContext => TraceEventKind::AgentContext,
+            trace_wit::EventKind::ActionIntent => TraceEventKind::ActionIntent,
+            trace_wit::EventKind::ActionOutcome => TraceEventKind::ActionOutcome,
+            trace_wit::EventKind::EnvironmentObservation => TraceEventKind::EnvironmentObservation,
+            trace_wit::EventKind::Validation => TraceEventKind::Validation,
+            trace_wit::EventKind::Lifecycle => TraceEventKind::Lifecycle,
+        };
+        log.emit(kind, payload, event.action_id, event.causation_id)
+            .map_err(|error| error.to_string())
+    }
+}

@@ -1,0 +1,26 @@
+//! The wasmtime sandbox: engine and limits, WASI capabilities, the
+//! compiled-component cache, protocol detection, and [`WasmAdapter`], the
+//! implementation of the runtimes' adapter traits for components.
+//!
+//! Every instance has its own `Store`, linear memory, WASI context (no
+//! preopened directories, environment or sockets unless granted), memory
+//! limit, per-call epoch deadline and optional fuel. A call that traps,
+//! times out or exhausts a limit poisons only its own instance, which is
+//! dropped; the next call gets a fresh one.
+
+pub mod adapter;
+pub mod bindings;
+pub mod cache;
+pub mod call_log;
+pub mod classify;
+pub mod component;
+pub mod config;
+pub mod engine;
+pub mod host_state;
+pub mod output;
+
+pub use adapter::{CallObserver, CallReport, WasmAdapter};
+pub use call_log::CallLog;
+pub use component::{ComponentInfo, LoadError, LoadedAdapter, load};
+pub use config::{DirGrant, SandboxConfig};
+pub use engine::SandboxEngine;

@@ -1,0 +1,156 @@
+//! Public-payload validation: what may enter a trace event. Mirrors
+//! `_freeze_public_value` / `freeze_public_mapping` in `trace_runtime.py`.
+
+use serde_json::Value;
+
+/// Keys that name adapter-owned or sensitive state; compared after trimming
+/// and lower-casing, at any depth (reference `_FORBIDDEN_PUBLIC_KEYS`).
+pub const FORBIDDEN_PUBLIC_KEYS: &[&str] = &[
+    "adapter_state",
+    "credential",
+    "credentials",
+    "environment_state",
+    "file_path",
+    "handle",
+    "live_handle",
+    "password",
+    "path",
+    "raw_screenshot",
+    "screenshot_bytes",
+    "secret",
+    "software_state",
+    "token",
+];
+
+/// Why a payload was refused, naming the offending field by its path from
+/// `public_payload` (e.g. `public_payload.files[2]`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadError {
+    /// The payload is not a JSON object.
+    #[error("{0} must be a JSON object")]
+    NotAnObject(String),
+    /// A key is empty.
+    #[error("public trace payload keys must be non-empty strings: {0}")]
+    EmptyKey(String),
+    /// A key names sensitive or adapter-owned state.
+    #[error("adapter-owned or sensitive state must not enter public trace payloads: {0}")]
+    ForbiddenKey(String),
+    /// A string is an absolute path (POSIX, UNC or a Windows drive path).
+    #[error("public trace payload must not contain absolute paths: {0}")]
+    AbsolutePath(String),
+}
+
+/// Check that `value` is a public-safe JSON object: no forbidden keys, no
+/// empty keys, no absolute paths in any string, at any depth. JSON has no
+/// binary or path types, so the reference's type checks hold by
+/// construction.
+pub fn validate_public_payload(value: &Value) -> Result<(), PayloadError> {
+    let field = "public_payload";
+    if !value.is_object() {
+        return Err(PayloadError::NotAnObject(field.to_string()));
+    }
+    check(value, &mut field.to_string())
+}
+
+fn check(value: &Value, field: &mut String) -> Result<(), PayloadError> {
+    match value {
+        Value::String(text) if is_absolute_path(text) => {
+            Err(PayloadError::AbsolutePath(field.clone()))
+        }
+        Value::Object(map) => {
+            for (key, child) in map {
+                if key.is_empty() {
+                    return Err(PayloadError::EmptyKey(field.clone()));
+                }
+                let normalized = key.trim().to_lowercase();
+                let len = field.len();
+                field.push('.');
+                field.push_str(key);
+                if FORBIDDEN_PUBLIC_KEYS.contains(&normalized.as_str()) {
+                    return Err(PayloadError::ForbiddenKey(field.clone()));
+                }
+                check(child, field)?;
+                field.truncate(len);
+            }
+            Ok(())
+        }
+        Value::Array(items) => {
+            for (index, child) in items.iter().enumerate() {
+                let len = field.len();
+                field.push_str(&format!("[{index}]"));
+                check(child, field)?;
+                field.truncate(len);
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `/x`, `\\server\share` or `C:\x` / `C:/x` (reference
+/// `_WINDOWS_ABSOLUTE_PATH` and the leading-separator checks).
+fn is_absolute_path(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    text.starts_with('/')
+        || text.starts_with("\\\\")
+        || (bytes.len() >= 3
+            && bytes[0].is_ascii_alphabetic()
+            && bytes[1] == b':'
+            && (bytes[2] == b'\\' || bytes[2] == b'/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn accepts_nested_public_values() {
+        let payload =
+            json!({"count": 3, "items": ["a", {"kind": "heading"}], "ok": true, "n": null});
+        assert_eq!(validate_public_payload(&payload), Ok(()));
+    }
+
+    #[test]
+    fn refuses_non_objects() {
+        assert!(matches!(
+            validate_public_payload(&json!([1])),
+            Err(PayloadError::NotAnObject(_))
+        ));
+    }
+
+    #[test]
+    fn refuses_forbidden_keys_at_any_depth_case_insensitively() {
+        let err = validate_public_payload(&json!({"outer": [{" Token ": "x"}]})).unwrap_err();
+        assert_eq!(
+            err,
+            PayloadError::ForbiddenKey("public_payload.outer[0]. Token ".into())
+        );
+        for key in FORBIDDEN_PUBLIC_KEYS {
+            let payload = json!({ *key: 1 });
+            assert!(validate_public_payload(&payload).is_err(), "{key}");
+        }
+    }
+
+    #[test]
+    fn refuses_absolute_paths_in_any_string() {
+        for bad in ["/etc/passwd", "\\\\server\\share", "C:\\Windows", "d:/data"] {
+            let err = validate_public_payload(&json!({"list": ["ok", bad]})).unwrap_err();
+            assert_eq!(
+                err,
+                PayloadError::AbsolutePath("public_payload.list[1]".into())
+            );
+        }
+        for fine in ["relative/path.md", "C:", "c:x", "not/abs"] {
+            assert_eq!(validate_public_payload(&json!({"v": fine})), Ok(()));
+        }
+    }
+
+    #[test]
+    fn refuses_empty_keys() {
+        assert!(matches!(
+            validate_public_payload(&json!({"": 1})),
+            Err(PayloadError::EmptyKey(_))
+        ));
+    }
+}
