@@ -1,0 +1,119 @@
+//! Command-line arguments (clap derive).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// sandloop — run sandboxed WebAssembly exploration adapters.
+#[derive(Debug, Parser)]
+#[command(name = "sandloop", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run an adapter over seeds and variants, epoch after epoch, into a run directory.
+    Run(Box<RunArgs>),
+    /// Show a component's sha256, size, exports, imports and protocols.
+    Inspect(InspectArgs),
+}
+
+/// The item failure policy (reference `ItemFailurePolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailurePolicyArg {
+    /// A failing item becomes a structured error record; the run goes on.
+    Record,
+    /// The first failure stops the run with exit code 1.
+    Fatal,
+}
+
+/// Limits and grants for every adapter instance.
+#[derive(Debug, Args, Clone)]
+pub struct SandboxArgs {
+    /// Linear-memory limit per instance, MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 512)]
+    pub max_memory: u64,
+    /// Deadline for one adapter call, seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub call_timeout: f64,
+    /// Fuel per adapter call (instruction budget); off when not given.
+    #[arg(long, value_name = "UNITS")]
+    pub fuel: Option<u64>,
+    /// Grant a host directory: HOST::GUEST, read-write, or HOST::GUEST:ro.
+    #[arg(long = "dir", value_name = "HOST::GUEST[:ro]")]
+    pub dirs: Vec<String>,
+    /// Pass a host environment variable through to the guest (repeatable).
+    #[arg(long = "env", value_name = "NAME")]
+    pub env: Vec<String>,
+    /// Largest JSON text accepted from one adapter call, bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 8 << 20)]
+    pub max_output: usize,
+    /// Directory for compiled components (default: $SANDLOOP_CACHE_DIR,
+    /// $XDG_CACHE_HOME/sandloop or ~/.cache/sandloop).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Do not read or write the compiled-component cache.
+    #[arg(long)]
+    pub no_cache: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The adapter component (.wasm).
+    #[arg(long, value_name = "FILE")]
+    pub adapter: PathBuf,
+    /// Run directory to create (or continue with --resume).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Seed (and variant) items, one JSON object per line; without it seeds
+    /// come from the adapter's `seeds` export.
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub items: Option<PathBuf>,
+    /// Variant catalog (schema loopx_explore_variant_catalog_v0).
+    #[arg(long, value_name = "CATALOG.json")]
+    pub variants: Option<PathBuf>,
+    /// Most variant specs admitted per epoch; 0 admits every pending spec.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub variant_lanes: usize,
+    /// Most epochs to run.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub epochs: u32,
+    /// Wall-clock budget, minutes; no budget when not given.
+    #[arg(long, value_name = "MINUTES")]
+    pub budget_minutes: Option<f64>,
+    /// Queue worker lanes, each with its own sandboxed instance.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub workers: usize,
+    /// What a failing item does to the run.
+    #[arg(long, value_enum, default_value_t = FailurePolicyArg::Record)]
+    pub failure_policy: FailurePolicyArg,
+    /// Arm name recorded in group ids and the checkpoint.
+    #[arg(long, default_value = "main")]
+    pub arm: String,
+    /// Continue the run in --out from its last checkpoint.
+    #[arg(long)]
+    pub resume: bool,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The component to inspect.
+    pub component: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Directory for compiled components.
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Do not read or write the compiled-component cache.
+    #[arg(long)]
+    pub no_cache: bool,
+}

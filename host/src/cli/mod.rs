@@ -1,0 +1,80 @@
+//! The `sandloop` command line: argument parsing and dispatch. Each command
+//! lives in its own file and only wires library pieces together.
+
+pub mod args;
+pub mod inspect;
+pub mod run;
+
+use std::sync::Arc;
+
+use clap::Parser;
+
+use crate::sandbox::{LoadError, SandboxConfig, SandboxEngine};
+
+/// A command's failure, with the exit code it maps to.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Bad usage or bad input: exit code 2.
+    #[error("{0}")]
+    Input(String),
+    /// The run itself failed (fatal policy, I/O while running): exit code 1.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<LoadError> for CliError {
+    fn from(error: LoadError) -> Self {
+        match error {
+            LoadError::Engine(message) => CliError::Failed(message),
+            other => CliError::Input(other.to_string()),
+        }
+    }
+}
+
+/// Write `text` and a newline to stdout; a closed pipe (`| head`) ends the
+/// process quietly instead of panicking.
+pub(crate) fn say(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if writeln!(stdout, "{text}").is_err() {
+        std::process::exit(0);
+    }
+}
+
+/// Start the engine for `config`.
+pub(crate) fn open_sandbox(
+    config: SandboxConfig,
+) -> Result<(Arc<SandboxEngine>, Arc<SandboxConfig>), CliError> {
+    let engine = SandboxEngine::new(&config).map_err(|error| {
+        CliError::Failed(format!("could not start the wasmtime engine: {error:#}"))
+    })?;
+    Ok((Arc::new(engine), Arc::new(config)))
+}
+
+/// Parse the process arguments, run the command, and return the exit code:
+/// 0 success, 1 the run failed, 2 bad usage or bad input.
+pub fn main() -> i32 {
+    let cli = match args::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let code = if error.use_stderr() { 2 } else { 0 };
+            let _ = error.print();
+            return code;
+        }
+    };
+    let result = match cli.command {
+        args::Command::Run(args) => run::run(*args),
+        args::Command::Inspect(args) => inspect::inspect(args),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(CliError::Input(message)) => {
+            eprintln!("error: {message}");
+            2
+        }
+        Err(CliError::Failed(message)) => {
+            eprintln!("error: {message}");
+            1
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! `sandloop run`: load the adapter, check every input, then run the arm
+//! into the run directory with a progress bar and a closing summary.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+
+use super::args::{FailurePolicyArg, RunArgs, SandboxArgs};
+use super::{CliError, open_sandbox, say};
+use crate::episode::adapter::SeedSource;
+use crate::episode::policy::FailurePolicy;
+use crate::harness::arm::{ArmEvent, ArmOptions, run_arm};
+use crate::harness::items_file::{FileSeeds, read_items_file};
+use crate::harness::queue::branch_id;
+use crate::harness::{ArmConfig, ArmError, ArmSummary, RunDir, VariantCatalog};
+use crate::sandbox::{CallLog, CallObserver, DirGrant, SandboxConfig, WasmAdapter, load};
+
+/// Files whose presence means `--out` already holds a run.
+const RUN_FILES: &[&str] = &[
+    "manifest.json",
+    "records.jsonl",
+    "checkpoint.json",
+    "summary.json",
+];
+
+/// Build the sandbox configuration from the flags (exit 2 on bad values).
+pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxConfig, CliError> {
+    if args.max_memory == 0 {
+        return Err(CliError::Input(
+            "--max-memory must be at least 1 MiB".into(),
+        ));
+    }
+    if !(args.call_timeout.is_finite() && args.call_timeout > 0.0) {
+        return Err(CliError::Input(
+            "--call-timeout must be a positive number of seconds".into(),
+        ));
+    }
+    if args.fuel == Some(0) {
+        return Err(CliError::Input("--fuel must be positive".into()));
+    }
+    let dirs = args
+        .dirs
+        .iter()
+        .map(|spec| DirGrant::parse(spec))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(CliError::Input)?;
+    let mut config = SandboxConfig {
+        max_memory_mib: args.max_memory,
+        call_timeout_secs: args.call_timeout,
+        fuel: args.fuel,
+        dirs,
+        env: args.env.clone(),
+        max_output_bytes: args.max_output,
+        pool_instances: slots,
+        ..SandboxConfig::default()
+    };
+    if args.no_cache {
+        config.cache_dir = None;
+    } else if let Some(dir) = &args.cache_dir {
+        config.cache_dir = Some(dir.clone());
+    }
+    Ok(config)
+}
+
+fn arm_error(error: ArmError) -> CliError {
+    match error {
+        ArmError::Config(_)
+        | ArmError::RunExists { .. }
+        | ArmError::Checkpoint(_)
+        | ArmError::Damaged(_) => CliError::Input(error.to_string()),
+        other => CliError::Failed(other.to_string()),
+    }
+}
+
+/// Run the `run` command.
+pub fn run(args: RunArgs) -> Result<(), CliError> {
+    if args.workers == 0 {
+        return Err(CliError::Input("--workers must be at least 1".into()));
+    }
+    if args.epochs == 0 {
+        return Err(CliError::Input("--epochs must be at least 1".into()));
+    }
+    if let Some(budget) = args.budget_minutes
+        && !(budget.is_finite() && budget > 0.0)
+    {
+        return Err(CliError::Input(
+            "--budget-minutes must be a positive number".into(),
+        ));
+    }
+    check_out_dir(&args.out, args.resume)?;
+
+    // Every input is checked before anything is written.
+    let slots = (args.workers as u32 + 2) * 2;
+    let (engine, config) = open_sandbox(sandbox_config(&args.sandbox, slots)?)?;
+    let loaded = Arc::new(load(&args.adapter, engine, config)?);
+    let protocols = loaded.protocols;
+    let items = args
+        .items
+        .as_deref()
+        .map(read_items_file)
+        .transpose()
+        .map_err(|error| CliError::Input(error.to_string()))?;
+    if items.is_none() && !protocols.seeds {
+        return Err(CliError::Input(format!(
+            "{} does not export `seeds`; give the seed items with --items FILE.jsonl",
+            args.adapter.display()
+        )));
+    }
+    let mut catalog = match &args.variants {
+        None => None,
+        Some(path) => {
+            if !protocols.variants {
+                return Err(CliError::Input(format!(
+                    "--variants given, but {} does not export `variants` to compile them",
+                    args.adapter.display()
+                )));
+            }
+            Some(VariantCatalog::open(path).map_err(|error| CliError::Input(error_chain(&error)))?)
+        }
+    };
+
+    std::fs::create_dir_all(&args.out).map_err(|error| {
+        CliError::Input(format!("cannot create {}: {error}", args.out.display()))
+    })?;
+    write_manifest(&args, &loaded.info)?;
+
+    let call_log = Arc::new(CallLog::new(&args.out));
+    let observer: Arc<dyn CallObserver> = call_log.clone();
+    let arm = ArmConfig {
+        arm_key: args.arm.clone(),
+        adapter_type: format!("component:sha256:{}", loaded.info.sha256),
+        worker_count: args.workers,
+        max_epochs: args.epochs,
+        budget_minutes: args.budget_minutes.unwrap_or(f64::INFINITY),
+        frontier_max_lanes: args.variant_lanes,
+        checkpoint: true,
+        resume: args.resume,
+        item_failure_policy: match args.failure_policy {
+            FailurePolicyArg::Record => FailurePolicy::Record,
+            FailurePolicyArg::Fatal => FailurePolicy::Fatal,
+        },
+        ..ArmConfig::default()
+    };
+    let factory = |lane: usize| {
+        Ok(WasmAdapter::new(
+            Arc::clone(&loaded),
+            branch_id(lane),
+            Some(Arc::clone(&observer)),
+        ))
+    };
+    let mut control = WasmAdapter::new(Arc::clone(&loaded), "control", Some(Arc::clone(&observer)));
+    let mut file_seeds;
+    let seeds: &mut dyn SeedSource = match items {
+        Some(items) => {
+            let compiler: Option<&mut dyn SeedSource> = protocols.variants.then_some(&mut control);
+            file_seeds = FileSeeds::new(items, compiler);
+            &mut file_seeds
+        }
+        None => &mut control,
+    };
+
+    let progress = Progress::new(args.epochs, args.json);
+    let mut run_dir = RunDir::new(&args.out).with_summary_extra(json!({
+        "adapter": {
+            "path": loaded.info.path,
+            "sha256": loaded.info.sha256,
+            "size_bytes": loaded.info.size_bytes,
+            "protocols": loaded.info.protocols,
+        },
+        "host_version": env!("CARGO_PKG_VERSION"),
+    }));
+    let started = Instant::now();
+    let observe = |event: &ArmEvent<'_>| progress.on_event(event);
+    let result = run_arm(
+        &arm,
+        protocols,
+        seeds,
+        &factory,
+        &mut run_dir,
+        ArmOptions {
+            catalog: catalog.as_mut(),
+            observer: &observe,
+            ..ArmOptions::default()
+        },
+    );
+    progress.finish();
+    for error in call_log.errors() {
+        eprintln!("warning: could not write adapter output or traces: {error}");
+    }
+    let summary = result.map_err(arm_error)?;
+    if args.json {
+        say(
+            &serde_json::to_string_pretty(&summary_json(&summary, &loaded.info))
+                .expect("summary serialises"),
+        );
+    } else {
+        print_summary(
+            &args,
+            &summary,
+            &loaded.info,
+            &progress.error_types(),
+            started.elapsed().as_secs_f64(),
+        );
+    }
+    Ok(())
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Refuse a fresh run into a directory that holds one; require one to resume.
+fn check_out_dir(out: &Path, resume: bool) -> Result<(), CliError> {
+    let found: Vec<&str> = RUN_FILES
+        .iter()
+        .copied()
+        .filter(|name| out.join(name).exists())
+        .collect();
+    if resume {
+        if !out.join("checkpoint.json").is_file() {
+            return Err(CliError::Input(format!(
+                "--resume: {} holds no checkpoint.json to continue from",
+                out.display()
+            )));
+        }
+    } else if !found.is_empty() {
+        return Err(CliError::Input(format!(
+            "{} already holds a run ({}); continue it with --resume or choose another --out",
+            out.display(),
+            found.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// `manifest.json`: host version, adapter identity and every option of each
+/// invocation (a resume appends its own entry).
+fn write_manifest(args: &RunArgs, info: &crate::sandbox::ComponentInfo) -> Result<(), CliError> {
+    let path = args.out.join("manifest.json");
+    let mut invocations: Vec<Value> = if args.resume {
+        std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+            .and_then(|manifest| {
+                manifest
+                    .get("invocations")
+                    .and_then(Value::as_array)
+                    .cloned()
+            })
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    invocations.push(json!({
+        "resume": args.resume,
+        "started_unix_secs": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        "options": {
+            "adapter": args.adapter,
+            "out": args.out,
+            "items": args.items,
+            "variants": args.variants,
+            "variant_lanes": args.variant_lanes,
+            "epochs": args.epochs,
+            "budget_minutes": args.budget_minutes,
+            "workers": args.workers,
+            "failure_policy": args.failure_policy,
+            "arm": args.arm,
+            "max_memory_mib": args.sandbox.max_memory,
+            "call_timeout_secs": args.sandbox.call_timeout,
+            "fuel": args.sandbox.fuel,
+            "dirs": args.sandbox.dirs,
+            "env": args.sandbox.env,
+            "max_output_bytes": args.sandbox.max_output,
+            "cache": !args.sandbox.no_cache,
+        },
+    }));
+    let manifest = json!({
+        "schema_version": "sandloop_run_manifest_v0",
+        "host": {"name": "sandloop", "version": env!("CARGO_PKG_VERSION")},
+        "wit": format!("{}@{}", crate::sandbox::component::WIT_PACKAGE, crate::sandbox::component::WIT_VERSION),
+        "adapter": {
+            "path": info.path,
+            "sha256": info.sha256,
+            "size_bytes": info.size_bytes,
+            "protocols": info.protocols,
+            "exports": info.exports,
+        },
+        "invocations": invocations,
+    });
+    crate::harness::atomic::write_json_atomic(&path, &manifest)
+        .map_err(|error| CliError::Failed(format!("cannot write {}: {error}", path.display())))
+}
+
+fn summary_json(summary: &ArmSummary, info: &crate::sandbox::ComponentInfo) -> Value {
+    let mut value = serde_json::to_value(summary).expect("summary serialises");
+    if let Value::Object(map) = &mut value {
+        map.insert(
+            "adapter".into(),
+            json!({"path": info.path, "sha256": info.sha256, "protocols": info.protocols}),
+        );
+    }
+    value
+}
+
+fn print_summary(
+    args: &RunArgs,
+    summary: &ArmSummary,
+    info: &crate::sandbox::ComponentInfo,
+    error_types: &BTreeMap<String, u64>,
+    seconds: f64,
+) {
+    let metrics = &summary.execution_metrics;
+    say(&format!(
+        "sandloop run: {} records in {} epoch(s), stop: {}, {:.2} s",
+        summary.record_count,
+        summary.epoch_count,
+        summary.stop_reason.as_str(),
+        seconds
+    ));
+    say(&format!(
+        "  adapter    {} (sha256 {}…), protocols: {}",
+        info.path,
+        &info.sha256[..12],
+        info.protocols.join(", ")
+    ));
+    say(&format!(
+        "  value      raw {:.1}, novel {:.1}, {} variant record(s), {} famil(ies)",
+        summary.raw_value_total,
+        summary.novel_value_total,
+        summary.variant_records_total,
+        summary.coverage_count
+    ));
+    say(&format!(
+        "  compute    {:.4} min effective ({:.4} shared prefix, {:.4} suffix, {:.4} standalone)",
+        metrics.effective_compute_minutes,
+        metrics.shared_prefix_compute_minutes,
+        metrics.episode_suffix_compute_minutes,
+        metrics.standalone_compute_minutes
+    ));
+    say(&format!(
+        "  avoided    {:.4} min of prefix recomputation ({:.4} by successful suffixes) over {} group(s)",
+        metrics.avoided_recompute_minutes,
+        metrics.successful_avoided_recompute_minutes,
+        metrics.episode_group_count
+    ));
+    let errors: u64 = error_types.values().sum();
+    if errors > 0 {
+        let by_type: Vec<String> = error_types
+            .iter()
+            .map(|(kind, n)| format!("{kind} {n}"))
+            .collect();
+        say(&format!(
+            "  errors     {errors} error record(s): {}",
+            by_type.join(", ")
+        ));
+    } else {
+        say("  errors     none");
+    }
+    say(&format!("  output     {}", args.out.display()));
+}
+
+/// Progress on stderr when it is a terminal, and error counts by type.
+struct Progress {
+    bar: Option<ProgressBar>,
+    max_epochs: u32,
+    error_types: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Progress {
+    fn new(max_epochs: u32, quiet: bool) -> Self {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {prefix} {pos} records ({per_sec}) {msg}")
+                    .expect("static template"),
+            );
+            bar.enable_steady_tick(std::time::Duration::from_millis(120));
+            bar
+        });
+        Self {
+            bar,
+            max_epochs,
+            error_types: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn on_event(&self, event: &ArmEvent<'_>) {
+        match event {
+            ArmEvent::UnitDone { records, .. } => {
+                for record in records.iter() {
+                    if let Some(kind) = record
+                        .get("adapter_error")
+                        .and_then(|error| error.get("type"))
+                        .and_then(Value::as_str)
+                    {
+                        let mut types = self.error_types.lock().unwrap_or_else(|p| p.into_inner());
+                        *types.entry(kind.to_string()).or_default() += 1;
+                    }
+                }
+                if let Some(bar) = &self.bar {
+                    bar.inc(records.len() as u64);
+                }
+            }
+            ArmEvent::EpochStarted {
+                epoch, unit_count, ..
+            } => {
+                if let Some(bar) = &self.bar {
+                    bar.set_prefix(format!("epoch {epoch}/{}", self.max_epochs));
+                    bar.set_message(format!("{unit_count} unit(s) queued"));
+                }
+            }
+            ArmEvent::Warning { message } => match &self.bar {
+                Some(bar) => bar.println(format!("warning: {message}")),
+                None => eprintln!("warning: {message}"),
+            },
+            _ => {}
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+
+    fn error_types(&self) -> BTreeMap<String, u64> {
+        self.error_types
+            .lock()
+            .map(|t| t.clone())
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,12 @@
+//! sandloop: a WebAssembly plugin host for exploration experiments.
+//!
+//! The runtimes ([`episode`], [`harness`]) are written against the small
+//! traits in [`episode::adapter`]; [`sandbox`] implements those traits for
+//! WebAssembly components on wasmtime, and [`cli`] wires them to the
+//! `sandloop` command line.
+
+pub mod cli;
+pub mod episode;
+pub mod harness;
+pub mod sandbox;
+pub mod trace;
