@@ -1,0 +1,65 @@
+//! Build the example adapters as WebAssembly components, the way wasmtime's
+//! test-programs do: a nested `cargo build --target wasm32-wasip2` into a
+//! target directory of its own (so it never waits on the outer build's
+//! lock), then export each component's path as a compile-time variable.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const EXAMPLES: &[&str] = &[
+    "hello-adapter",
+    "markdown-explorer",
+    "hostile-adapter",
+    "bench-adapter",
+];
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
+    let workspace = manifest.parent().unwrap().to_path_buf();
+    for watched in ["examples", "guest-sdk", "wit"] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            workspace.join(watched).display()
+        );
+    }
+    let target_dir = workspace.join("target").join("e2e-components");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(&workspace)
+        .args(["build", "--release", "--target", "wasm32-wasip2"])
+        .arg("--target-dir")
+        .arg(&target_dir);
+    for example in EXAMPLES {
+        command.args(["-p", example]);
+    }
+    // The outer build's flags are for the host, not for the guests.
+    for var in [
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTC_WRAPPER",
+    ] {
+        command.env_remove(var);
+    }
+    let status = command
+        .status()
+        .expect("run cargo to build the example components");
+    assert!(
+        status.success(),
+        "building the example components failed; is the target installed? \
+         run `rustup target add wasm32-wasip2`"
+    );
+    for example in EXAMPLES {
+        let file = target_dir
+            .join("wasm32-wasip2")
+            .join("release")
+            .join(format!("{}.wasm", example.replace('-', "_")));
+        assert!(file.is_file(), "missing component {}", file.display());
+        let var = format!("{}_WASM", example.replace('-', "_").to_uppercase());
+        println!("cargo:rustc-env={var}={}", file.display());
+    }
+    println!("cargo:rustc-env=SANDLOOP_WORKSPACE={}", workspace.display());
+}

@@ -1,0 +1,13 @@
+//! Paths to the example components, built for `wasm32-wasip2` by this
+//! package's build script the way wasmtime's own test-programs are built.
+
+/// `hello-adapter`: plain `execute` only.
+pub const HELLO_ADAPTER: &str = env!("HELLO_ADAPTER_WASM");
+/// `markdown-explorer`: seeds, variants and episode groups.
+pub const MARKDOWN_EXPLORER: &str = env!("MARKDOWN_EXPLORER_WASM");
+/// `hostile-adapter`: one misbehaviour per item.
+pub const HOSTILE_ADAPTER: &str = env!("HOSTILE_ADAPTER_WASM");
+/// `bench-adapter`: the cheapest possible adapter.
+pub const BENCH_ADAPTER: &str = env!("BENCH_ADAPTER_WASM");
+/// The workspace root, for sample inputs under `examples/`.
+pub const WORKSPACE: &str = env!("SANDLOOP_WORKSPACE");
