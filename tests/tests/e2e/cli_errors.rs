@@ -1,0 +1,242 @@
+//! Bad usage and bad input: exit code 2, a message naming what is wrong,
+//! and nothing written.
+
+use serde_json::json;
+
+use crate::support::*;
+use sandloop_tests::{HELLO_ADAPTER, HOSTILE_ADAPTER, MARKDOWN_EXPLORER};
+
+#[test]
+fn inspect_reports_protocols_from_exports() {
+    for (component, protocols) in [
+        (HELLO_ADAPTER, json!(["legacy"])),
+        (HOSTILE_ADAPTER, json!(["legacy", "recoverable-v0"])),
+        (
+            MARKDOWN_EXPLORER,
+            json!(["legacy", "recoverable-v0", "seeds", "variants"]),
+        ),
+    ] {
+        let output = run(&["inspect", component, "--json"]);
+        assert_eq!(code(&output), 0, "{}", stderr(&output));
+        let info: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+        assert_eq!(info["protocols"], protocols, "{component}");
+        assert_eq!(
+            info["size_bytes"],
+            std::fs::metadata(component).unwrap().len()
+        );
+        assert_eq!(info["sha256"].as_str().unwrap().len(), 64);
+    }
+    let text = stdout(&run(&["inspect", MARKDOWN_EXPLORER]));
+    assert!(
+        text.contains("sandloop:adapter/episode-groups@0.1.0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn inspect_refuses_what_is_not_a_usable_component() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.wasm");
+    std::fs::write(&garbage, b"definitely not wasm").unwrap();
+    let core = dir.path().join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    // The smallest valid component: a header and nothing else.
+    let empty = dir.path().join("empty.wasm");
+    std::fs::write(&empty, b"\0asm\x0d\0\x01\0").unwrap();
+    let missing = dir.path().join("missing.wasm");
+    for (path, expected) in [
+        (&garbage, "is not WebAssembly"),
+        (&core, "core WebAssembly module, not a component"),
+        (&empty, "exports none of the sandloop episode interfaces"),
+        (&missing, "cannot read adapter"),
+    ] {
+        let output = run(&["inspect", s(path)]);
+        assert_eq!(code(&output), 2, "{}", s(path));
+        let message = stderr(&output);
+        assert!(message.contains(expected), "{message}");
+        assert!(
+            message.contains(s(path)),
+            "the message names the file: {message}"
+        );
+    }
+}
+
+#[test]
+fn unknown_flags_are_usage_errors() {
+    let output = run(&[
+        "run",
+        "--adapter",
+        HELLO_ADAPTER,
+        "--out",
+        "x",
+        "--no-such-flag",
+    ]);
+    assert_eq!(code(&output), 2);
+    assert!(stderr(&output).contains("--no-such-flag"));
+}
+
+#[test]
+fn malformed_items_files_name_file_line_and_field_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "bad-json.jsonl",
+            "{\"item_id\":\"a\"}\n{\"item_id\":\n",
+            ":2: not valid JSON",
+        ),
+        (
+            "not-object.jsonl",
+            "{\"item_id\":\"a\"}\n[1]\n",
+            ":2: each line must be one JSON object",
+        ),
+        (
+            "bad-field.jsonl",
+            "{\"item_id\":\"a\",\"is_variant\":\"yes\"}\n",
+            ":1: field `is_variant`",
+        ),
+        ("empty.jsonl", "\n", "holds no items"),
+    ];
+    for (name, text, expected) in cases {
+        let items = dir.path().join(name);
+        std::fs::write(&items, text).unwrap();
+        let out = dir.path().join(format!("out-{name}"));
+        let output = run(&[
+            "run",
+            "--adapter",
+            HELLO_ADAPTER,
+            "--items",
+            s(&items),
+            "--out",
+            s(&out),
+        ]);
+        assert_eq!(code(&output), 2, "{name}");
+        let message = stderr(&output);
+        assert!(message.contains(expected), "{name}: {message}");
+        assert!(
+            message.contains(s(&items)),
+            "{name}: names the file: {message}"
+        );
+        assert!(!out.exists(), "{name}: nothing is written for bad input");
+    }
+}
+
+#[test]
+fn an_adapter_without_seeds_needs_an_items_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let output = run(&["run", "--adapter", HELLO_ADAPTER, "--out", s(&out)]);
+    assert_eq!(code(&output), 2);
+    assert!(
+        stderr(&output).contains("does not export `seeds`"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!out.exists());
+
+    let catalog = workspace_file("examples/markdown-explorer/catalog.json");
+    let items = write_items(
+        dir.path(),
+        "items.jsonl",
+        &[json!({"item_id": "a", "text": "x"})],
+    );
+    let output = run(&[
+        "run",
+        "--adapter",
+        HELLO_ADAPTER,
+        "--items",
+        s(&items),
+        "--variants",
+        s(&catalog),
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&output), 2);
+    assert!(
+        stderr(&output).contains("does not export `variants`"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn an_output_directory_holding_a_run_is_refused_unless_resuming() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "items.jsonl",
+        &[json!({"item_id": "a", "text": "one two"})],
+    );
+    let out = dir.path().join("out");
+    let first = run(&[
+        "run",
+        "--adapter",
+        HELLO_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    let before = std::fs::read(out.join("records.jsonl")).unwrap();
+
+    let again = run(&[
+        "run",
+        "--adapter",
+        HELLO_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&again), 2);
+    assert!(
+        stderr(&again).contains("already holds a run"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(
+        std::fs::read(out.join("records.jsonl")).unwrap(),
+        before,
+        "nothing lost"
+    );
+
+    let fresh = dir.path().join("fresh");
+    let resume = run(&[
+        "run",
+        "--adapter",
+        HELLO_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&fresh),
+        "--resume",
+    ]);
+    assert_eq!(code(&resume), 2);
+    assert!(
+        stderr(&resume).contains("no checkpoint.json"),
+        "{}",
+        stderr(&resume)
+    );
+}
+
+#[test]
+fn a_granted_directory_must_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        MARKDOWN_EXPLORER,
+        "--dir",
+        "/no/such/dir::/docs:ro",
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&output), 2);
+    assert!(
+        stderr(&output).contains("is not a directory"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!out.exists());
+}

@@ -1,0 +1,164 @@
+//! The hostile adapter's attacks are contained: every attack is reported,
+//! the run finishes, and every well-behaved item's record is intact.
+
+use serde_json::Value;
+
+use crate::support::*;
+use sandloop_tests::HOSTILE_ADAPTER;
+
+fn error_type(record: &Value) -> &str {
+    record["adapter_error"]["type"].as_str().unwrap_or("")
+}
+
+#[test]
+fn a_mix_of_attacks_is_contained_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = workspace_file("examples/hostile-adapter/attacks.jsonl");
+    let out = dir.path().join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        HOSTILE_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+        "--workers",
+        "2",
+        "--call-timeout",
+        "1",
+        "--max-memory",
+        "128",
+    ]);
+    assert_eq!(code(&output), 0, "the run finishes: {}", stderr(&output));
+    let records = records(&out);
+
+    let suffix = |id: &str| find(&records, id, "episode_suffix");
+    assert_eq!(error_type(suffix("attack-infinite-loop")), "deadline");
+    assert_eq!(error_type(suffix("attack-memory-bomb")), "memory_limit");
+    let stack = error_type(suffix("attack-stack-overflow"));
+    assert!(stack == "stack_overflow" || stack == "trap", "{stack}");
+    assert_eq!(error_type(suffix("attack-trap-execute")), "trap");
+    assert_eq!(error_type(suffix("attack-huge-output")), "output_too_large");
+    assert_eq!(error_type(suffix("attack-invalid-json")), "invalid_output");
+    assert_eq!(error_type(suffix("attack-declared-error")), "adapter_error");
+    assert_eq!(
+        suffix("attack-declared-error")["adapter_error"]["kind"],
+        "hostile-declared"
+    );
+
+    let prepare = find(&records, "attack-trap-prepare", "shared_prefix");
+    assert_eq!(prepare["episode_stage"], "prepare");
+    assert_eq!(error_type(prepare), "trap");
+
+    let release = find(
+        &records,
+        "attack-trap-release:shared-prefix",
+        "shared_prefix",
+    );
+    assert_eq!(release["episode_stage"], "release");
+    assert_eq!(
+        release["episode_release_error"]["adapter_error"]["type"],
+        "trap"
+    );
+    assert_eq!(
+        suffix("attack-trap-release")["accepted"],
+        true,
+        "the suffix ran before release"
+    );
+
+    let file = suffix("attack-read-host-file");
+    assert_eq!(file["leaked"], false, "no preopened directory: {file}");
+    let env = suffix("attack-read-env");
+    assert_eq!(env["var_count"], 0, "no environment: {env}");
+    assert_eq!(env["leaked"], false);
+    assert_eq!(
+        suffix("attack-bad-trace")["refused"],
+        true,
+        "forbidden trace payloads are refused"
+    );
+
+    let none: Vec<&Value> = records
+        .iter()
+        .filter(|r| {
+            r["item_id"].as_str().unwrap().starts_with("none-")
+                && r["record_kind"] == "episode_suffix"
+        })
+        .collect();
+    assert_eq!(none.len(), 15);
+    for record in none {
+        assert_eq!(record["accepted"], true, "{record}");
+        assert!(record.get("adapter_error").is_none(), "{record}");
+        assert_eq!(
+            record["observation_keys"],
+            serde_json::json!(["attack:none", "stage:execute_episode"]),
+            "{record}"
+        );
+    }
+    let summary = json_file(&out.join("summary.json"));
+    assert_eq!(
+        summary["record_count"].as_u64().unwrap() as usize,
+        records.len()
+    );
+}
+
+#[test]
+fn fuel_bounds_a_busy_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "loop.jsonl",
+        &[
+            serde_json::json!({"item_id": "spin", "family": "a", "attack": "infinite_loop"}),
+            serde_json::json!({"item_id": "calm", "family": "b", "attack": "none"}),
+        ],
+    );
+    let out = dir.path().join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        HOSTILE_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+        "--fuel",
+        "50000000",
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let records = records(&out);
+    assert_eq!(
+        error_type(find(&records, "spin", "episode_suffix")),
+        "fuel_exhausted"
+    );
+    assert_eq!(find(&records, "calm", "episode_suffix")["accepted"], true);
+}
+
+#[test]
+fn a_granted_directory_is_readable_and_only_that() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "read.jsonl",
+        &[serde_json::json!({"item_id": "peek", "family": "a", "attack": "read_host_file"})],
+    );
+    let shared = tempfile::tempdir().unwrap();
+    std::fs::write(shared.path().join("note.txt"), "hello").unwrap();
+    let out = dir.path().join("out");
+    let grant = format!("{}::/etc:ro", s(shared.path()));
+    let output = run(&[
+        "run",
+        "--adapter",
+        HOSTILE_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+        "--dir",
+        &grant,
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    // /etc is now the granted directory, which has no passwd file.
+    let record = find(&records(&out), "peek", "episode_suffix").clone();
+    assert_eq!(record["leaked"], false, "{record}");
+}

@@ -1,0 +1,8 @@
+//! End-to-end tests: the example components, built for `wasm32-wasip2` by
+//! this package's build script, driven through the real `sandloop` binary.
+
+mod cli_errors;
+mod hostile;
+mod resume;
+mod run;
+mod support;

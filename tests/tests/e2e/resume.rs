@@ -1,0 +1,164 @@
+//! Stopping a run at any moment and resuming it: every record exactly once.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+use sandloop_tests::{HOSTILE_ADAPTER, MARKDOWN_EXPLORER};
+
+fn lines(path: &std::path::Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|text| text.lines().count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_run_killed_mid_epoch_resumes_with_every_record_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Each epoch spends at least the deadline on the spinning item, so the
+    // kill lands while an epoch is in flight.
+    let mut lines_in: Vec<Value> = (0..30)
+        .map(|i| json!({"item_id": format!("calm-{i:02}"), "family": format!("f{i}"), "attack": "none"}))
+        .collect();
+    lines_in.insert(
+        15,
+        json!({"item_id": "spin", "family": "spin", "attack": "infinite_loop"}),
+    );
+    let items = write_items(dir.path(), "items.jsonl", &lines_in);
+    let out = dir.path().join("out");
+    let args = [
+        "run",
+        "--adapter",
+        HOSTILE_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+        "--epochs",
+        "6",
+        "--call-timeout",
+        "0.3",
+        "--workers",
+        "2",
+    ];
+    let mut child = sandloop().args(args).spawn().unwrap();
+    let started = Instant::now();
+    while lines(&out.join("epochs.jsonl")) < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the run makes progress"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "still running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(120));
+    child.kill().unwrap(); // SIGKILL: no cleanup runs
+    child.wait().unwrap();
+    assert!(!out.join("summary.json").exists(), "killed before the end");
+
+    let mut resumed_args = args.to_vec();
+    resumed_args.push("--resume");
+    let output = run(&resumed_args);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+
+    let records = records(&out);
+    let mut per_item: BTreeMap<String, usize> = BTreeMap::new();
+    for record in records
+        .iter()
+        .filter(|r| r["record_kind"] == "episode_suffix")
+    {
+        *per_item
+            .entry(record["item_id"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    assert_eq!(per_item.len(), 31);
+    for (item, count) in &per_item {
+        assert_eq!(*count, 6, "{item} ran once per epoch");
+    }
+    let epochs = jsonl(&out.join("epochs.jsonl"));
+    let numbers: Vec<u64> = epochs
+        .iter()
+        .map(|e| e["epoch"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, vec![1, 2, 3, 4, 5, 6]);
+    let summary = json_file(&out.join("summary.json"));
+    assert_eq!(
+        summary["record_count"].as_u64().unwrap() as usize,
+        records.len()
+    );
+    assert_eq!(summary["resume"]["resumed"], true);
+    let manifest = json_file(&out.join("manifest.json"));
+    assert_eq!(manifest["invocations"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn resume_continues_where_the_last_epoch_ended_and_consumes_variants_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = workspace_file("examples/markdown-explorer/sample-docs");
+    let catalog = workspace_file("examples/markdown-explorer/catalog.json");
+    let grant = format!("{}::/docs:ro", s(&docs));
+    let run_epochs = |out: &std::path::Path, epochs: &str, resume: bool| {
+        let mut args = vec![
+            "run",
+            "--adapter",
+            MARKDOWN_EXPLORER,
+            "--dir",
+            &grant,
+            "--variants",
+            s(&catalog),
+            "--env",
+            "MARKDOWN_PAGE_SIZE",
+            "--epochs",
+            epochs,
+            "--out",
+            s(out),
+        ];
+        if resume {
+            args.push("--resume");
+        }
+        let output = sandloop()
+            .args(&args)
+            .env("MARKDOWN_PAGE_SIZE", "1")
+            .output()
+            .unwrap();
+        assert_eq!(code(&output), 0, "{}", stderr(&output));
+    };
+    let stepped = dir.path().join("stepped");
+    run_epochs(&stepped, "1", false);
+    let after_one = records(&stepped).len();
+    run_epochs(&stepped, "3", true);
+    let straight = dir.path().join("straight");
+    run_epochs(&straight, "3", false);
+
+    let stepped_records = records(&stepped);
+    assert!(stepped_records.len() > after_one);
+    let key = |r: &Value| {
+        format!(
+            "{}|{}|{}",
+            r["item_id"], r["record_kind"], r["execution_group_id"]
+        )
+    };
+    let mut a: Vec<String> = stepped_records.iter().map(key).collect();
+    let mut b: Vec<String> = records(&straight).iter().map(key).collect();
+    a.sort();
+    b.sort();
+    assert_eq!(
+        a, b,
+        "a resumed run holds the same records as an uninterrupted one"
+    );
+    let specs: Vec<&Value> = stepped_records
+        .iter()
+        .filter(|r| r["is_variant"] == true && r["record_kind"] == "episode_suffix")
+        .map(|r| &r["variant_spec_id"])
+        .collect();
+    let mut unique = specs.clone();
+    unique.sort_by_key(|v| v.to_string());
+    unique.dedup();
+    assert_eq!(
+        specs.len(),
+        unique.len(),
+        "each variant spec is consumed once across the resume"
+    );
+}

@@ -1,0 +1,284 @@
+//! `sandloop run` with well-behaved adapters: records, metrics, outputs.
+
+use serde_json::{Value, json};
+use sha2_check::sha256_of;
+
+use crate::support::*;
+use sandloop_tests::{HELLO_ADAPTER, MARKDOWN_EXPLORER};
+
+mod sha2_check {
+    /// sha256 of a file through `sandloop inspect`, which is what the
+    /// manifest must agree with.
+    pub fn sha256_of(path: &str) -> String {
+        let output = super::run(&["inspect", path, "--json"]);
+        let info: serde_json::Value = serde_json::from_str(&super::stdout(&output)).unwrap();
+        info["sha256"].as_str().unwrap().to_string()
+    }
+}
+
+#[test]
+fn hello_adapter_runs_every_item_once_as_standalone_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<Value> = (0..25)
+        .map(|i| json!({"item_id": format!("item-{i:02}"), "family": format!("f{}", i % 3), "text": "a few words of text here"}))
+        .collect();
+    let items = write_items(dir.path(), "items.jsonl", &lines);
+    let out = dir.path().join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        HELLO_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+        "--workers",
+        "3",
+        "--json",
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let summary: Value = serde_json::from_str(&stdout(&output)).unwrap();
+
+    let records = records(&out);
+    assert_eq!(records.len(), 25);
+    let mut ids: Vec<&str> = records
+        .iter()
+        .map(|r| r["item_id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 25, "every item exactly once");
+    for record in &records {
+        // Plain `execute` records carry no episode annotations (reference
+        // `run_queue_epoch`); the metrics count them as standalone.
+        assert!(record.get("record_kind").is_none());
+        assert_eq!(record["accepted"], true);
+        assert!(record["duration_minutes"].as_f64().unwrap() >= 0.0);
+        assert!(record.get("raw_value").is_some() && record.get("novel_value").is_some());
+    }
+    let raw: f64 = records
+        .iter()
+        .map(|r| r["raw_value"].as_f64().unwrap())
+        .sum();
+    let novel: f64 = records
+        .iter()
+        .map(|r| r["novel_value"].as_f64().unwrap())
+        .sum();
+
+    let on_disk = json_file(&out.join("summary.json"));
+    for summary in [&summary, &on_disk] {
+        assert_eq!(summary["record_count"], 25);
+        assert_eq!(summary["epoch_count"], 1);
+        assert!((summary["raw_value_total"].as_f64().unwrap() - raw).abs() < 1e-6);
+        assert!((summary["novel_value_total"].as_f64().unwrap() - novel).abs() < 1e-6);
+        assert!(
+            novel > 0.0 && novel < raw,
+            "repeated keys are not novel twice"
+        );
+        assert_eq!(summary["adapter"]["protocols"], json!(["legacy"]));
+        assert_eq!(summary["execution_metrics"]["episode_group_count"], 0);
+    }
+    let manifest = json_file(&out.join("manifest.json"));
+    assert_eq!(manifest["adapter"]["sha256"], sha256_of(HELLO_ADAPTER));
+    assert_eq!(on_disk["adapter"]["sha256"], sha256_of(HELLO_ADAPTER));
+    assert_eq!(manifest["host"]["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(manifest["invocations"][0]["options"]["workers"], 3);
+    assert_eq!(jsonl(&out.join("epochs.jsonl")).len(), 1);
+}
+
+#[test]
+fn markdown_explorer_shares_each_prefix_across_its_variants() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = workspace_file("examples/markdown-explorer/sample-docs");
+    let catalog = workspace_file("examples/markdown-explorer/catalog.json");
+    let out = dir.path().join("out");
+    let grant = format!("{}::/docs:ro", s(&docs));
+    let output = run(&[
+        "run",
+        "--adapter",
+        MARKDOWN_EXPLORER,
+        "--dir",
+        &grant,
+        "--variants",
+        s(&catalog),
+        "--epochs",
+        "3",
+        "--workers",
+        "2",
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(stdout(&output).contains("avoided"), "{}", stdout(&output));
+
+    let records = records(&out);
+    let prefixes: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["record_kind"] == "shared_prefix")
+        .collect();
+    let suffixes: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["record_kind"] == "episode_suffix")
+        .collect();
+    assert!(!prefixes.is_empty());
+    for prefix in &prefixes {
+        let group = &prefix["execution_group_id"];
+        let siblings = suffixes
+            .iter()
+            .filter(|r| &r["execution_group_id"] == group)
+            .count();
+        assert!(siblings >= 1, "every prefix has its suffixes");
+        assert_eq!(prefix["prefix_reused"], siblings > 1);
+    }
+    let variants: Vec<&&Value> = suffixes
+        .iter()
+        .filter(|r| r["is_variant"] == true)
+        .collect();
+    assert!(variants.len() >= 4, "the catalog's variants ran");
+    for variant in &variants {
+        assert!(variant["variant_spec_id"].is_string());
+        let seed = variant["seed_item_id"].as_str().unwrap();
+        assert!(
+            records
+                .iter()
+                .any(|r| r["item_id"] == seed && r["record_kind"] == "episode_suffix")
+        );
+    }
+    assert!(
+        records.iter().all(|r| r.get("adapter_error").is_none()),
+        "no errors"
+    );
+    assert!(
+        !records.iter().any(has_absolute_path),
+        "no host paths leak into records"
+    );
+
+    let summary = json_file(&out.join("summary.json"));
+    let metrics = &summary["execution_metrics"];
+    assert!(metrics["avoided_recompute_minutes"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        metrics["episode_group_count"].as_u64().unwrap() as usize,
+        prefixes.len()
+    );
+    assert_eq!(
+        metrics["episode_count"].as_u64().unwrap() as usize,
+        suffixes.len()
+    );
+    assert_eq!(summary["stop_reason"], "seed_queue_empty");
+    assert_eq!(
+        summary["variant_records_total"].as_u64().unwrap() as usize,
+        variants.len()
+    );
+
+    let traces = jsonl(&out.join("traces").join("epoch-0001.jsonl"));
+    assert!(!traces.is_empty(), "prepare emits trace events");
+    for event in &traces {
+        assert!(!has_absolute_path(event));
+        assert!(
+            event["trace_id"]
+                .as_str()
+                .unwrap()
+                .starts_with("main:epoch-1:group-")
+        );
+    }
+    // Each trace branch is contiguous from 0 with parents chained.
+    let mut by_trace: std::collections::BTreeMap<&str, Vec<&Value>> = Default::default();
+    for event in &traces {
+        by_trace
+            .entry(event["trace_id"].as_str().unwrap())
+            .or_default()
+            .push(event);
+    }
+    for events in by_trace.values() {
+        for (index, event) in events.iter().enumerate() {
+            assert_eq!(event["sequence"], index);
+            let parent = if index == 0 {
+                Value::Null
+            } else {
+                events[index - 1]["event_id"].clone()
+            };
+            assert_eq!(event["parent_event_id"], parent);
+        }
+    }
+}
+
+fn malformed_items(dir: &std::path::Path) -> std::path::PathBuf {
+    write_items(
+        dir,
+        "malformed.jsonl",
+        &[
+            json!({"item_id": "seed-a", "family": "f", "text": "alpha", "attack": "none"}),
+            json!({"item_id": "seed-a", "family": "f", "text": "duplicate", "attack": "none"}),
+            json!({"item_id": "", "family": "f", "text": "no id", "attack": "none"}),
+            json!({"item_id": "orphan", "family": "f", "is_variant": true, "seed_item_id": "nobody", "attack": "none"}),
+            json!({"item_id": "seed-b", "family": "g", "text": "fine", "attack": "none"}),
+        ],
+    )
+}
+
+#[test]
+fn malformed_items_become_error_records_under_the_record_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = malformed_items(dir.path());
+    let out = dir.path().join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        sandloop_tests::HOSTILE_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let records = records(&out);
+    let invalid: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["episode_stage"] == "group_validation")
+        .collect();
+    assert_eq!(
+        invalid.len(),
+        4,
+        "both duplicates, the empty id and the orphan"
+    );
+    for record in &invalid {
+        assert_eq!(record["adapter_error"]["type"], "invalid_item");
+        assert_eq!(record["execution_status"], "adapter_error");
+        assert_eq!(record["record_kind"], "standalone");
+    }
+    let orphan = invalid.iter().find(|r| r["item_id"] == "orphan").unwrap();
+    assert!(
+        orphan["adapter_error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("seed_item_id matching an epoch seed")
+    );
+    let fine = find(&records, "seed-b", "episode_suffix");
+    assert_eq!(fine["accepted"], true);
+}
+
+#[test]
+fn malformed_items_stop_a_fatal_run_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = malformed_items(dir.path());
+    let out = dir.path().join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        sandloop_tests::HOSTILE_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+        "--failure-policy",
+        "fatal",
+    ]);
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("duplicated: 'seed-a'"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(records(&out).is_empty(), "fatal preflight runs nothing");
+    assert!(!out.join("summary.json").exists());
+}

@@ -1,0 +1,98 @@
+//! Helpers shared by the end-to-end tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+/// A compiled-component cache private to this test process.
+fn cache_dir() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("temp dir"))
+        .path()
+}
+
+/// The `sandloop` binary with a private cache and no inherited cache settings.
+pub fn sandloop() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sandloop"));
+    command
+        .env("SANDLOOP_CACHE_DIR", cache_dir())
+        .env_remove("XDG_CACHE_HOME");
+    command
+}
+
+/// Run `sandloop ARGS` to completion.
+pub fn run(args: &[&str]) -> Output {
+    sandloop().args(args).output().expect("spawn sandloop")
+}
+
+/// Exit code, asserting the process was not killed by a signal.
+pub fn code(output: &Output) -> i32 {
+    output.status.code().expect("exited normally")
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A file under the workspace, e.g. `examples/hostile-adapter/attacks.jsonl`.
+pub fn workspace_file(relative: &str) -> PathBuf {
+    Path::new(sandloop_tests::WORKSPACE).join(relative)
+}
+
+/// Every line of `DIR/records.jsonl`, parsed.
+pub fn records(dir: &Path) -> Vec<Value> {
+    jsonl(&dir.join("records.jsonl"))
+}
+
+/// Every line of a JSONL file, parsed.
+pub fn jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|error| panic!("read {}: {error}", path.display()))
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("each line is JSON"))
+        .collect()
+}
+
+/// A parsed JSON file.
+pub fn json_file(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|error| panic!("read {}: {error}", path.display()));
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
+/// Write `lines` as a JSONL file in `dir`.
+pub fn write_items(dir: &Path, name: &str, lines: &[Value]) -> PathBuf {
+    let path = dir.join(name);
+    let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    std::fs::write(&path, text).expect("write items");
+    path
+}
+
+/// `path` as &str.
+pub fn s(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// The record whose `item_id` is `id` and `record_kind` is `kind`.
+pub fn find<'a>(records: &'a [Value], id: &str, kind: &str) -> &'a Value {
+    records
+        .iter()
+        .find(|r| r["item_id"] == id && r["record_kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} record for {id}"))
+}
+
+/// True when any string anywhere in `value` is an absolute POSIX path.
+pub fn has_absolute_path(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.starts_with('/'),
+        Value::Array(items) => items.iter().any(has_absolute_path),
+        Value::Object(map) => map.values().any(has_absolute_path),
+        _ => false,
+    }
+}
