@@ -158,7 +158,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let seeds: &mut dyn SeedSource = match items {
         Some(items) => {
             let compiler: Option<&mut dyn SeedSource> = protocols.variants.then_some(&mut control);
-            file_seeds = FileSeeds::new(items, compiler);
+            file_seeds = FileSeeds::new(items, args.epochs, compiler);
             &mut file_seeds
         }
         None => &mut control,

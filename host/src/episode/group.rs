@@ -200,7 +200,7 @@ fn run_group<A: EpisodeAdapter + ?Sized>(
         seed.get("family").cloned().unwrap_or(Value::Null),
     );
     set_field(&mut prefix, "is_variant", Value::Bool(false));
-    prefix.shift_remove("variant_spec_id");
+    prefix.remove("variant_spec_id");
     if !prefix.contains_key("accepted") {
         set_field(&mut prefix, "accepted", Value::Bool(true));
     }

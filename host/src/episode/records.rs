@@ -159,7 +159,7 @@ pub fn normalize_item_record(record: &mut Record, item: &Item) {
             set_field(record, "variant_spec_id", spec_id);
         }
     } else {
-        record.shift_remove("variant_spec_id");
+        record.remove("variant_spec_id");
     }
 }
 
@@ -199,7 +199,7 @@ pub fn annotate_group_record(record: &mut Record, annotation: &GroupAnnotation<'
             set_field(record, "checkpoint_ref", Value::from(reference));
         }
         None => {
-            record.shift_remove("checkpoint_ref");
+            record.remove("checkpoint_ref");
         }
     }
 }
@@ -208,7 +208,7 @@ pub fn annotate_group_record(record: &mut Record, annotation: &GroupAnnotation<'
 /// `_standalone_record`): no `execution_group_id`,
 /// `record_kind = "standalone"`, `prefix_reused = false`.
 pub fn standalone_record(record: &mut Record) {
-    record.shift_remove("execution_group_id");
+    record.remove("execution_group_id");
     set_field(record, "record_kind", Value::from(RECORD_KIND_STANDALONE));
     set_field(record, "prefix_reused", Value::Bool(false));
 }

@@ -104,6 +104,51 @@ fn check_field(
     }
 }
 
+/// A [`SeedSource`] whose seeds are an items file's items, offered again
+/// every epoch up to `epochs` (after that, none: the run ends with
+/// `seed_queue_empty`), and whose variants are compiled by another source
+/// (the adapter's control instance), when there is one. The last epoch
+/// takes the items without copying them.
+pub struct FileSeeds<'a> {
+    items: Vec<Item>,
+    epochs: u32,
+    compiler: Option<&'a mut dyn SeedSource>,
+}
+
+impl<'a> FileSeeds<'a> {
+    /// Seeds `items` for epochs `1..=epochs`; `compiler` compiles catalog
+    /// specs.
+    pub fn new(items: Vec<Item>, epochs: u32, compiler: Option<&'a mut dyn SeedSource>) -> Self {
+        Self {
+            items,
+            epochs,
+            compiler,
+        }
+    }
+}
+
+impl SeedSource for FileSeeds<'_> {
+    fn list_seed_items(&mut self, _arm: &str, epoch: u32) -> Result<Vec<Item>, AdapterError> {
+        Ok(if epoch < self.epochs {
+            self.items.clone()
+        } else if epoch == self.epochs {
+            std::mem::take(&mut self.items)
+        } else {
+            Vec::new()
+        })
+    }
+
+    fn compile_variant(&mut self, spec: &Item, seed: &Item) -> Result<Item, AdapterError> {
+        match self.compiler.as_deref_mut() {
+            Some(compiler) => compiler.compile_variant(spec, seed),
+            None => Err(AdapterError::new(
+                ErrorType::MissingExport,
+                "the adapter does not export `variants.compile-variant`",
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,36 +202,5 @@ mod tests {
             read_items_file(Path::new("/nonexistent/items.jsonl")),
             Err(ItemsFileError::Read { .. })
         ));
-    }
-}
-
-/// A [`SeedSource`] whose seeds are an items file's items, offered again
-/// every epoch, and whose variants are compiled by another source (the
-/// adapter's control instance), when there is one.
-pub struct FileSeeds<'a> {
-    items: Vec<Item>,
-    compiler: Option<&'a mut dyn SeedSource>,
-}
-
-impl<'a> FileSeeds<'a> {
-    /// Seeds `items`; `compiler` compiles catalog specs.
-    pub fn new(items: Vec<Item>, compiler: Option<&'a mut dyn SeedSource>) -> Self {
-        Self { items, compiler }
-    }
-}
-
-impl SeedSource for FileSeeds<'_> {
-    fn list_seed_items(&mut self, _arm: &str, _epoch: u32) -> Result<Vec<Item>, AdapterError> {
-        Ok(self.items.clone())
-    }
-
-    fn compile_variant(&mut self, spec: &Item, seed: &Item) -> Result<Item, AdapterError> {
-        match self.compiler.as_deref_mut() {
-            Some(compiler) => compiler.compile_variant(spec, seed),
-            None => Err(AdapterError::new(
-                ErrorType::MissingExport,
-                "the adapter does not export `variants.compile-variant`",
-            )),
-        }
     }
 }

@@ -210,7 +210,11 @@ impl WasmAdapter {
         }
         let result = result.map_err(|error| {
             self.live = None;
-            classify(&error, timeout)
+            let mut classified = classify(&error, timeout);
+            if let Some(said) = last_stderr_words(&output) {
+                classified.message = format!("{} (guest stderr: {said})", classified.message);
+            }
+            classified
         });
         (result, trace)
     }
@@ -255,6 +259,25 @@ impl WasmAdapter {
     fn max_output(&self) -> usize {
         self.loaded.config.max_output_bytes
     }
+}
+
+/// The last two non-empty lines the guest wrote to stderr (a Rust panic
+/// prints its location, then its message), for the error message of a
+/// failed call.
+fn last_stderr_words(output: &CallOutput) -> Option<String> {
+    let stderr = output
+        .entries
+        .iter()
+        .rev()
+        .find(|entry| entry.stream == "stderr")?;
+    let lines: Vec<&str> = stderr
+        .text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with("note:"))
+        .collect();
+    let tail = &lines[lines.len().saturating_sub(2)..];
+    (!tail.is_empty()).then(|| tail.join(" "))
 }
 
 fn item_id(item: &Item) -> Option<&str> {

@@ -22,7 +22,7 @@ pub fn classify(error: &wasmtime::Error, call_timeout_secs: f64) -> AdapterError
             Trap::StackOverflow => {
                 AdapterError::new(ErrorType::StackOverflow, "guest call stack exhausted")
             }
-            other => AdapterError::new(ErrorType::Trap, first_line(&format!("{other}; {error}"))),
+            other => AdapterError::new(ErrorType::Trap, other.to_string()),
         };
     }
     for cause in error.chain() {

@@ -1,0 +1,218 @@
+//! Host cost per item through `sandloop run`, with the no-op
+//! `bench-adapter` component, over 100,001 items (9,091 seeds with 10
+//! variants each), side by side with the same harness driving a native
+//! no-op adapter in-process (no sandbox, no JSON boundary).
+//!
+//! Run: `cargo bench -p sandloop-tests --bench per_item`
+//! (`SANDLOOP_BENCH_SEEDS=N` changes the seed count, `SANDLOOP_BENCH_RUNS=N`
+//! the repetitions; figures are medians).
+//!
+//! Per-item cost = (wall time of the run − wall time of a 1-item run) /
+//! items, so process start-up and component loading are not counted.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use sandloop::episode::adapter::{
+    AdapterError, CallContext, EpisodeAdapter, Item, Prepared, Protocols, Record,
+};
+use sandloop::harness::items_file::{FileSeeds, read_items_file};
+use sandloop::harness::{ArmConfig, ArmOptions, RunDir, run_arm};
+use serde_json::json;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const VARIANTS_PER_SEED: usize = 10;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn write_items(path: &Path, seeds: usize) -> usize {
+    let mut text = String::new();
+    for s in 0..seeds {
+        text.push_str(
+            &json!({"item_id": format!("s{s}"), "family": format!("f{s}"), "text": "seed"})
+                .to_string(),
+        );
+        text.push('\n');
+        for v in 0..VARIANTS_PER_SEED {
+            let item = json!({
+                "item_id": format!("s{s}~v{v}"), "family": format!("f{s}"), "is_variant": true,
+                "seed_item_id": format!("s{s}"), "variant_spec": {"spec_id": format!("v{v}")},
+            });
+            text.push_str(&item.to_string());
+            text.push('\n');
+        }
+    }
+    std::fs::write(path, text).unwrap();
+    seeds * (1 + VARIANTS_PER_SEED)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    values[values.len() / 2]
+}
+
+/// Wall seconds of one `sandloop run` over `items`.
+fn sandloop_run(items: &Path, workers: usize, cache: &Path) -> f64 {
+    let out = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let status = Command::new(env!("CARGO_BIN_EXE_sandloop"))
+        .args([
+            "run",
+            "--adapter",
+            sandloop_tests::BENCH_ADAPTER,
+            "--json",
+            "--workers",
+        ])
+        .arg(workers.to_string())
+        .arg("--items")
+        .arg(items)
+        .arg("--out")
+        .arg(out.path().join("run"))
+        .env("SANDLOOP_CACHE_DIR", cache)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    let seconds = started.elapsed().as_secs_f64();
+    assert!(status.success(), "sandloop run failed");
+    seconds
+}
+
+/// The same work with a native no-op adapter, in-process.
+struct Native;
+
+impl EpisodeAdapter for Native {
+    type Handle = ();
+    fn protocols(&self) -> Protocols {
+        Protocols {
+            execute: true,
+            seeds: false,
+            variants: false,
+            episode_groups: true,
+        }
+    }
+    fn execute(&mut self, _item: &Item, _ctx: &CallContext) -> Result<Record, AdapterError> {
+        Ok(noop_record())
+    }
+    fn prepare_episode_group(
+        &mut self,
+        _seed: &Item,
+        _items: &[Item],
+        _ctx: &CallContext,
+    ) -> Result<Option<Prepared<()>>, AdapterError> {
+        Ok(Some(Prepared {
+            handle: (),
+            prefix_record: Ok(noop_record()),
+            checkpoint_ref: None,
+        }))
+    }
+    fn execute_episode(
+        &mut self,
+        _h: &(),
+        _item: &Item,
+        _ctx: &CallContext,
+    ) -> Result<Record, AdapterError> {
+        Ok(noop_record())
+    }
+    fn release_episode_group(&mut self, _h: (), _ctx: &CallContext) -> Result<(), AdapterError> {
+        Ok(())
+    }
+}
+
+fn noop_record() -> Record {
+    let mut record = Record::new();
+    record.insert("observation_keys".into(), json!(["k"]));
+    record.insert("accepted".into(), json!(true));
+    record
+}
+
+/// Wall seconds of the harness over `items` with the native adapter,
+/// including reading the items file, as `sandloop run` does.
+fn native_run(items: &Path, workers: usize) -> f64 {
+    let out = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let seeds = read_items_file(items).unwrap();
+    let config = ArmConfig {
+        worker_count: workers,
+        max_epochs: 1,
+        checkpoint: true,
+        ..ArmConfig::default()
+    };
+    let mut source = FileSeeds::new(seeds, 1, None);
+    let mut run_dir = RunDir::new(out.path().join("run"));
+    let factory = |_lane: usize| Ok(Native);
+    run_arm(
+        &config,
+        Native.protocols(),
+        &mut source,
+        &factory,
+        &mut run_dir,
+        ArmOptions::default(),
+    )
+    .unwrap();
+    started.elapsed().as_secs_f64()
+}
+
+fn main() {
+    if std::env::args().any(|arg| arg == "--list") {
+        return; // `cargo test --benches` probing
+    }
+    let seeds = env_usize("SANDLOOP_BENCH_SEEDS", 9_091);
+    let runs = env_usize("SANDLOOP_BENCH_RUNS", 5).max(1);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let items_path = dir.path().join("items.jsonl");
+    let one_path = dir.path().join("one.jsonl");
+    let items = write_items(&items_path, seeds);
+    write_items(&one_path, 1);
+    let one = 1 + VARIANTS_PER_SEED;
+    println!(
+        "per-item host cost: {items} items ({seeds} seeds x (1 + {VARIANTS_PER_SEED} variants)), median of {runs} runs"
+    );
+    println!(
+        "{:<34} {:>10} {:>12} {:>10}",
+        "", "wall s", "µs / item", "vs native"
+    );
+    sandloop_run(&one_path, 1, &cache); // warm the compiled-component cache
+    for workers in [1usize, 2] {
+        let native_base = median((0..runs).map(|_| native_run(&one_path, workers)).collect());
+        let native_wall = median(
+            (0..runs)
+                .map(|_| native_run(&items_path, workers))
+                .collect(),
+        );
+        let native_per = (native_wall - native_base) / (items - one) as f64 * 1e6;
+        let base = median(
+            (0..runs)
+                .map(|_| sandloop_run(&one_path, workers, &cache))
+                .collect(),
+        );
+        let wall = median(
+            (0..runs)
+                .map(|_| sandloop_run(&items_path, workers, &cache))
+                .collect(),
+        );
+        let per = (wall - base) / (items - one) as f64 * 1e6;
+        println!(
+            "{:<34} {:>10.3} {:>12.3} {:>10}",
+            format!("native no-op, {workers} worker(s)"),
+            native_wall,
+            native_per,
+            "1.00x"
+        );
+        println!(
+            "{:<34} {:>10.3} {:>12.3} {:>9.2}x",
+            format!("sandloop run + component, {workers} w"),
+            wall,
+            per,
+            per / native_per
+        );
+    }
+}
