@@ -5,6 +5,8 @@
 //! WebAssembly components on wasmtime, and [`cli`] wires them to the
 //! `sandloop` command line.
 
+#![warn(missing_docs)]
+
 pub mod cli;
 pub mod episode;
 pub mod harness;

@@ -8,10 +8,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "sandloop", version, about, long_about = None)]
 pub struct Cli {
+    /// The command to run.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The `sandloop` commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run an adapter over seeds and variants, epoch after epoch, into a run directory.
@@ -60,6 +62,7 @@ pub struct SandboxArgs {
     pub no_cache: bool,
 }
 
+/// Arguments of `sandloop run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The adapter component (.wasm).
@@ -99,10 +102,12 @@ pub struct RunArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Limits and grants for every instance.
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 }
 
+/// Arguments of `sandloop inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
     /// The component to inspect.

@@ -12,7 +12,9 @@
 
 use serde_json::Value;
 
-use super::adapter::{AdapterError, CallContext, EpisodeAdapter, ErrorType, Prepared, Record};
+use super::adapter::{
+    AdapterError, CallContext, EpisodeAdapter, ErrorType, Item, Prepared, Record,
+};
 use super::clock::Clock;
 use super::policy::{FailurePolicy, FatalError};
 use super::records::{
@@ -225,20 +227,11 @@ fn run_group<A: EpisodeAdapter + ?Sized>(
         let started = clock.now();
         let outcome = adapter.execute_episode(&handle, item, &ctx);
         let minutes = clock.minutes_since(started);
-        let mut record = match outcome {
-            Ok(mut record) => {
-                normalize_item_record(&mut record, item);
-                set_duration(&mut record, minutes);
-                record
-            }
+        let mut record = match settle_item(outcome, item, minutes, policy, stage::EXECUTE) {
+            Ok(record) => record,
             Err(error) => {
-                if policy.is_fatal() {
-                    fatal_error = Some(error);
-                    break;
-                }
-                let mut record = adapter_error_record(item, &error, minutes);
-                set_field(&mut record, "episode_stage", Value::from(stage::EXECUTE));
-                record
+                fatal_error = Some(error);
+                break;
             }
         };
         annotate_group_record(&mut record, &suffix_annotation);
@@ -295,25 +288,8 @@ fn run_fallback<A: EpisodeAdapter + ?Sized>(
             Err(missing_execute_error(&group.execution_group_id))
         };
         let minutes = clock.minutes_since(started);
-        let mut record = match outcome {
-            Ok(mut record) => {
-                normalize_item_record(&mut record, item);
-                set_duration(&mut record, minutes);
-                record
-            }
-            Err(error) => {
-                if policy.is_fatal() {
-                    return Err(FatalError::new(error));
-                }
-                let mut record = adapter_error_record(item, &error, minutes);
-                set_field(
-                    &mut record,
-                    "episode_stage",
-                    Value::from(stage::LEGACY_EXECUTE),
-                );
-                record
-            }
-        };
+        let mut record = settle_item(outcome, item, minutes, policy, stage::LEGACY_EXECUTE)
+            .map_err(FatalError::new)?;
         standalone_record(&mut record);
         set_field(
             &mut record,
@@ -323,6 +299,31 @@ fn run_fallback<A: EpisodeAdapter + ?Sized>(
         records.push(record);
     }
     Ok(records)
+}
+
+/// One item's record from its call's outcome: the normalised record with
+/// the host-measured duration, or an error record marked with `stage`.
+/// `Err` only under the fatal policy.
+fn settle_item(
+    outcome: Result<Record, AdapterError>,
+    item: &Item,
+    minutes: f64,
+    policy: FailurePolicy,
+    stage: &'static str,
+) -> Result<Record, AdapterError> {
+    match outcome {
+        Ok(mut record) => {
+            normalize_item_record(&mut record, item);
+            set_duration(&mut record, minutes);
+            Ok(record)
+        }
+        Err(error) if policy.is_fatal() => Err(error),
+        Err(error) => {
+            let mut record = adapter_error_record(item, &error, minutes);
+            set_field(&mut record, "episode_stage", Value::from(stage));
+            Ok(record)
+        }
+    }
 }
 
 fn missing_execute_error(group_id: &str) -> AdapterError {

@@ -16,21 +16,13 @@
 //! [`group`] for this deliberate deviation from the reference.
 
 pub mod adapter;
-#[warn(missing_docs)]
 pub mod clock;
-#[warn(missing_docs)]
 pub mod group;
-#[warn(missing_docs)]
 pub mod metrics;
-#[warn(missing_docs)]
 pub mod policy;
-#[warn(missing_docs)]
 pub mod probes;
-#[warn(missing_docs)]
 pub mod records;
-#[warn(missing_docs)]
 pub mod units;
-#[warn(missing_docs)]
 pub mod value;
 
 #[cfg(test)]

@@ -11,19 +11,27 @@ pub enum ItemsFileError {
     /// The file could not be read.
     #[error("cannot read items file {path}: {source}")]
     Read {
+        /// The items file.
         path: String,
+        /// The I/O error.
         source: std::io::Error,
     },
     /// A line is not a JSON object, or a field has the wrong type.
     #[error("{path}:{line}: {message}")]
     Line {
+        /// The items file.
         path: String,
+        /// 1-based line number.
         line: usize,
+        /// What is wrong, naming the field.
         message: String,
     },
     /// The file holds no items.
     #[error("items file {path} holds no items")]
-    Empty { path: String },
+    Empty {
+        /// The items file.
+        path: String,
+    },
 }
 
 /// Read every non-blank line of `path` as one item. Blank lines are

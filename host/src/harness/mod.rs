@@ -31,28 +31,17 @@
 //! [`summary`] (JSON shapes), [`config`], [`error`], [`items_file`] (seeds
 //! from a JSONL file, for the CLI).
 
-#[warn(missing_docs)]
 pub mod arm;
-#[warn(missing_docs)]
 pub mod atomic;
-#[warn(missing_docs)]
 pub mod catalog;
-#[warn(missing_docs)]
 pub mod checkpoint;
-#[warn(missing_docs)]
 pub mod config;
-#[warn(missing_docs)]
 pub mod error;
 pub mod items_file;
-#[warn(missing_docs)]
 pub mod novelty;
-#[warn(missing_docs)]
 pub mod queue;
-#[warn(missing_docs)]
 pub mod run_dir;
-#[warn(missing_docs)]
 pub mod summary;
-#[warn(missing_docs)]
 pub mod work;
 
 #[cfg(test)]

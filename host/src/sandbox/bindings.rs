@@ -4,6 +4,8 @@
 //! component that exports only some interfaces still loads; which ones it
 //! exports is decided in [`super::protocols`].
 
+#![allow(missing_docs)]
+
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "full",

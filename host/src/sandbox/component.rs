@@ -25,25 +25,33 @@ pub const WIT_VERSION: &str = "0.1.0";
 /// Why a component cannot be used. Each message names the file and says
 /// what to do; the CLI maps these to exit code 2.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // each variant's `path` is the component file, `message` the detail
 pub enum LoadError {
+    /// The file cannot be read.
     #[error("cannot read adapter {path}: {source}")]
     Read {
         path: String,
         source: std::io::Error,
     },
+    /// The bytes are not WebAssembly.
     #[error("{path} is not WebAssembly (no `\\0asm` header)")]
     NotWasm { path: String },
+    /// A core module, not a component.
     #[error(
         "{path} is a core WebAssembly module, not a component; build it for \
          `wasm32-wasip2` or wrap it with `wasm-tools component new`"
     )]
     CoreModule { path: String },
+    /// wasmtime rejected the component.
     #[error("{path} could not be compiled: {message}")]
     Compile { path: String, message: String },
+    /// An import the sandbox does not provide.
     #[error("{path} imports something the sandbox does not provide: {message}")]
     Link { path: String, message: String },
+    /// The exports break the contract.
     #[error("{path}: {message}")]
     Contract { path: String, message: String },
+    /// The engine could not be started.
     #[error("could not start the wasmtime engine: {0}")]
     Engine(String),
 }

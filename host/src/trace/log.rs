@@ -12,27 +12,40 @@ use super::payload::validate_public_payload;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TraceEventKind {
+    /// What the agent saw or decided from.
     AgentContext,
+    /// An action about to be taken.
     ActionIntent,
+    /// What an action did.
     ActionOutcome,
+    /// An observation of the environment.
     EnvironmentObservation,
+    /// A check and its verdict.
     Validation,
+    /// Setup, teardown and other lifecycle marks.
     Lifecycle,
 }
 
 /// One addressable event; serialises to the reference's `to_record` shape.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TraceEvent {
+    /// Unique within the branch; host-assigned `{trace}/{branch}/{sequence}`.
     pub event_id: String,
+    /// The trace (an episode group id, or an item id).
     pub trace_id: String,
+    /// The branch within the trace.
     pub branch_id: String,
     /// 0-based position in the branch.
     pub sequence: u64,
     /// The branch head when the event was appended; `None` for the first.
     pub parent_event_id: Option<String>,
+    /// What kind of event.
     pub kind: TraceEventKind,
+    /// Adapter-chosen id of the action the event belongs to.
     pub action_id: Option<String>,
+    /// Adapter-chosen id of what caused the event.
     pub causation_id: Option<String>,
+    /// Replay point the event is bound to, if any.
     pub replay_point_id: Option<String>,
     /// A public-safe JSON object (see [`validate_public_payload`]).
     pub public_payload: Value,
@@ -40,6 +53,7 @@ pub struct TraceEvent {
 
 /// Why an event was not appended.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)] // the messages say what each variant means
 pub enum AppendError {
     #[error("trace event does not belong to this trace branch")]
     WrongBranch,
