@@ -127,6 +127,12 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     std::fs::create_dir_all(&args.out).map_err(|error| {
         CliError::Input(format!("cannot create {}: {error}", args.out.display()))
     })?;
+    let _lock = lock_run_dir(&args.out)?;
+    if !args.resume {
+        // Another process may have started this run between the first
+        // check and the lock.
+        check_out_dir(&args.out, false)?;
+    }
     write_manifest(&args, &loaded.info)?;
 
     let call_log = Arc::new(CallLog::new(&args.out));
@@ -243,6 +249,29 @@ fn check_out_dir(out: &Path, resume: bool) -> Result<(), CliError> {
         )));
     }
     Ok(())
+}
+
+/// Hold an exclusive lock on `DIR/.sandloop.lock` for the whole run, so two
+/// processes never write one run directory. The lock dies with the process.
+fn lock_run_dir(out: &Path) -> Result<std::fs::File, CliError> {
+    let path = out.join(".sandloop.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|error| CliError::Input(format!("cannot open {}: {error}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(CliError::Input(format!(
+            "{} is in use by another sandloop run",
+            out.display()
+        ))),
+        Err(std::fs::TryLockError::Error(error)) => Err(CliError::Failed(format!(
+            "cannot lock {}: {error}",
+            path.display()
+        ))),
+    }
 }
 
 /// `manifest.json`: host version, adapter identity and every option of each

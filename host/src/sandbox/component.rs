@@ -272,3 +272,58 @@ fn check_dependencies(path: &str, protocols: &Protocols) -> Result<(), LoadError
         message,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn protocols(execute: bool, seeds: bool, variants: bool, episode_groups: bool) -> Protocols {
+        Protocols {
+            execute,
+            seeds,
+            variants,
+            episode_groups,
+        }
+    }
+
+    #[test]
+    fn an_adapter_must_export_something_to_run_items_with() {
+        assert!(check_dependencies("a.wasm", &protocols(true, false, false, false)).is_ok());
+        assert!(check_dependencies("a.wasm", &protocols(false, true, true, true)).is_ok());
+        let none = check_dependencies("a.wasm", &protocols(false, false, false, false))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            none.starts_with("a.wasm: exports none of the sandloop episode interfaces"),
+            "{none}"
+        );
+        let seeds_only = check_dependencies("a.wasm", &protocols(false, true, true, false))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            seeds_only.contains(
+                "exports `seeds` and `variants` but neither `episode` nor `episode-groups`"
+            ),
+            "{seeds_only}"
+        );
+    }
+
+    #[test]
+    fn exports_of_another_wit_version_are_refused_by_name() {
+        let exports = vec!["sandloop:adapter/episode@0.2.0".to_string()];
+        let message = check_versions("a.wasm", &exports).unwrap_err().to_string();
+        assert!(
+            message.contains("sandloop:adapter/episode@0.2.0"),
+            "{message}"
+        );
+        assert!(
+            message.contains("this host speaks sandloop:adapter@0.1.0"),
+            "{message}"
+        );
+        let ours = vec![
+            "sandloop:adapter/episode@0.1.0".to_string(),
+            "wasi:cli/run@0.2.6".to_string(),
+        ];
+        assert!(check_versions("a.wasm", &ours).is_ok());
+    }
+}

@@ -162,3 +162,50 @@ fn resume_continues_where_the_last_epoch_ended_and_consumes_variants_once() {
         "each variant spec is consumed once across the resume"
     );
 }
+
+#[test]
+fn two_processes_never_share_a_run_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "items.jsonl",
+        &[json!({"item_id": "spin", "family": "a", "attack": "infinite_loop"})],
+    );
+    let out = dir.path().join("out");
+    let args = [
+        "run",
+        "--adapter",
+        HOSTILE_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+        "--call-timeout",
+        "3",
+    ];
+    let mut first = sandloop().args(args).spawn().unwrap();
+    let started = Instant::now();
+    while !out.join("records.jsonl").exists() {
+        assert!(started.elapsed() < Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for extra in [&[][..], &["--resume"][..]] {
+        let mut second_args = args.to_vec();
+        second_args.extend_from_slice(extra);
+        let second = run(&second_args);
+        assert_eq!(code(&second), 2, "{}", stderr(&second));
+        let message = stderr(&second);
+        assert!(
+            message.contains("in use by another sandloop run")
+                || message.contains("already holds a run")
+                || message.contains("no checkpoint.json"),
+            "{message}"
+        );
+    }
+    assert!(first.wait().unwrap().success());
+    assert_eq!(
+        records(&out).len(),
+        2,
+        "the first run's prefix and suffix records, once"
+    );
+}
