@@ -5,7 +5,8 @@
 //!
 //! Run: `cargo bench -p sandloop-tests --bench per_item`
 //! (`SANDLOOP_BENCH_SEEDS=N` changes the seed count, `SANDLOOP_BENCH_RUNS=N`
-//! the repetitions; figures are medians).
+//! the repetitions, `SANDLOOP_BENCH_WORKERS=1,2` the worker counts;
+//! figures are medians).
 //!
 //! Per-item cost = (wall time of the run − wall time of a 1-item run) /
 //! items, so process start-up and component loading are not counted.
@@ -181,7 +182,12 @@ fn main() {
         "", "wall s", "µs / item", "vs native"
     );
     sandloop_run(&one_path, 1, &cache); // warm the compiled-component cache
-    for workers in [1usize, 2] {
+    let workers_list: Vec<usize> = std::env::var("SANDLOOP_BENCH_WORKERS")
+        .unwrap_or_else(|_| "1,2".into())
+        .split(',')
+        .filter_map(|w| w.trim().parse().ok())
+        .collect();
+    for workers in workers_list {
         let native_base = median((0..runs).map(|_| native_run(&one_path, workers)).collect());
         let native_wall = median(
             (0..runs)
