@@ -46,7 +46,10 @@ pub(crate) fn open_sandbox(
     config: SandboxConfig,
 ) -> Result<(Arc<SandboxEngine>, Arc<SandboxConfig>), CliError> {
     let engine = SandboxEngine::new(&config).map_err(|error| {
-        CliError::Failed(format!("could not start the wasmtime engine: {error:#}"))
+        CliError::Input(format!(
+            "could not start the wasmtime engine with these limits (try a smaller \
+             --max-memory or fewer --workers): {error:#}"
+        ))
     })?;
     Ok((Arc::new(engine), Arc::new(config)))
 }

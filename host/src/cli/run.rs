@@ -17,8 +17,13 @@ use crate::episode::policy::FailurePolicy;
 use crate::harness::arm::{ArmEvent, ArmOptions, run_arm};
 use crate::harness::items_file::{FileSeeds, read_items_file};
 use crate::harness::queue::branch_id;
-use crate::harness::{ArmConfig, ArmError, ArmSummary, RunDir, VariantCatalog};
+use crate::harness::{
+    ArmConfig, ArmError, ArmSummary, RunDir, VariantCatalog, load_arm_checkpoint, runtime_signature,
+};
 use crate::sandbox::{CallLog, CallObserver, DirGrant, SandboxConfig, WasmAdapter, load};
+
+/// The longest `--call-timeout` accepted, seconds.
+const MAX_CALL_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
 
 /// Files whose presence means `--out` already holds a run.
 const RUN_FILES: &[&str] = &[
@@ -40,15 +45,30 @@ pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxCo
             "--call-timeout must be a positive number of seconds".into(),
         ));
     }
+    if args.call_timeout > MAX_CALL_TIMEOUT_SECS {
+        return Err(CliError::Input(format!(
+            "--call-timeout must be at most {MAX_CALL_TIMEOUT_SECS} seconds (one year)"
+        )));
+    }
     if args.fuel == Some(0) {
         return Err(CliError::Input("--fuel must be positive".into()));
     }
-    let dirs = args
-        .dirs
-        .iter()
-        .map(|spec| DirGrant::parse(spec))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(CliError::Input)?;
+    if args.max_output < 2 {
+        return Err(CliError::Input(
+            "--max-output must be at least 2 bytes (`{}`)".into(),
+        ));
+    }
+    for name in &args.env {
+        if name.is_empty() || name.contains('=') {
+            return Err(CliError::Input(format!(
+                "--env {name:?}: give the NAME of a host variable to pass through, not NAME=VALUE"
+            )));
+        }
+        if std::env::var_os(name).is_none() {
+            eprintln!("warning: --env {name}: not set on the host, so the guest will not see it");
+        }
+    }
+    let dirs = DirGrant::parse_all(&args.dirs).map_err(CliError::Input)?;
     let mut config = SandboxConfig {
         max_memory_mib: args.max_memory,
         call_timeout_secs: args.call_timeout,
@@ -124,6 +144,15 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         }
     };
 
+    let mut arm = arm_config(&args, &loaded.info.sha256);
+    let checkpoint = args.out.join("checkpoint.json");
+    if args.resume && checkpoint.is_file() {
+        // Refuse an incompatible resume before anything is written.
+        let signature = runtime_signature(&arm, protocols, catalog.is_some());
+        load_arm_checkpoint(&checkpoint, &signature)
+            .map_err(|error| CliError::Input(error.to_string()))?;
+    }
+
     std::fs::create_dir_all(&args.out).map_err(|error| {
         CliError::Input(format!("cannot create {}: {error}", args.out.display()))
     })?;
@@ -132,26 +161,17 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         // Another process may have started this run between the first
         // check and the lock.
         check_out_dir(&args.out, false)?;
+    } else if !checkpoint.is_file() {
+        // The run never finished an epoch: nothing is kept, so it starts over.
+        clear_unfinished_run(&args.out)?;
+        arm.resume = false;
     }
+    let _ = std::fs::remove_file(args.out.join(FAILURE_FILE));
     write_manifest(&args, &loaded.info)?;
+    interrupt_message(&args.out);
 
     let call_log = Arc::new(CallLog::new(&args.out));
     let observer: Arc<dyn CallObserver> = call_log.clone();
-    let arm = ArmConfig {
-        arm_key: args.arm.clone(),
-        adapter_type: format!("component:sha256:{}", loaded.info.sha256),
-        worker_count: args.workers,
-        max_epochs: args.epochs,
-        budget_minutes: args.budget_minutes.unwrap_or(f64::INFINITY),
-        frontier_max_lanes: args.variant_lanes,
-        checkpoint: true,
-        resume: args.resume,
-        item_failure_policy: match args.failure_policy {
-            FailurePolicyArg::Record => FailurePolicy::Record,
-            FailurePolicyArg::Fatal => FailurePolicy::Fatal,
-        },
-        ..ArmConfig::default()
-    };
     let factory = |lane: usize| {
         Ok(WasmAdapter::new(
             Arc::clone(&loaded),
@@ -198,7 +218,21 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     for error in call_log.errors() {
         eprintln!("warning: could not write adapter output or traces: {error}");
     }
-    let summary = result.map_err(arm_error)?;
+    let summary = match result {
+        Ok(summary) => summary,
+        Err(error) => {
+            let error = arm_error(error);
+            let failure = json!({
+                "schema_version": "sandloop_run_failure_v0",
+                "error": error.to_string(),
+                "exit_code": if matches!(error, CliError::Input(_)) { 2 } else { 1 },
+                "resume": "continue with the same command and --resume",
+            });
+            let _ =
+                crate::harness::atomic::write_json_atomic(&args.out.join(FAILURE_FILE), &failure);
+            return Err(error);
+        }
+    };
     if args.json {
         say(
             &serde_json::to_string_pretty(&summary_json(&summary, &loaded.info))
@@ -214,6 +248,56 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         );
     }
     Ok(())
+}
+
+/// The arm configuration the flags describe.
+fn arm_config(args: &RunArgs, sha256: &str) -> ArmConfig {
+    ArmConfig {
+        arm_key: args.arm.clone(),
+        adapter_type: format!("component:sha256:{sha256}"),
+        worker_count: args.workers,
+        max_epochs: args.epochs,
+        budget_minutes: args.budget_minutes.unwrap_or(f64::INFINITY),
+        frontier_max_lanes: args.variant_lanes,
+        checkpoint: true,
+        resume: args.resume,
+        item_failure_policy: match args.failure_policy {
+            FailurePolicyArg::Record => FailurePolicy::Record,
+            FailurePolicyArg::Fatal => FailurePolicy::Fatal,
+        },
+        ..ArmConfig::default()
+    }
+}
+
+/// Written when a run fails, so the run directory says why.
+const FAILURE_FILE: &str = "failure.json";
+
+/// Remove what a run that never checkpointed left behind (its records are
+/// not covered by any checkpoint), keeping `manifest.json`.
+fn clear_unfinished_run(out: &Path) -> Result<(), CliError> {
+    for name in ["records.jsonl", "epochs.jsonl", "summary.json"] {
+        match std::fs::remove_file(out.join(name)) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(CliError::Failed(format!("cannot remove {name}: {error}"))),
+        }
+    }
+    for folder in ["traces", "adapter-output"] {
+        let _ = std::fs::remove_dir_all(out.join(folder));
+    }
+    Ok(())
+}
+
+/// On Ctrl-C, say how to continue, then stop at once (exit 130). What the
+/// interrupted epoch wrote is cut back when the run resumes.
+fn interrupt_message(out: &Path) {
+    let out = out.display().to_string();
+    let _ = ctrlc::set_handler(move || {
+        eprintln!(
+            "\ninterrupted: {out} keeps every finished epoch; continue with the same command and --resume"
+        );
+        std::process::exit(130);
+    });
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {
@@ -235,9 +319,9 @@ fn check_out_dir(out: &Path, resume: bool) -> Result<(), CliError> {
         .filter(|name| out.join(name).exists())
         .collect();
     if resume {
-        if !out.join("checkpoint.json").is_file() {
+        if found.is_empty() {
             return Err(CliError::Input(format!(
-                "--resume: {} holds no checkpoint.json to continue from",
+                "--resume: {} holds no run to continue (no manifest.json or checkpoint.json)",
                 out.display()
             )));
         }
@@ -346,6 +430,11 @@ fn summary_json(summary: &ArmSummary, info: &crate::sandbox::ComponentInfo) -> V
     value
 }
 
+/// `1 record`, `2 records`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 fn print_summary(
     args: &RunArgs,
     summary: &ArmSummary,
@@ -355,11 +444,10 @@ fn print_summary(
 ) {
     let metrics = &summary.execution_metrics;
     say(&format!(
-        "sandloop run: {} records in {} epoch(s), stop: {}, {:.2} s",
-        summary.record_count,
-        summary.epoch_count,
+        "sandloop run: {} in {}, stop: {}, {seconds:.2} s",
+        count(summary.record_count, "record", "records"),
+        count(summary.epoch_count as u64, "epoch", "epochs"),
         summary.stop_reason.as_str(),
-        seconds
     ));
     say(&format!(
         "  adapter    {} (sha256 {}…), protocols: {}",
@@ -368,11 +456,15 @@ fn print_summary(
         info.protocols.join(", ")
     ));
     say(&format!(
-        "  value      raw {:.1}, novel {:.1}, {} variant record(s), {} famil(ies)",
+        "  value      raw {:.1}, novel {:.1}, {}, {}",
         summary.raw_value_total,
         summary.novel_value_total,
-        summary.variant_records_total,
-        summary.coverage_count
+        count(
+            summary.variant_records_total,
+            "variant record",
+            "variant records"
+        ),
+        count(summary.coverage_count as u64, "family", "families"),
     ));
     say(&format!(
         "  compute    {:.4} min effective ({:.4} shared prefix, {:.4} suffix, {:.4} standalone)",
@@ -382,23 +474,29 @@ fn print_summary(
         metrics.standalone_compute_minutes
     ));
     say(&format!(
-        "  avoided    {:.4} min of prefix recomputation ({:.4} by successful suffixes) over {} group(s)",
+        "  avoided    {:.4} min of prefix recomputation ({:.4} by successful suffixes) over {}",
         metrics.avoided_recompute_minutes,
         metrics.successful_avoided_recompute_minutes,
-        metrics.episode_group_count
+        count(metrics.episode_group_count as u64, "group", "groups"),
     ));
     let errors: u64 = error_types.values().sum();
+    let scope = if args.resume {
+        " (this invocation)"
+    } else {
+        ""
+    };
     if errors > 0 {
         let by_type: Vec<String> = error_types
             .iter()
             .map(|(kind, n)| format!("{kind} {n}"))
             .collect();
         say(&format!(
-            "  errors     {errors} error record(s): {}",
+            "  errors     {}{scope}: {}",
+            count(errors, "failure", "failures"),
             by_type.join(", ")
         ));
     } else {
-        say("  errors     none");
+        say(&format!("  errors     none{scope}"));
     }
     say(&format!("  output     {}", args.out.display()));
 }
@@ -432,10 +530,16 @@ impl Progress {
         match event {
             ArmEvent::UnitDone { records, .. } => {
                 for record in records.iter() {
-                    if let Some(kind) = record
-                        .get("adapter_error")
-                        .and_then(|error| error.get("type"))
-                        .and_then(Value::as_str)
+                    let failures = [
+                        record.get("adapter_error"),
+                        record
+                            .get("episode_release_error")
+                            .and_then(|release| release.get("adapter_error")),
+                    ];
+                    for kind in failures
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|error| error.get("type").and_then(Value::as_str))
                     {
                         let mut types = self.error_types.lock().unwrap_or_else(|p| p.into_inner());
                         *types.entry(kind.to_string()).or_default() += 1;

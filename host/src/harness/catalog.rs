@@ -8,7 +8,7 @@
 //! taken or no family has pending specs (`max_lanes = 0`: no limit), so a
 //! seed can get several variants in one epoch.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -23,7 +23,8 @@ use crate::episode::records::adapter_error_record;
 use crate::episode::value::{float_or_zero, py_str, round_to, str_or_empty, truthy};
 
 /// `schema_version` of a variant catalog file (reference
-/// `VARIANT_CATALOG_SCHEMA_VERSION`; informative, not enforced).
+/// `VARIANT_CATALOG_SCHEMA_VERSION`). A catalog file may omit it; any other
+/// value is rejected.
 pub const VARIANT_CATALOG_SCHEMA_VERSION: &str = "loopx_explore_variant_catalog_v0";
 
 /// `episode_stage` of the error record of a spec that failed to compile.
@@ -50,11 +51,24 @@ pub enum CatalogError {
         #[source]
         source: serde_json::Error,
     },
-    /// The JSON is not `{"specs": [...]}`.
+    /// The JSON is not `{"specs": [...]}`: not an object, no `specs` key,
+    /// or `specs` not a list.
     #[error("variant catalog {} must be a JSON object with a \"specs\" list", path.display())]
     Shape {
         /// The catalog file.
         path: PathBuf,
+    },
+    /// The file has the right shape but its content breaks the schema: a
+    /// wrong `schema_version`, or specs that are not objects, lack a
+    /// non-empty string `spec_id` or `seed_family`, repeat a `spec_id`, or
+    /// have a non-numeric `priority`.
+    #[error("variant catalog {} is invalid: {message}", path.display())]
+    Invalid {
+        /// The catalog file.
+        path: PathBuf,
+        /// Every problem found, `; `-separated, each naming the spec as
+        /// `specs[i]` (0-based) and the field.
+        message: String,
     },
 }
 
@@ -63,10 +77,18 @@ pub enum CatalogError {
 ///
 /// Catalog file: `{"schema_version": ..., "specs": [{"spec_id",
 /// "seed_family", "intent", "ops": [...], "key_prefix", "seed_item_id"?,
-/// "priority"?}]}`. Specs are opaque to the harness except `spec_id`
-/// (entries without a truthy one are ignored), `seed_family`, `priority`
-/// and `intent`. Each spec is consumed once; the consumed set is persisted
-/// in the arm checkpoint (`catalog_consumed`) and restored on resume.
+/// "priority"?}]}`. Specs are opaque to the harness except `spec_id`,
+/// `seed_family`, `priority` and `intent`. Each spec is consumed once; the
+/// consumed set is persisted in the arm checkpoint (`catalog_consumed`)
+/// and restored on resume.
+///
+/// Unlike the reference, which silently skips what it cannot use, a
+/// catalog *file* is validated strictly ([`CatalogError::Shape`],
+/// [`CatalogError::Invalid`]): `specs` must be a list; `schema_version`,
+/// when present, must be [`VARIANT_CATALOG_SCHEMA_VERSION`]; every spec
+/// must be an object with a non-blank string `spec_id` (unique in the
+/// file) and `seed_family`; `priority`, when present, must be a number or
+/// `null`. In-memory catalogs ([`VariantCatalog::from_specs`]) stay lenient.
 #[derive(Clone, Debug, Default)]
 pub struct VariantCatalog {
     path: Option<PathBuf>,
@@ -80,6 +102,118 @@ fn spec_id_of(spec: &Item) -> String {
         .unwrap_or_default()
 }
 
+/// At most this many problems are spelled out in [`CatalogError::Invalid`].
+const MAX_REPORTED_PROBLEMS: usize = 20;
+
+/// A short description of a JSON value for error messages: its type and,
+/// for scalars, the value (long strings shortened).
+fn describe(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => format!("boolean {b}"),
+        Value::Number(n) => format!("number {n}"),
+        Value::String(s) if s.chars().count() > 40 => {
+            let head: String = s.chars().take(40).collect();
+            format!("string {}...", Value::from(head))
+        }
+        Value::String(_) => format!("string {value}"),
+        Value::Array(_) => "a list".to_owned(),
+        Value::Object(_) => "an object".to_owned(),
+    }
+}
+
+/// Checks that `spec[field]` is a string that is not blank; returns it.
+fn required_string<'a>(
+    spec: &'a serde_json::Map<String, Value>,
+    index: usize,
+    field: &str,
+    problems: &mut Vec<String>,
+) -> Option<&'a str> {
+    match spec.get(field) {
+        None => problems.push(format!("specs[{index}].{field} is missing")),
+        Some(Value::String(s)) if s.trim().is_empty() => {
+            problems.push(format!("specs[{index}].{field} is blank"));
+        }
+        Some(Value::String(s)) => return Some(s),
+        Some(other) => problems.push(format!(
+            "specs[{index}].{field} must be a non-empty string, got {}",
+            describe(other)
+        )),
+    }
+    None
+}
+
+/// Validates a parsed catalog file (see [`VariantCatalog`]) and returns
+/// its specs in file order.
+fn validate_catalog(path: &Path, payload: Value) -> Result<Vec<Item>, CatalogError> {
+    let Value::Object(mut payload) = payload else {
+        return Err(CatalogError::Shape {
+            path: path.to_owned(),
+        });
+    };
+    let Some(Value::Array(specs)) = payload.remove("specs") else {
+        return Err(CatalogError::Shape {
+            path: path.to_owned(),
+        });
+    };
+    let mut problems = Vec::new();
+    match payload.get("schema_version") {
+        None => {}
+        Some(Value::String(v)) if v == VARIANT_CATALOG_SCHEMA_VERSION => {}
+        Some(other) => problems.push(format!(
+            "schema_version must be \"{VARIANT_CATALOG_SCHEMA_VERSION}\", got {}",
+            describe(other)
+        )),
+    }
+    let mut first_index: HashMap<String, usize> = HashMap::new();
+    let mut items = Vec::with_capacity(specs.len());
+    for (index, spec) in specs.into_iter().enumerate() {
+        let Value::Object(spec) = spec else {
+            problems.push(format!(
+                "specs[{index}] must be a JSON object, got {}",
+                describe(&spec)
+            ));
+            continue;
+        };
+        if let Some(spec_id) = required_string(&spec, index, "spec_id", &mut problems) {
+            if let Some(first) = first_index.get(spec_id) {
+                problems.push(format!(
+                    "specs[{index}].spec_id {} duplicates specs[{first}].spec_id",
+                    Value::from(spec_id)
+                ));
+            } else {
+                first_index.insert(spec_id.to_owned(), index);
+            }
+        }
+        required_string(&spec, index, "seed_family", &mut problems);
+        match spec.get("priority") {
+            None | Some(Value::Null | Value::Number(_)) => {}
+            Some(other) => problems.push(format!(
+                "specs[{index}].priority must be a number or null, got {}",
+                describe(other)
+            )),
+        }
+        items.push(spec);
+    }
+    if !problems.is_empty() {
+        let total = problems.len();
+        problems.truncate(MAX_REPORTED_PROBLEMS);
+        let mut message = problems.join("; ");
+        if total > MAX_REPORTED_PROBLEMS {
+            message.push_str(&format!(
+                "; and {} more problem(s)",
+                total - MAX_REPORTED_PROBLEMS
+            ));
+        }
+        return Err(CatalogError::Invalid {
+            path: path.to_owned(),
+            message,
+        });
+    }
+    Ok(items)
+}
+
+/// Reads, parses and validates a catalog file.
 fn parse_specs(path: &Path) -> Result<Vec<Item>, CatalogError> {
     let text = fs::read_to_string(path).map_err(|source| CatalogError::Read {
         path: path.to_owned(),
@@ -90,28 +224,15 @@ fn parse_specs(path: &Path) -> Result<Vec<Item>, CatalogError> {
         path: path.to_owned(),
         source,
     })?;
-    let specs = match payload.get("specs") {
-        Some(Value::Array(specs)) => specs,
-        Some(Value::Null) | None if payload.is_object() => return Ok(Vec::new()),
-        _ => {
-            return Err(CatalogError::Shape {
-                path: path.to_owned(),
-            });
-        }
-    };
-    Ok(specs
-        .iter()
-        .filter_map(|spec| match spec {
-            Value::Object(spec) if truthy(spec.get("spec_id")) => Some(spec.clone()),
-            _ => None,
-        })
-        .collect())
+    validate_catalog(path, payload)
 }
 
 impl VariantCatalog {
     /// A catalog backed by `path`, read now. Unlike the reference (which
-    /// reads a missing file as empty), a file that cannot be read or parsed
-    /// is an error here, so a mistyped path is not silently ignored.
+    /// reads a missing file as empty and skips unusable entries), a file
+    /// that cannot be read, parsed or validated (see [`VariantCatalog`]) is
+    /// an error here, so a mistyped path or a broken spec is not silently
+    /// ignored.
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, CatalogError> {
         let path = path.into();
         let specs = parse_specs(&path)?;
@@ -122,8 +243,8 @@ impl VariantCatalog {
         })
     }
 
-    /// A catalog of in-memory specs (entries without a truthy `spec_id`
-    /// are ignored).
+    /// A catalog of in-memory specs, not validated: entries without a
+    /// truthy `spec_id` are ignored, as in the reference.
     pub fn from_specs(specs: Vec<Item>) -> Self {
         Self {
             path: None,
@@ -137,8 +258,10 @@ impl VariantCatalog {
 
     /// Re-reads the catalog file, so specs the agent appended during the
     /// run are seen (the reference re-reads on every look-up; the arm calls
-    /// this once per epoch). On error the previous specs stay in use and
-    /// the error is returned for the caller to report. No-op without a file.
+    /// this once per epoch). The file is validated as by
+    /// [`VariantCatalog::open`]; on error the previous specs stay in use
+    /// and the error is returned for the caller to report. No-op without a
+    /// file.
     pub fn refresh(&mut self) -> Result<(), CatalogError> {
         if let Some(path) = &self.path {
             self.specs = parse_specs(path)?;
@@ -721,5 +844,207 @@ mod tests {
         assert_eq!(catalog.specs().len(), 2, "the last good specs stay in use");
         std::fs::write(&path, "[1, 2]").unwrap();
         assert!(matches!(catalog.refresh(), Err(CatalogError::Shape { .. })));
+    }
+
+    /// Writes `payload` as the catalog file in a fresh directory and opens
+    /// it; returns the open error, checking that it names the file.
+    fn open_error(payload: Value) -> CatalogError {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("variant_catalog.json");
+        std::fs::write(&path, serde_json::to_string(&payload).unwrap()).unwrap();
+        let error = VariantCatalog::open(&path).unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains(&path.display().to_string()), "{text}");
+        error
+    }
+
+    /// The message of an [`CatalogError::Invalid`] error for `payload`.
+    fn invalid(payload: Value) -> String {
+        match open_error(payload) {
+            CatalogError::Invalid { message, .. } => message,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_catalog_file_without_a_specs_list_is_rejected() {
+        for payload in [
+            json!({}),
+            json!({"schema_version": VARIANT_CATALOG_SCHEMA_VERSION}),
+            json!({"specs": null}),
+            json!({"specs": {"a": spec("a", "fam", 0.0)}}),
+            json!({"specs": "a"}),
+            json!([spec("a", "fam", 0.0)]),
+            json!(null),
+        ] {
+            assert!(
+                matches!(open_error(payload.clone()), CatalogError::Shape { .. }),
+                "{payload}"
+            );
+        }
+        // An empty list is a valid (empty) catalog.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("variant_catalog.json");
+        std::fs::write(&path, r#"{"specs": []}"#).unwrap();
+        assert!(VariantCatalog::open(&path).unwrap().specs().is_empty());
+    }
+
+    #[test]
+    fn a_wrong_schema_version_is_rejected_and_an_absent_one_allowed() {
+        let message = invalid(json!({"schema_version": "loopx_explore_variant_catalog_v1",
+                                     "specs": []}));
+        assert!(message.contains("schema_version"), "{message}");
+        assert!(
+            message.contains("\"loopx_explore_variant_catalog_v1\""),
+            "{message}"
+        );
+        let message = invalid(json!({"schema_version": null, "specs": []}));
+        assert!(message.contains("schema_version"), "{message}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("variant_catalog.json");
+        std::fs::write(
+            &path,
+            serde_json::to_string(&json!({"specs": [spec("a", "fam", 0.0)]})).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(VariantCatalog::open(&path).unwrap().specs().len(), 1);
+    }
+
+    #[test]
+    fn a_spec_that_is_not_an_object_is_rejected() {
+        let message = invalid(json!({"specs": [spec("a", "fam", 0.0), "b", [1]]}));
+        assert!(
+            message.contains("specs[1] must be a JSON object, got string \"b\""),
+            "{message}"
+        );
+        assert!(
+            message.contains("specs[2] must be a JSON object, got a list"),
+            "{message}"
+        );
+        assert!(!message.contains("specs[0]"), "{message}");
+    }
+
+    #[test]
+    fn a_missing_blank_or_non_string_spec_id_is_rejected() {
+        let message = invalid(json!({"specs": [
+            spec("a", "fam", 0.0),
+            {"seed_family": "fam"},
+            {"spec_id": "  ", "seed_family": "fam"},
+            {"spec_id": 7, "seed_family": "fam"},
+            {"spec_id": null, "seed_family": "fam"},
+        ]}));
+        for expected in [
+            "specs[1].spec_id is missing",
+            "specs[2].spec_id is blank",
+            "specs[3].spec_id must be a non-empty string, got number 7",
+            "specs[4].spec_id must be a non-empty string, got null",
+        ] {
+            assert!(message.contains(expected), "{expected:?} not in {message}");
+        }
+        assert!(!message.contains("specs[0]"), "{message}");
+    }
+
+    #[test]
+    fn a_duplicated_spec_id_names_both_indices() {
+        let message = invalid(json!({"specs": [
+            spec("a", "fam", 0.0),
+            spec("b", "fam", 0.0),
+            spec("a", "other", 1.0),
+            spec("a", "fam", 0.0),
+        ]}));
+        assert!(
+            message.contains("specs[2].spec_id \"a\" duplicates specs[0].spec_id"),
+            "{message}"
+        );
+        assert!(
+            message.contains("specs[3].spec_id \"a\" duplicates specs[0].spec_id"),
+            "{message}"
+        );
+        assert!(!message.contains("specs[1]"), "{message}");
+    }
+
+    #[test]
+    fn a_missing_blank_or_non_string_seed_family_is_rejected() {
+        let message = invalid(json!({"specs": [
+            {"spec_id": "a"},
+            {"spec_id": "b", "seed_family": ""},
+            {"spec_id": "c", "seed_family": ["fam"]},
+            spec("d", "fam", 0.0),
+        ]}));
+        for expected in [
+            "specs[0].seed_family is missing",
+            "specs[1].seed_family is blank",
+            "specs[2].seed_family must be a non-empty string, got a list",
+        ] {
+            assert!(message.contains(expected), "{expected:?} not in {message}");
+        }
+        assert!(!message.contains("specs[3]"), "{message}");
+    }
+
+    #[test]
+    fn a_non_numeric_priority_is_rejected_and_null_or_absent_allowed() {
+        let message = invalid(json!({"specs": [
+            {"spec_id": "a", "seed_family": "fam", "priority": "high"},
+            {"spec_id": "b", "seed_family": "fam", "priority": true},
+            {"spec_id": "c", "seed_family": "fam", "priority": null},
+            {"spec_id": "d", "seed_family": "fam"},
+            {"spec_id": "e", "seed_family": "fam", "priority": -2.5},
+        ]}));
+        assert_eq!(
+            message,
+            "specs[0].priority must be a number or null, got string \"high\"; \
+             specs[1].priority must be a number or null, got boolean true"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("variant_catalog.json");
+        std::fs::write(
+            &path,
+            r#"{"specs": [{"spec_id": "c", "seed_family": "fam", "priority": null},
+                          {"spec_id": "d", "seed_family": "fam"},
+                          {"spec_id": "e", "seed_family": "fam", "priority": -2.5}]}"#,
+        )
+        .unwrap();
+        assert_eq!(VariantCatalog::open(&path).unwrap().specs().len(), 3);
+    }
+
+    #[test]
+    fn many_problems_are_capped_and_an_invalid_rewrite_keeps_the_last_good_specs() {
+        let specs: Vec<Value> = (0..25)
+            .map(|i| json!({"spec_id": format!("s{i}")}))
+            .collect();
+        let message = invalid(json!({"specs": specs}));
+        assert!(message.contains("specs[19].seed_family"), "{message}");
+        assert!(!message.contains("specs[20]"), "{message}");
+        assert!(message.ends_with("; and 5 more problem(s)"), "{message}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("variant_catalog.json");
+        std::fs::write(
+            &path,
+            serde_json::to_string(&json!({"specs": [spec("a", "fam", 0.0)]})).unwrap(),
+        )
+        .unwrap();
+        let mut catalog = VariantCatalog::open(&path).unwrap();
+        std::fs::write(
+            &path,
+            serde_json::to_string(&json!({"specs": [spec("a", "fam", 0.0), {"spec_id": "b"}]}))
+                .unwrap(),
+        )
+        .unwrap();
+        let error = catalog.refresh().unwrap_err();
+        assert!(matches!(error, CatalogError::Invalid { .. }), "{error:?}");
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "variant catalog {} is invalid: specs[1].seed_family is missing",
+                path.display()
+            )
+        );
+        assert_eq!(catalog.specs().len(), 1, "the last good specs stay in use");
+        std::fs::write(&path, "{}").unwrap();
+        assert!(matches!(catalog.refresh(), Err(CatalogError::Shape { .. })));
+        assert_eq!(catalog.specs().len(), 1);
     }
 }

@@ -46,6 +46,8 @@ pub fn read_items_file(path: &Path) -> Result<Vec<Item>, ItemsFileError> {
         source,
     })?;
     let mut items = Vec::new();
+    // A UTF-8 byte-order mark some editors write is not part of the data.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     for (index, line) in text.lines().enumerate() {
         let line_no = index + 1;
         let trimmed = line.trim();
@@ -198,6 +200,12 @@ mod tests {
         let f = file("{\"item_id\":\n");
         let message = read_items_file(f.path()).unwrap_err().to_string();
         assert!(message.contains(":1: not valid JSON"), "{message}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_ignored() {
+        let f = file("\u{feff}{\"item_id\":\"a\"}\n");
+        assert_eq!(read_items_file(f.path()).unwrap()[0]["item_id"], "a");
     }
 
     #[test]

@@ -78,6 +78,8 @@ pub struct WasmAdapter {
     group_trace: Option<(String, TraceLog)>,
     /// Epoch of the latest call that named one.
     epoch: u32,
+    /// Arm of the latest `list-seed-items` call (names control traces).
+    arm: String,
 }
 
 impl WasmAdapter {
@@ -99,6 +101,7 @@ impl WasmAdapter {
             observer,
             group_trace: None,
             epoch: 0,
+            arm: String::from("main"),
         }
     }
 
@@ -441,7 +444,9 @@ impl SeedSource for WasmAdapter {
             return Err(Self::missing("seeds.list-seed-items"));
         }
         self.epoch = epoch;
-        let (result, _) = self.call("list-seed-items", None, None, |live| {
+        self.arm = arm.to_string();
+        let trace = TraceLog::new(&format!("{arm}:epoch-{epoch}:seeds"), "main").ok();
+        let (result, _) = self.call("list-seed-items", None, trace, |live| {
             let guest = live.seeds.as_ref().expect("checked above");
             guest.call_list_seed_items(&mut live.store, arm, epoch)
         });
@@ -460,7 +465,13 @@ impl SeedSource for WasmAdapter {
         }
         let spec_json = to_json(spec);
         let seed_json = to_json(seed);
-        let (result, _) = self.call("compile-variant", item_id(seed), None, |live| {
+        let spec_id = spec
+            .get("spec_id")
+            .and_then(|v| v.as_str())
+            .unwrap_or("spec");
+        let trace_id = format!("{}:epoch-{}:variant:{spec_id}", self.arm, self.epoch);
+        let trace = TraceLog::new(&trace_id, "main").ok();
+        let (result, _) = self.call("compile-variant", item_id(seed), trace, |live| {
             let guest = live.variants.as_ref().expect("checked above");
             guest.call_compile_variant(&mut live.store, &spec_json, &seed_json)
         });

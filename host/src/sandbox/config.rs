@@ -21,12 +21,22 @@ impl DirGrant {
             .split_once("::")
             .ok_or_else(|| format!("--dir {spec:?}: expected HOST::GUEST[:ro]"))?;
         let (guest, read_only) = match rest.rsplit_once(':') {
-            Some((guest, "ro")) => (guest, true),
-            Some((guest, "rw")) => (guest, false),
-            _ => (rest, false),
+            Some((guest, mode)) if mode.eq_ignore_ascii_case("ro") => (guest, true),
+            Some((guest, mode)) if mode.eq_ignore_ascii_case("rw") => (guest, false),
+            Some(_) => {
+                return Err(format!(
+                    "--dir {spec:?}: the part after GUEST must be `:ro` or `:rw`"
+                ));
+            }
+            None => (rest, false),
         };
         if host.is_empty() || guest.is_empty() {
             return Err(format!("--dir {spec:?}: HOST and GUEST must be non-empty"));
+        }
+        if !guest.starts_with('/') || guest.contains(':') {
+            return Err(format!(
+                "--dir {spec:?}: GUEST must be an absolute guest path such as /docs, without `:`"
+            ));
         }
         let host = PathBuf::from(host);
         if !host.is_dir() {
@@ -40,6 +50,19 @@ impl DirGrant {
             guest: guest.to_string(),
             read_only,
         })
+    }
+
+    /// Parse every spec and refuse two grants at one guest path.
+    pub fn parse_all(specs: &[String]) -> Result<Vec<Self>, String> {
+        let mut grants: Vec<Self> = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let grant = Self::parse(spec)?;
+            if grants.iter().any(|other| other.guest == grant.guest) {
+                return Err(format!("--dir {spec:?}: {} is granted twice", grant.guest));
+            }
+            grants.push(grant);
+        }
+        Ok(grants)
     }
 }
 
@@ -112,7 +135,21 @@ mod tests {
         assert!(grant.read_only);
         let grant = DirGrant::parse(&format!("{host}::/data")).unwrap();
         assert!(!grant.read_only);
+        assert!(
+            DirGrant::parse(&format!("{host}::/docs:RO"))
+                .unwrap()
+                .read_only
+        );
         assert!(DirGrant::parse("/nonexistent-dir-xyz::/d").is_err());
         assert!(DirGrant::parse(host).is_err());
+        for bad in ["::/docs:ro:ro", "::docs", "::/docs:maybe", "::/a b:x"] {
+            assert!(DirGrant::parse(&format!("{host}{bad}")).is_err(), "{bad}");
+        }
+        let twice = vec![format!("{host}::/d"), format!("{host}::/d:ro")];
+        assert!(
+            DirGrant::parse_all(&twice)
+                .unwrap_err()
+                .contains("granted twice")
+        );
     }
 }

@@ -213,7 +213,7 @@ fn an_output_directory_holding_a_run_is_refused_unless_resuming() {
     ]);
     assert_eq!(code(&resume), 2);
     assert!(
-        stderr(&resume).contains("no checkpoint.json"),
+        stderr(&resume).contains("holds no run to continue"),
         "{}",
         stderr(&resume)
     );

@@ -198,7 +198,7 @@ fn two_processes_never_share_a_run_directory() {
         assert!(
             message.contains("in use by another sandloop run")
                 || message.contains("already holds a run")
-                || message.contains("no checkpoint.json"),
+                || message.contains("holds no run to continue"),
             "{message}"
         );
     }
@@ -207,5 +207,69 @@ fn two_processes_never_share_a_run_directory() {
         records(&out).len(),
         2,
         "the first run's prefix and suffix records, once"
+    );
+}
+
+#[test]
+fn a_run_that_failed_before_its_first_checkpoint_says_why_and_starts_over_on_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "items.jsonl",
+        &[
+            json!({"item_id": "calm-1", "family": "a", "attack": "none"}),
+            json!({"item_id": "boom", "family": "b", "attack": "trap_execute"}),
+            json!({"item_id": "calm-2", "family": "c", "attack": "none"}),
+        ],
+    );
+    let out = dir.path().join("out");
+    let base = [
+        "run",
+        "--adapter",
+        HOSTILE_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+    ];
+    let mut fatal = base.to_vec();
+    fatal.extend(["--failure-policy", "fatal"]);
+    let output = run(&fatal);
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    let failure = json_file(&out.join("failure.json"));
+    assert!(
+        failure["error"].as_str().unwrap().contains("trap"),
+        "{failure}"
+    );
+    assert_eq!(failure["exit_code"], 1);
+    assert!(!out.join("checkpoint.json").exists());
+
+    let again = run(&base);
+    assert_eq!(
+        code(&again),
+        2,
+        "a fresh run is refused: {}",
+        stderr(&again)
+    );
+    assert!(stderr(&again).contains("continue it with --resume"));
+
+    let mut resume = base.to_vec();
+    resume.push("--resume");
+    let output = run(&resume);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(
+        !out.join("failure.json").exists(),
+        "the failure is cleared by a successful resume"
+    );
+    let records = records(&out);
+    let suffixes: Vec<&str> = records
+        .iter()
+        .filter(|r| r["record_kind"] == "episode_suffix")
+        .map(|r| r["item_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(suffixes.len(), 3, "each item exactly once: {suffixes:?}");
+    assert_eq!(
+        find(&records, "boom", "episode_suffix")["adapter_error"]["type"],
+        "trap"
     );
 }

@@ -178,7 +178,8 @@ fn markdown_explorer_shares_each_prefix_across_its_variants() {
             event["trace_id"]
                 .as_str()
                 .unwrap()
-                .starts_with("main:epoch-1:group-")
+                .starts_with("main:epoch-1:"),
+            "{event}"
         );
     }
     // Each trace branch is contiguous from 0 with parents chained.
