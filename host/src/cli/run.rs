@@ -477,7 +477,7 @@ fn print_summary(
         "  avoided    {:.4} min of prefix recomputation ({:.4} by successful suffixes) over {}",
         metrics.avoided_recompute_minutes,
         metrics.successful_avoided_recompute_minutes,
-        count(metrics.episode_group_count as u64, "group", "groups"),
+        count(metrics.episode_group_count, "group", "groups"),
     ));
     let errors: u64 = error_types.values().sum();
     let scope = if args.resume {
