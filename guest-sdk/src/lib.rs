@@ -46,9 +46,14 @@
 //! Build and run it:
 //!
 //! ```text
-//! cargo build --release --target wasm32-wasip2 -p hello-adapter
-//! sandloop run --adapter target/wasm32-wasip2/release/hello_adapter.wasm --out runs/hello ...
+//! rustup target add wasm32-wasip2
+//! cargo build --release --target wasm32-wasip2
+//! sandloop run --adapter target/wasm32-wasip2/release/YOUR_CRATE.wasm \
+//!     --items items.jsonl --out runs/first
 //! ```
+//!
+//! (`YOUR_CRATE` is the crate name with `-` turned into `_`; inside this
+//! workspace, `-p hello-adapter` builds the example.)
 //!
 //! ## Worlds: which interfaces the component exports
 //!

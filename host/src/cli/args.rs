@@ -44,7 +44,9 @@ pub struct SandboxArgs {
     /// Fuel per adapter call (instruction budget); off when not given.
     #[arg(long, value_name = "UNITS")]
     pub fuel: Option<u64>,
-    /// Grant a host directory: HOST::GUEST, read-write, or HOST::GUEST:ro.
+    /// Grant a host directory to the guest (repeatable): HOST::GUEST is
+    /// read-write, HOST::GUEST:ro read-only; GUEST is an absolute guest
+    /// path such as /docs.
     #[arg(long = "dir", value_name = "HOST::GUEST[:ro]")]
     pub dirs: Vec<String>,
     /// Pass a host environment variable through to the guest (repeatable).
@@ -71,8 +73,8 @@ pub struct RunArgs {
     /// Run directory to create (or continue with --resume).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
-    /// Seed (and variant) items, one JSON object per line; without it seeds
-    /// come from the adapter's `seeds` export.
+    /// Seed (and variant) items, one JSON object per line, offered again in
+    /// every epoch; without it seeds come from the adapter's `seeds` export.
     #[arg(long, value_name = "FILE.jsonl")]
     pub items: Option<PathBuf>,
     /// Variant catalog (schema loopx_explore_variant_catalog_v0).
