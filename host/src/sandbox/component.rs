@@ -192,7 +192,7 @@ pub fn load(
         variants: indices.variants.is_some(),
         episode_groups: indices.groups.is_some(),
     };
-    check_dependencies(&shown, &protocols)?;
+    check_dependencies(&shown, &protocols, &exports)?;
     let info = ComponentInfo {
         path: shown,
         sha256,
@@ -245,7 +245,11 @@ fn check_versions(path: &str, exports: &[String]) -> Result<(), LoadError> {
 }
 
 /// The host refuses a component whose exports cannot run anything.
-fn check_dependencies(path: &str, protocols: &Protocols) -> Result<(), LoadError> {
+fn check_dependencies(
+    path: &str,
+    protocols: &Protocols,
+    exports: &[String],
+) -> Result<(), LoadError> {
     if protocols.execute || protocols.episode_groups {
         return Ok(());
     }
@@ -267,9 +271,14 @@ fn check_dependencies(path: &str, protocols: &Protocols) -> Result<(), LoadError
             offered.join("` and `")
         )
     };
+    let exported = if exports.is_empty() {
+        "it exports nothing".to_string()
+    } else {
+        format!("it exports: {}", exports.join(", "))
+    };
     Err(LoadError::Contract {
         path: path.to_string(),
-        message,
+        message: format!("{message} ({exported})"),
     })
 }
 
@@ -288,16 +297,20 @@ mod tests {
 
     #[test]
     fn an_adapter_must_export_something_to_run_items_with() {
-        assert!(check_dependencies("a.wasm", &protocols(true, false, false, false)).is_ok());
-        assert!(check_dependencies("a.wasm", &protocols(false, true, true, true)).is_ok());
-        let none = check_dependencies("a.wasm", &protocols(false, false, false, false))
-            .unwrap_err()
-            .to_string();
+        assert!(check_dependencies("a.wasm", &protocols(true, false, false, false), &[]).is_ok());
+        assert!(check_dependencies("a.wasm", &protocols(false, true, true, true), &[]).is_ok());
+        let none = check_dependencies(
+            "a.wasm",
+            &protocols(false, false, false, false),
+            &["wasi:cli/run@0.2.6".to_string()],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             none.starts_with("a.wasm: exports none of the sandloop episode interfaces"),
             "{none}"
         );
-        let seeds_only = check_dependencies("a.wasm", &protocols(false, true, true, false))
+        let seeds_only = check_dependencies("a.wasm", &protocols(false, true, true, false), &[])
             .unwrap_err()
             .to_string();
         assert!(
