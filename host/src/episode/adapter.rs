@@ -152,7 +152,8 @@ pub enum ErrorType {
     /// after an episode-groups-only adapter's prepare returned none).
     MissingExport,
     /// The episode group lived in an instance that was dropped after an
-    /// earlier failure; its prefix is gone.
+    /// earlier failure, and preparing its prefix again on a fresh instance
+    /// failed too.
     InstanceLost,
     /// A fresh instance could not be created.
     Instantiation,

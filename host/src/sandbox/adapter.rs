@@ -7,6 +7,7 @@
 //! instance. Episode groups prepared in a dropped instance are reported as
 //! `instance_lost` instead of being run on a stranger's state.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use wasmtime::Store;
@@ -53,9 +54,19 @@ pub trait CallObserver: Send + Sync {
 }
 
 /// Handle of an episode group prepared in a [`WasmAdapter`]'s instance.
+///
+/// It keeps the group's prepare arguments: when a sibling's failure drops
+/// the instance, the next sibling prepares the prefix again on the fresh
+/// instance (once per group) instead of losing the rest of the group.
 pub struct GroupHandle {
-    resource: ResourceAny,
-    generation: u64,
+    resource: Cell<ResourceAny>,
+    generation: Cell<u64>,
+    seed_json: String,
+    items_json: Vec<String>,
+    /// Set once the prefix was prepared again; records run on it say so.
+    reprepared: Cell<bool>,
+    /// Set when preparing again failed; the rest of the group is lost.
+    lost: Cell<bool>,
 }
 
 struct Live {
@@ -259,6 +270,53 @@ impl WasmAdapter {
         }
     }
 
+    /// Prepare `handle`'s prefix again on the current (fresh) instance after
+    /// the one it lived in was dropped. Tried once per group; when it fails,
+    /// this and every later sibling get `instance_lost`.
+    fn prepare_again(
+        &mut self,
+        handle: &GroupHandle,
+        ctx: &CallContext,
+    ) -> Result<(), AdapterError> {
+        let lost = |why: String| {
+            AdapterError::new(
+                ErrorType::InstanceLost,
+                format!("the episode group's instance was dropped after an earlier failure; {why}"),
+            )
+        };
+        if handle.lost.get() {
+            return Err(lost("preparing its prefix again already failed".into()));
+        }
+        handle.lost.set(true);
+        let wit_ctx = self.context(ctx);
+        let trace = self.trace_for(ctx, &Item::new());
+        let (result, trace) = self.call("prepare-episode-group", None, trace, |live| {
+            let guest = live.groups.as_ref().expect("a group implies the export");
+            guest.call_prepare_episode_group(
+                &mut live.store,
+                &handle.seed_json,
+                &handle.items_json,
+                &wit_ctx,
+            )
+        });
+        self.keep_group_trace(ctx, trace);
+        match result {
+            Ok(Ok(Some(prepared))) => {
+                handle.resource.set(prepared.group);
+                handle.generation.set(self.generation);
+                handle.reprepared.set(true);
+                handle.lost.set(false);
+                Ok(())
+            }
+            Ok(Ok(None)) => Err(lost("preparing its prefix again returned none".into())),
+            Ok(Err(error)) => Err(lost(format!(
+                "preparing its prefix again failed: {}",
+                declared(error)
+            ))),
+            Err(error) => Err(lost(format!("preparing its prefix again failed: {error}"))),
+        }
+    }
+
     fn max_output(&self) -> usize {
         self.loaded.config.max_output_bytes
     }
@@ -381,8 +439,12 @@ impl EpisodeAdapter for WasmAdapter {
             ),
             checkpoint_ref: prepared.checkpoint_ref,
             handle: GroupHandle {
-                resource: prepared.group,
-                generation: self.generation,
+                resource: Cell::new(prepared.group),
+                generation: Cell::new(self.generation),
+                seed_json,
+                items_json: item_json,
+                reprepared: Cell::new(false),
+                lost: Cell::new(false),
             },
         }))
     }
@@ -393,16 +455,13 @@ impl EpisodeAdapter for WasmAdapter {
         item: &Item,
         ctx: &CallContext,
     ) -> Result<Record, AdapterError> {
-        if handle.generation != self.generation || self.live.is_none() {
-            return Err(AdapterError::new(
-                ErrorType::InstanceLost,
-                "the episode group's instance was dropped after an earlier failure; its prefix is gone",
-            ));
+        if handle.generation.get() != self.generation || self.live.is_none() {
+            self.prepare_again(handle, ctx)?;
         }
         let json = to_json(item);
         let wit_ctx = self.context(ctx);
         let trace = self.trace_for(ctx, item);
-        let resource = handle.resource;
+        let resource = handle.resource.get();
         let (result, trace) = self.call("execute-episode", item_id(item), trace, |live| {
             let guest = live
                 .groups
@@ -412,7 +471,11 @@ impl EpisodeAdapter for WasmAdapter {
         });
         self.keep_group_trace(ctx, trace);
         let text = result?.map_err(declared)?;
-        parse_object(&text, self.max_output(), "the observation record")
+        let mut record = parse_object(&text, self.max_output(), "the observation record")?;
+        if handle.reprepared.get() {
+            record.insert("prefix_reprepared".into(), serde_json::Value::Bool(true));
+        }
+        Ok(record)
     }
 
     fn release_episode_group(
@@ -421,7 +484,7 @@ impl EpisodeAdapter for WasmAdapter {
         ctx: &CallContext,
     ) -> Result<(), AdapterError> {
         let group_trace = self.group_trace.take();
-        if handle.generation != self.generation || self.live.is_none() {
+        if handle.generation.get() != self.generation || self.live.is_none() {
             // The resource died with its store; there is nothing to release.
             return Ok(());
         }
@@ -432,7 +495,7 @@ impl EpisodeAdapter for WasmAdapter {
                 .groups
                 .as_ref()
                 .expect("a live group implies the export");
-            guest.call_release_episode_group(&mut live.store, handle.resource, &wit_ctx)
+            guest.call_release_episode_group(&mut live.store, handle.resource.get(), &wit_ctx)
         });
         result?.map_err(declared)
     }

@@ -162,3 +162,49 @@ fn a_granted_directory_is_readable_and_only_that() {
     let record = find(&records(&out), "peek", "episode_suffix").clone();
     assert_eq!(record["leaked"], false, "{record}");
 }
+
+#[test]
+fn a_trap_in_one_suffix_costs_its_siblings_nothing_but_a_fresh_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let variant = |id: &str, attack: &str| serde_json::json!({"item_id": id, "family": "g", "is_variant": true, "seed_item_id": "grp", "attack": attack});
+    let items = write_items(
+        dir.path(),
+        "group.jsonl",
+        &[
+            serde_json::json!({"item_id": "grp", "family": "g", "attack": "none"}),
+            variant("grp~a", "none"),
+            variant("grp~b", "trap_execute"),
+            variant("grp~c", "none"),
+            variant("grp~d", "none"),
+        ],
+    );
+    let out = dir.path().join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        HOSTILE_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let records = records(&out);
+    let suffix = |id: &str| find(&records, id, "episode_suffix");
+    assert_eq!(error_type(suffix("grp~b")), "trap");
+    for id in ["grp", "grp~a"] {
+        assert_eq!(suffix(id)["accepted"], true);
+        assert!(
+            suffix(id).get("prefix_reprepared").is_none(),
+            "{id} ran on the first prefix"
+        );
+    }
+    for id in ["grp~c", "grp~d"] {
+        assert_eq!(suffix(id)["accepted"], true, "{}", suffix(id));
+        assert_eq!(
+            suffix(id)["prefix_reprepared"],
+            true,
+            "{id} ran on a prefix prepared again"
+        );
+    }
+}
