@@ -8,10 +8,9 @@ use crate::sandbox::{SandboxConfig, load};
 
 /// Print the component's facts; `--json` prints [`crate::sandbox::ComponentInfo`].
 pub fn inspect(args: InspectArgs) -> Result<(), CliError> {
-    let mut config = SandboxConfig {
-        pool_instances: 0,
-        ..SandboxConfig::default()
-    };
+    // The same engine settings as a default `sandloop run`, so both share
+    // one compiled copy in the cache.
+    let mut config = SandboxConfig::default();
     if args.no_cache {
         config.cache_dir = None;
     } else if let Some(dir) = args.cache_dir {
