@@ -513,8 +513,10 @@ impl Progress {
         let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
             let bar = ProgressBar::new_spinner();
             bar.set_style(
-                ProgressStyle::with_template("{spinner} {prefix} {pos} records ({per_sec}) {msg}")
-                    .expect("static template"),
+                ProgressStyle::with_template(
+                    "{spinner} {prefix} · {pos} records · {elapsed} · {msg}",
+                )
+                .expect("static template"),
             );
             bar.enable_steady_tick(std::time::Duration::from_millis(120));
             bar
