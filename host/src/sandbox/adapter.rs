@@ -542,3 +542,56 @@ impl SeedSource for WasmAdapter {
         parse_object(&text, self.max_output(), "the compiled variant item")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::output::Capture;
+
+    #[test]
+    fn returned_text_must_be_one_json_object_within_the_bound() {
+        let ok = parse_object(r#"{"accepted": true}"#, 100, "the record").unwrap();
+        assert_eq!(ok["accepted"], true);
+        let too_large = parse_object(r#"{"a": 1}"#, 4, "the record").unwrap_err();
+        assert_eq!(too_large.error_type, ErrorType::OutputTooLarge);
+        assert!(
+            too_large.message.contains("8 bytes, over the limit of 4"),
+            "{too_large}"
+        );
+        let not_object = parse_object("[1]", 100, "the record").unwrap_err();
+        assert_eq!(not_object.error_type, ErrorType::InvalidOutput);
+        assert!(
+            not_object
+                .message
+                .contains("must be a JSON object, got an array")
+        );
+        let not_json = parse_object("{oops", 100, "the record").unwrap_err();
+        assert_eq!(not_json.error_type, ErrorType::InvalidOutput);
+        assert!(not_json.message.starts_with("the record is not valid JSON"));
+    }
+
+    #[test]
+    fn a_guest_panic_message_rides_along_with_its_trap() {
+        let capture = Capture::new(1024);
+        capture.push("stdout", None, b"ignored\n");
+        capture.push(
+            "stderr",
+            None,
+            b"\nthread '<unnamed>' panicked at src/lib.rs:9:5:\ntrap_execute requested\nnote: run with `RUST_BACKTRACE=1`\n",
+        );
+        let words = last_stderr_words(&capture.take()).unwrap();
+        assert_eq!(
+            words,
+            "thread '<unnamed>' panicked at src/lib.rs:9:5: trap_execute requested"
+        );
+        capture.push("stdout", None, b"only stdout");
+        assert_eq!(last_stderr_words(&capture.take()), None);
+    }
+
+    #[test]
+    fn deadlines_are_whole_epoch_ticks() {
+        assert_eq!(SandboxEngine::deadline_ticks(60.0), 6000);
+        assert_eq!(SandboxEngine::deadline_ticks(0.001), 1, "at least one tick");
+        assert_eq!(SandboxEngine::deadline_ticks(0.015), 2, "rounded up");
+    }
+}
