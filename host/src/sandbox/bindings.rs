@@ -2,7 +2,7 @@
 //!
 //! The host binds every interface separately (`GuestIndices` per export), so a
 //! component that exports only some interfaces still loads; which ones it
-//! exports is decided in [`super::protocols`].
+//! exports is decided in [`super::component::load`].
 
 #![allow(missing_docs)]
 
