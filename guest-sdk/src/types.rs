@@ -531,8 +531,8 @@ mod tests {
         assert!(record.is_accepted());
         assert_eq!(record.weighted_flags().unwrap()["rare"], 2.0);
         assert_eq!(
-            record.to_json(),
-            r#"{"observation_keys":["a","b","c"],"weighted_flags":{"rare":2.0},"accepted":true,"extra":3}"#
+            serde_json::from_str::<serde_json::Value>(&record.to_json()).unwrap(),
+            serde_json::json!({"observation_keys":["a","b","c"],"weighted_flags":{"rare":2.0},"accepted":true,"extra":3})
         );
         record.set_accepted(false);
         assert!(!record.is_accepted());
