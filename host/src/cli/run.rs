@@ -74,7 +74,15 @@ pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxCo
         call_timeout_secs: args.call_timeout,
         fuel: args.fuel,
         dirs,
-        env: args.env.clone(),
+        env: {
+            let mut names: Vec<String> = Vec::new();
+            for name in &args.env {
+                if !names.contains(name) {
+                    names.push(name.clone());
+                }
+            }
+            names
+        },
         max_output_bytes: args.max_output,
         pool_instances: slots,
         ..SandboxConfig::default()
@@ -149,8 +157,23 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     if args.resume && checkpoint.is_file() {
         // Refuse an incompatible resume before anything is written.
         let signature = runtime_signature(&arm, protocols, catalog.is_some());
-        load_arm_checkpoint(&checkpoint, &signature)
+        let state = load_arm_checkpoint(&checkpoint, &signature)
             .map_err(|error| CliError::Input(error.to_string()))?;
+        for (name, covered) in [
+            ("records.jsonl", state.records_jsonl_bytes),
+            ("epochs.jsonl", state.epochs_jsonl_bytes),
+        ] {
+            let length = std::fs::metadata(args.out.join(name))
+                .map(|m| m.len())
+                .unwrap_or(0);
+            if length < covered {
+                return Err(CliError::Input(format!(
+                    "{} is damaged: {name} holds {length} bytes but the checkpoint covers {covered}; \
+                     it is left as it is and the run is not resumed",
+                    args.out.display()
+                )));
+            }
+        }
     }
 
     std::fs::create_dir_all(&args.out).map_err(|error| {
@@ -222,10 +245,13 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         Ok(summary) => summary,
         Err(error) => {
             let error = arm_error(error);
+            if matches!(error, CliError::Input(_)) {
+                return Err(error);
+            }
             let failure = json!({
                 "schema_version": "sandloop_run_failure_v0",
                 "error": error.to_string(),
-                "exit_code": if matches!(error, CliError::Input(_)) { 2 } else { 1 },
+                "exit_code": 1,
                 "resume": "continue with the same command and --resume",
             });
             let _ =
@@ -506,6 +532,7 @@ struct Progress {
     bar: Option<ProgressBar>,
     max_epochs: u32,
     error_types: Mutex<BTreeMap<String, u64>>,
+    warned: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Progress {
@@ -525,6 +552,7 @@ impl Progress {
             bar,
             max_epochs,
             error_types: Mutex::new(BTreeMap::new()),
+            warned: Mutex::new(Default::default()),
         }
     }
 
@@ -559,10 +587,17 @@ impl Progress {
                     bar.set_message(format!("{unit_count} unit(s) queued"));
                 }
             }
-            ArmEvent::Warning { message } => match &self.bar {
-                Some(bar) => bar.println(format!("warning: {message}")),
-                None => eprintln!("warning: {message}"),
-            },
+            ArmEvent::Warning { message } => {
+                // Say each distinct warning once (a broken catalog would
+                // otherwise repeat it every epoch).
+                let mut seen = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+                if seen.insert(message.clone()) {
+                    match &self.bar {
+                        Some(bar) => bar.println(format!("warning: {message}")),
+                        None => eprintln!("warning: {message}"),
+                    }
+                }
+            }
             _ => {}
         }
     }

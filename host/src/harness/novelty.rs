@@ -67,6 +67,7 @@ impl NoveltyLedger {
     }
 
     /// The record's value regardless of novelty (reference `raw_value`):
+    /// (flag weights pass through [`flag_weight`])
     /// number of observation keys times the key weight plus the sum of its
     /// flag weights.
     pub fn raw_value(&self, record: &Record) -> f64 {
@@ -75,7 +76,7 @@ impl NoveltyLedger {
             _ => 0,
         };
         let flags: f64 = match record.get("weighted_flags") {
-            Some(Value::Object(flags)) => flags.values().filter_map(py_float).sum(),
+            Some(Value::Object(flags)) => flags.values().map(flag_weight).sum(),
             _ => 0.0,
         };
         DEFAULT_OBSERVATION_WEIGHT * keys as f64 + flags
@@ -105,7 +106,7 @@ impl NoveltyLedger {
                 family.as_ref()
             };
             for (flag, weight) in flags {
-                let weight = py_float(weight).unwrap_or(0.0);
+                let weight = flag_weight(weight);
                 credit.raw_value += weight;
                 self.scratch.clear();
                 self.scratch.push_str("flag:");
@@ -119,6 +120,21 @@ impl NoveltyLedger {
             }
         }
         credit
+    }
+}
+
+/// Largest flag weight credited, in either direction. Totals must stay
+/// finite: a non-finite total could not be written to the checkpoint, and
+/// the run could never be resumed.
+pub const MAX_FLAG_WEIGHT: f64 = 1e12;
+
+/// A flag weight as credited: numeric (as the reference reads it), 0 when
+/// it is not a finite number, clamped to ±[`MAX_FLAG_WEIGHT`]. A deviation
+/// from the reference, which would carry `inf`/`nan` into every total.
+pub fn flag_weight(value: &Value) -> f64 {
+    match py_float(value) {
+        Some(weight) if weight.is_finite() => weight.clamp(-MAX_FLAG_WEIGHT, MAX_FLAG_WEIGHT),
+        _ => 0.0,
     }
 }
 
@@ -199,5 +215,16 @@ mod tests {
                 raw_value: 3.0,
             }
         );
+    }
+
+    #[test]
+    fn huge_and_non_finite_weights_keep_totals_finite() {
+        let mut ledger = NoveltyLedger::new();
+        let record = obj(json!({"family": "f", "observation_keys": [],
+                                 "weighted_flags": {"a": 1e308, "b": 1e308, "c": "NaN", "d": "inf"}}));
+        let credit = ledger.credit(&record);
+        assert!(credit.raw_value.is_finite() && credit.novel_value.is_finite());
+        assert_eq!(credit.raw_value, 2.0 * MAX_FLAG_WEIGHT);
+        assert_eq!(ledger.raw_value(&record), 2.0 * MAX_FLAG_WEIGHT);
     }
 }

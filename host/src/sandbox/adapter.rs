@@ -201,6 +201,7 @@ impl WasmAdapter {
         }
         live.store.data_mut().trace = trace;
         live.store.data_mut().trace_refusals = 0;
+        live.store.data_mut().trace_emitted = 0;
         let result = body(live);
         let state = live.store.data_mut();
         let trace = state.trace.take();

@@ -36,8 +36,9 @@ pub enum CacheOutcome {
 }
 
 /// Load the compiled component for `bytes` from `cache_dir`, or compile it
-/// and store the result atomically. A corrupt or stale cache file is
-/// recompiled and replaced; cache write failures never fail the load.
+/// and store the result atomically with its sha256 beside it. A cache file
+/// that does not match its digest, or that wasmtime refuses, is recompiled
+/// and replaced; cache write failures never fail the load.
 pub fn load_or_compile(
     engine: &Engine,
     bytes: &[u8],
@@ -48,11 +49,13 @@ pub fn load_or_compile(
         return Ok((Component::new(engine, bytes)?, CacheOutcome::Uncached));
     };
     let path = cache_path(dir, sha256, engine);
-    if path.is_file() {
-        // SAFETY: the file was written by `Component::serialize` for an
-        // engine with the same compatibility hash, into a cache directory
-        // the operator owns; wasmtime still validates its header.
-        if let Ok(component) = unsafe { Component::deserialize_file(engine, &path) } {
+    if let Some(compiled) = read_verified(&path) {
+        // SAFETY: the bytes were written by `Component::serialize` for an
+        // engine with the same compatibility hash, and match the digest
+        // written beside them, so they are what this host compiled (the
+        // cache directory is trusted like the binary itself); wasmtime
+        // still checks their header.
+        if let Ok(component) = unsafe { Component::deserialize(engine, &compiled) } {
             return Ok((component, CacheOutcome::Hit));
         }
     }
@@ -67,10 +70,52 @@ pub fn load_or_compile(
     Ok((component, outcome))
 }
 
+/// The digest file written beside a compiled component.
+fn digest_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".sha256");
+    PathBuf::from(name)
+}
+
+/// The cached bytes at `path`, only when they match their digest file: a
+/// truncated or corrupted file is recompiled instead of being run.
+fn read_verified(path: &Path) -> Option<Vec<u8>> {
+    let compiled = std::fs::read(path).ok()?;
+    let expected = std::fs::read_to_string(digest_path(path)).ok()?;
+    (sha256_hex(&compiled) == expected.trim()).then_some(compiled)
+}
+
 fn store(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let mut file = tempfile::NamedTempFile::new_in(dir)?;
-    file.write_all(compiled)?;
-    file.persist(path).map_err(|error| error.error)?;
+    for (target, bytes) in [
+        (path.to_path_buf(), compiled.to_vec()),
+        (digest_path(path), sha256_hex(compiled).into_bytes()),
+    ] {
+        let mut file = tempfile::NamedTempFile::new_in(dir)?;
+        file.write_all(&bytes)?;
+        file.persist(&target).map_err(|error| error.error)?;
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_corrupted_cache_file_is_recompiled_not_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.cwasm");
+        store(dir.path(), &path, b"compiled bytes").unwrap();
+        assert_eq!(
+            read_verified(&path).as_deref(),
+            Some(&b"compiled bytes"[..])
+        );
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[3] ^= 0xff;
+        std::fs::write(&path, bytes).unwrap();
+        assert_eq!(read_verified(&path), None);
+        std::fs::remove_file(digest_path(&path)).unwrap();
+        assert_eq!(read_verified(&path), None, "no digest, no trust");
+    }
 }

@@ -38,6 +38,19 @@ impl DirGrant {
                 "--dir {spec:?}: GUEST must be an absolute guest path such as /docs, without `:`"
             ));
         }
+        // One spelling per directory, so a second grant cannot hide behind
+        // `/docs/` or `/docs/.`.
+        let trimmed = guest.trim_end_matches('/');
+        if trimmed
+            .split('/')
+            .skip(1)
+            .any(|part| part.is_empty() || part == "." || part == "..")
+        {
+            return Err(format!(
+                "--dir {spec:?}: GUEST must be a plain absolute path (no `//`, `.` or `..`)"
+            ));
+        }
+        let guest = if trimmed.is_empty() { "/" } else { trimmed };
         let host = PathBuf::from(host);
         if !host.is_dir() {
             return Err(format!(
@@ -145,6 +158,21 @@ mod tests {
         for bad in ["::/docs:ro:ro", "::docs", "::/docs:maybe", "::/a b:x"] {
             assert!(DirGrant::parse(&format!("{host}{bad}")).is_err(), "{bad}");
         }
+        for bad in ["::/docs/../etc", "::/docs/.", "::/a//b"] {
+            assert!(DirGrant::parse(&format!("{host}{bad}")).is_err(), "{bad}");
+        }
+        assert_eq!(
+            DirGrant::parse(&format!("{host}::/docs/:ro"))
+                .unwrap()
+                .guest,
+            "/docs"
+        );
+        let twice = vec![format!("{host}::/d:ro"), format!("{host}::/d/")];
+        assert!(
+            DirGrant::parse_all(&twice)
+                .unwrap_err()
+                .contains("granted twice")
+        );
         let twice = vec![format!("{host}::/d"), format!("{host}::/d:ro")];
         assert!(
             DirGrant::parse_all(&twice)

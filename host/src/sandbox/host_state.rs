@@ -66,7 +66,14 @@ pub struct HostState {
     pub trace: Option<TraceLog>,
     /// Trace events refused during the current call.
     pub trace_refusals: u32,
+    /// Trace events accepted during the current call.
+    pub trace_emitted: u32,
 }
+
+/// Most trace events one call may emit; later ones are refused.
+pub const MAX_TRACE_EVENTS_PER_CALL: u32 = 1024;
+/// Largest public payload of one trace event, bytes of JSON text.
+pub const MAX_TRACE_PAYLOAD_BYTES: usize = 64 << 10;
 
 impl HostState {
     /// A fresh state for one instance under `config`. Errors when a granted
@@ -101,6 +108,7 @@ impl HostState {
             capture,
             trace: None,
             trace_refusals: 0,
+            trace_emitted: 0,
         })
     }
 }
@@ -132,8 +140,9 @@ impl log::Host for HostState {
 impl trace_wit::Host for HostState {
     fn emit(&mut self, event: trace_wit::Event) -> Result<String, String> {
         let result = self.append_trace(event);
-        if result.is_err() {
-            self.trace_refusals += 1;
+        match result {
+            Ok(_) => self.trace_emitted += 1,
+            Err(_) => self.trace_refusals += 1,
         }
         result
     }
@@ -141,6 +150,17 @@ impl trace_wit::Host for HostState {
 
 impl HostState {
     fn append_trace(&mut self, event: trace_wit::Event) -> Result<String, String> {
+        if self.trace_emitted >= MAX_TRACE_EVENTS_PER_CALL {
+            return Err(format!(
+                "a call may emit at most {MAX_TRACE_EVENTS_PER_CALL} trace events"
+            ));
+        }
+        if event.public_payload.len() > MAX_TRACE_PAYLOAD_BYTES {
+            return Err(format!(
+                "public_payload is {} bytes, over the limit of {MAX_TRACE_PAYLOAD_BYTES}",
+                event.public_payload.len()
+            ));
+        }
         let Some(log) = self.trace.as_mut() else {
             return Err("no trace is open for this call".to_string());
         };

@@ -273,3 +273,54 @@ fn a_run_that_failed_before_its_first_checkpoint_says_why_and_starts_over_on_res
         "trap"
     );
 }
+
+#[test]
+fn a_damaged_run_directory_is_refused_and_left_exactly_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "items.jsonl",
+        &[
+            json!({"item_id": "a", "text": "one two three"}),
+            json!({"item_id": "b", "text": "four"}),
+        ],
+    );
+    let out = dir.path().join("out");
+    let base = [
+        "run",
+        "--adapter",
+        sandloop_tests::HELLO_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+    ];
+    assert_eq!(code(&run(&base)), 0);
+    let records_path = out.join("records.jsonl");
+    let text = std::fs::read_to_string(&records_path).unwrap();
+    std::fs::write(&records_path, &text[..text.len() / 2]).unwrap();
+    let snapshot = |dir: &std::path::Path| -> BTreeMap<String, Vec<u8>> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.is_file())
+            .map(|path| {
+                (
+                    path.file_name().unwrap().to_string_lossy().into_owned(),
+                    std::fs::read(&path).unwrap(),
+                )
+            })
+            .collect()
+    };
+    let before = snapshot(&out);
+    let mut resume = base.to_vec();
+    resume.extend(["--resume", "--epochs", "2"]);
+    let output = run(&resume);
+    assert_eq!(code(&output), 2, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("is damaged: records.jsonl holds"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(snapshot(&out), before, "nothing written");
+}
