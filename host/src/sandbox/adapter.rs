@@ -374,6 +374,29 @@ pub fn parse_object(text: &str, max_bytes: usize, what: &str) -> Result<Record, 
     }
 }
 
+/// Fields only the host may set on a record: an adapter that returns them
+/// on a successful record would forge an error (or hide one). They are
+/// moved under `adapter_claimed`, where they are visible but carry no
+/// weight.
+pub const HOST_OWNED_FIELDS: &[&str] =
+    &["adapter_error", "execution_status", "episode_release_error"];
+
+/// Parse a record the adapter returned and move any [`HOST_OWNED_FIELDS`]
+/// under `adapter_claimed`.
+pub fn parse_record(text: &str, max_bytes: usize, what: &str) -> Result<Record, AdapterError> {
+    let mut record = parse_object(text, max_bytes, what)?;
+    let mut claimed = Record::new();
+    for field in HOST_OWNED_FIELDS {
+        if let Some(value) = record.remove(*field) {
+            claimed.insert((*field).to_string(), value);
+        }
+    }
+    if !claimed.is_empty() {
+        record.insert("adapter_claimed".into(), serde_json::Value::Object(claimed));
+    }
+    Ok(record)
+}
+
 fn json_kind(value: &serde_json::Value) -> &'static str {
     match value {
         serde_json::Value::Null => "null",
@@ -408,7 +431,7 @@ impl EpisodeAdapter for WasmAdapter {
             guest.call_execute(&mut live.store, &json, &wit_ctx)
         });
         let text = result?.map_err(declared)?;
-        parse_object(&text, self.max_output(), "the observation record")
+        parse_record(&text, self.max_output(), "the observation record")
     }
 
     fn prepare_episode_group(
@@ -433,7 +456,7 @@ impl EpisodeAdapter for WasmAdapter {
             return Ok(None);
         };
         Ok(Some(Prepared {
-            prefix_record: parse_object(
+            prefix_record: parse_record(
                 &prepared.prefix_record,
                 self.max_output(),
                 "the prefix record",
@@ -472,7 +495,7 @@ impl EpisodeAdapter for WasmAdapter {
         });
         self.keep_group_trace(ctx, trace);
         let text = result?.map_err(declared)?;
-        let mut record = parse_object(&text, self.max_output(), "the observation record")?;
+        let mut record = parse_record(&text, self.max_output(), "the observation record")?;
         if handle.reprepared.get() {
             record.insert("prefix_reprepared".into(), serde_json::Value::Bool(true));
         }
@@ -587,6 +610,21 @@ mod tests {
         );
         capture.push("stdout", None, b"only stdout");
         assert_eq!(last_stderr_words(&capture.take()), None);
+    }
+
+    #[test]
+    fn an_adapter_cannot_forge_host_owned_fields() {
+        let record = parse_record(
+            r#"{"accepted": true, "adapter_error": {"type": "trap"}, "execution_status": "adapter_error"}"#,
+            1000,
+            "the record",
+        )
+        .unwrap();
+        assert!(record.get("adapter_error").is_none());
+        assert!(record.get("execution_status").is_none());
+        assert_eq!(record["adapter_claimed"]["adapter_error"]["type"], "trap");
+        let plain = parse_record(r#"{"accepted": true}"#, 1000, "the record").unwrap();
+        assert!(plain.get("adapter_claimed").is_none());
     }
 
     #[test]
