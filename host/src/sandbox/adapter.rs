@@ -13,6 +13,7 @@ use std::sync::Arc;
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
+use super::bindings::exports::sandloop::adapter::episode_groups::Prepared as PreparedGroup;
 use super::bindings::exports::sandloop::adapter::{episode, episode_groups, seeds, variants};
 use super::bindings::sandloop::adapter::types as wit;
 use super::classify::classify;
@@ -271,6 +272,25 @@ impl WasmAdapter {
         }
     }
 
+    /// Call `prepare-episode-group` on the live instance, inside the group's
+    /// trace (used for the first prepare and for preparing again).
+    fn call_prepare(
+        &mut self,
+        seed_json: &String,
+        items_json: &[String],
+        item_id: Option<&str>,
+        ctx: &CallContext,
+    ) -> Result<Result<Option<PreparedGroup>, wit::AdapterError>, AdapterError> {
+        let wit_ctx = self.context(ctx);
+        let trace = self.trace_for(ctx, &Item::new());
+        let (result, trace) = self.call("prepare-episode-group", item_id, trace, |live| {
+            let guest = live.groups.as_ref().expect("callers check the export");
+            guest.call_prepare_episode_group(&mut live.store, seed_json, items_json, &wit_ctx)
+        });
+        self.keep_group_trace(ctx, trace);
+        result
+    }
+
     /// Prepare `handle`'s prefix again on the current (fresh) instance after
     /// the one it lived in was dropped. Tried once per group; when it fails,
     /// this and every later sibling get `instance_lost`.
@@ -289,19 +309,7 @@ impl WasmAdapter {
             return Err(lost("preparing its prefix again already failed".into()));
         }
         handle.lost.set(true);
-        let wit_ctx = self.context(ctx);
-        let trace = self.trace_for(ctx, &Item::new());
-        let (result, trace) = self.call("prepare-episode-group", None, trace, |live| {
-            let guest = live.groups.as_ref().expect("a group implies the export");
-            guest.call_prepare_episode_group(
-                &mut live.store,
-                &handle.seed_json,
-                &handle.items_json,
-                &wit_ctx,
-            )
-        });
-        self.keep_group_trace(ctx, trace);
-        match result {
+        match self.call_prepare(&handle.seed_json, &handle.items_json, None, ctx) {
             Ok(Ok(Some(prepared))) => {
                 handle.resource.set(prepared.group);
                 handle.generation.set(self.generation);
@@ -445,13 +453,7 @@ impl EpisodeAdapter for WasmAdapter {
         }
         let seed_json = to_json(seed);
         let item_json: Vec<String> = items.iter().map(to_json).collect();
-        let wit_ctx = self.context(ctx);
-        let trace = self.trace_for(ctx, seed);
-        let (result, trace) = self.call("prepare-episode-group", item_id(seed), trace, |live| {
-            let guest = live.groups.as_ref().expect("checked above");
-            guest.call_prepare_episode_group(&mut live.store, &seed_json, &item_json, &wit_ctx)
-        });
-        self.keep_group_trace(ctx, trace);
+        let result = self.call_prepare(&seed_json, &item_json, item_id(seed), ctx);
         let Some(prepared) = result?.map_err(declared)? else {
             return Ok(None);
         };
