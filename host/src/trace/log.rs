@@ -82,6 +82,10 @@ pub struct TraceLog {
     branch_id: String,
     events: Vec<TraceEvent>,
     ids: HashSet<String>,
+    /// Sequence of the first event (0, or where a forked branch starts).
+    base_sequence: u64,
+    /// Parent of the first event (`None`, or the event a fork starts after).
+    base_parent: Option<String>,
 }
 
 impl TraceLog {
@@ -100,7 +104,31 @@ impl TraceLog {
             branch_id: branch_id.to_string(),
             events: Vec::new(),
             ids: HashSet::new(),
+            base_sequence: 0,
+            base_parent: None,
         })
+    }
+
+    /// A branch forked from another branch of the same trace: its first
+    /// event gets sequence `next_sequence` and names `after_event_id` as its
+    /// parent, so the fork continues the history it was forked from (used
+    /// for a suffix replayed from a replay point). Errors when an id is
+    /// blank.
+    pub fn fork(
+        trace_id: &str,
+        branch_id: &str,
+        after_event_id: Option<&str>,
+        next_sequence: u64,
+    ) -> Result<Self, AppendError> {
+        let mut log = Self::new(trace_id, branch_id)?;
+        log.base_sequence = next_sequence;
+        log.base_parent = after_event_id.map(str::to_string);
+        Ok(log)
+    }
+
+    /// Sequence the next event will get.
+    pub fn next_sequence(&self) -> u64 {
+        self.base_sequence + self.events.len() as u64
     }
 
     /// The branch's events, oldest first.
@@ -120,7 +148,10 @@ impl TraceLog {
 
     /// The id of the branch head, if any.
     pub fn head(&self) -> Option<&str> {
-        self.events.last().map(|event| event.event_id.as_str())
+        match self.events.last() {
+            Some(event) => Some(event.event_id.as_str()),
+            None => self.base_parent.as_deref(),
+        }
     }
 
     /// Append `event` after checking every rule of the reference's
@@ -135,7 +166,7 @@ impl TraceLog {
         if self.ids.contains(&event.event_id) {
             return Err(AppendError::DuplicateId(event.event_id));
         }
-        let expected = self.events.len() as u64;
+        let expected = self.next_sequence();
         if event.sequence != expected {
             return Err(AppendError::Sequence {
                 expected,
@@ -164,7 +195,7 @@ impl TraceLog {
         action_id: Option<String>,
         causation_id: Option<String>,
     ) -> Result<String, AppendError> {
-        let sequence = self.events.len() as u64;
+        let sequence = self.next_sequence();
         let event_id = format!("{}/{}/{}", self.trace_id, self.branch_id, sequence);
         self.append(TraceEvent {
             event_id: event_id.clone(),
@@ -257,6 +288,28 @@ mod tests {
         assert!(matches!(log.append(secret), Err(AppendError::Payload(_))));
         assert_eq!(log.events().len(), 1, "refused events leave nothing behind");
         log.append(event(&log, "e1", 1, Some("e0"))).unwrap();
+    }
+
+    #[test]
+    fn a_fork_continues_the_history_it_was_forked_from() {
+        let mut fork = TraceLog::fork("t", "replay-1", Some("t/main/4"), 5).unwrap();
+        assert_eq!(fork.head(), Some("t/main/4"));
+        let id = fork
+            .emit(TraceEventKind::ActionIntent, json!({}), None, None)
+            .unwrap();
+        assert_eq!(id, "t/replay-1/5");
+        assert_eq!(
+            fork.events()[0].parent_event_id.as_deref(),
+            Some("t/main/4")
+        );
+        assert_eq!(fork.next_sequence(), 6);
+        assert!(matches!(
+            fork.append(event(&fork, "x", 5, Some(&id))),
+            Err(AppendError::Sequence {
+                expected: 6,
+                got: 5
+            })
+        ));
     }
 
     #[test]

@@ -1,0 +1,416 @@
+//! Durable replay points in a run directory: `replay-points.jsonl` (one
+//! public record per point, written when its group finished) and
+//! `replay-points/<id>.bin` (the adapter's exported state) with
+//! `<id>.items.json` (the group's items, so a suffix can run again in
+//! another process).
+//!
+//! Point ids are deterministic per arm, epoch and group, so a resumed run
+//! that runs a group again writes the same files; readers keep the last
+//! line of each id.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::point::ReplayPoint;
+use crate::episode::adapter::Item;
+
+/// `replay-points.jsonl`.
+pub const POINTS_FILE: &str = "replay-points.jsonl";
+/// `replay-points/`, the folder of durable states.
+pub const STATES_DIR: &str = "replay-points";
+
+/// Where a point's exported state is, and how to check it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DurableState {
+    /// Path relative to the run directory, `replay-points/<id>.bin`.
+    pub file: String,
+    /// sha256 of the file, lowercase hex.
+    pub sha256: String,
+    /// Size of the file, bytes.
+    pub size_bytes: u64,
+    /// The group's items, relative path `replay-points/<id>.items.json`.
+    pub items_file: String,
+}
+
+/// One line of `replay-points.jsonl`: the point's public record
+/// ([`ReplayPoint::to_record`]) plus where and when it was captured. Never
+/// holds a binding or a state key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PointLine {
+    /// The point (its final lifecycle when written).
+    pub point: ReplayPoint,
+    /// The run's arm.
+    pub arm: String,
+    /// The epoch its group ran in.
+    pub epoch: u32,
+    /// The episode group whose prefix it captured.
+    pub execution_group_id: String,
+    /// The group's seed item.
+    pub seed_item_id: String,
+    /// Wall-clock minutes the capture took (host-measured).
+    pub capture_minutes: f64,
+    /// The exported state, when the adapter exported one.
+    pub durable_state: Option<DurableState>,
+    /// Why the state could not be exported or written, if it could not.
+    pub durable_error: Option<String>,
+    /// Whether the point was quarantined during the run (a failed
+    /// finalisation or release): its state is not trusted for replay even
+    /// if it was released afterwards.
+    pub quarantined: bool,
+}
+
+impl PointLine {
+    /// The JSON object written to `replay-points.jsonl`.
+    pub fn to_record(&self) -> Map<String, Value> {
+        let mut record = self.point.to_record();
+        record.insert("arm".into(), Value::from(self.arm.clone()));
+        record.insert("epoch".into(), Value::from(self.epoch));
+        record.insert(
+            "execution_group_id".into(),
+            Value::from(self.execution_group_id.clone()),
+        );
+        record.insert(
+            "seed_item_id".into(),
+            Value::from(self.seed_item_id.clone()),
+        );
+        record.insert("capture_minutes".into(), Value::from(self.capture_minutes));
+        record.insert(
+            "durable_state".into(),
+            serde_json::to_value(&self.durable_state).unwrap_or(Value::Null),
+        );
+        record.insert(
+            "durable_error".into(),
+            self.durable_error.clone().map_or(Value::Null, Value::from),
+        );
+        record.insert("quarantined".into(), Value::from(self.quarantined));
+        record
+    }
+
+    /// Parse a line written by [`PointLine::to_record`]. Errors name the
+    /// field.
+    pub fn from_record(record: &Map<String, Value>) -> Result<Self, String> {
+        #[derive(Deserialize)]
+        struct Extra {
+            arm: String,
+            epoch: u32,
+            execution_group_id: String,
+            seed_item_id: String,
+            capture_minutes: f64,
+            durable_state: Option<DurableState>,
+            durable_error: Option<String>,
+            #[serde(default)]
+            quarantined: bool,
+        }
+        let point = ReplayPoint::from_record(record)?;
+        let extra: Extra = serde_json::from_value(Value::Object(record.clone()))
+            .map_err(|error| error.to_string())?;
+        Ok(Self {
+            point,
+            arm: extra.arm,
+            epoch: extra.epoch,
+            execution_group_id: extra.execution_group_id,
+            seed_item_id: extra.seed_item_id,
+            capture_minutes: extra.capture_minutes,
+            durable_state: extra.durable_state,
+            durable_error: extra.durable_error,
+            quarantined: extra.quarantined,
+        })
+    }
+}
+
+/// Writes a run's replay points; shared by every lane (thread-safe).
+pub struct ReplayStore {
+    root: PathBuf,
+    points: Mutex<Option<File>>,
+    errors: Mutex<Vec<String>>,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, bytes)?;
+    std::fs::rename(&partial, path)
+}
+
+impl ReplayStore {
+    /// A store writing under the run directory `root` (files are created on
+    /// first use).
+    pub fn new(root: &Path) -> Self {
+        Self {
+            root: root.to_path_buf(),
+            points: Mutex::new(None),
+            errors: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Write `state` and the group's `items` for point `id`, each atomically
+    /// (a temporary file renamed into place).
+    pub fn write_state(&self, id: &str, state: &[u8], items: &[Item]) -> io::Result<DurableState> {
+        let dir = self.root.join(STATES_DIR);
+        std::fs::create_dir_all(&dir)?;
+        let file = format!("{STATES_DIR}/{id}.bin");
+        let items_file = format!("{STATES_DIR}/{id}.items.json");
+        write_file(&self.root.join(&file), state)?;
+        let items_json = serde_json::to_vec(items).map_err(io::Error::other)?;
+        write_file(&self.root.join(&items_file), &items_json)?;
+        Ok(DurableState {
+            file,
+            sha256: sha256_hex(state),
+            size_bytes: state.len() as u64,
+            items_file,
+        })
+    }
+
+    /// Append `line` to `replay-points.jsonl`. A write error is kept for
+    /// [`ReplayStore::errors`] (the run goes on; the point is just not
+    /// durable).
+    pub fn append_point(&self, line: &PointLine) {
+        let mut text = serde_json::to_vec(&line.to_record()).unwrap_or_default();
+        text.push(b'\n');
+        let mut file = self.points.lock().unwrap_or_else(|p| p.into_inner());
+        let result = (|| {
+            if file.is_none() {
+                *file = Some(
+                    OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(self.root.join(POINTS_FILE))?,
+                );
+            }
+            file.as_mut().expect("opened above").write_all(&text)
+        })();
+        if let Err(error) = result {
+            self.errors
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("{POINTS_FILE}: {error}"));
+        }
+    }
+
+    /// Write errors so far.
+    pub fn errors(&self) -> Vec<String> {
+        self.errors.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+}
+
+/// Why a run directory's replay points cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DurableError {
+    /// The run has no `replay-points.jsonl`.
+    #[error(
+        "{0} has no {POINTS_FILE}: the run captured no replay points (does the adapter export `replay`?)"
+    )]
+    NoPoints(String),
+    /// A file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// A line is not a point record.
+    #[error("{path}:{line}: {message}")]
+    Malformed {
+        /// The file.
+        path: String,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong, naming the field.
+        message: String,
+    },
+    /// A state file does not match its record.
+    #[error("{path} was changed after the run wrote it ({what}); refusing to restore from it")]
+    Tampered {
+        /// The state file.
+        path: String,
+        /// What differs.
+        what: String,
+    },
+}
+
+/// Every point of the run at `root`, the last line of each id winning, in
+/// first-seen order.
+pub fn load_points(root: &Path) -> Result<Vec<PointLine>, DurableError> {
+    let path = root.join(POINTS_FILE);
+    let shown = path.display().to_string();
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            return Err(DurableError::NoPoints(root.display().to_string()));
+        }
+        Err(source) => {
+            return Err(DurableError::Read {
+                path: shown,
+                source,
+            });
+        }
+    };
+    let mut order: Vec<String> = Vec::new();
+    let mut latest: BTreeMap<String, PointLine> = BTreeMap::new();
+    for (index, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|source| DurableError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let malformed = |message: String| DurableError::Malformed {
+            path: shown.clone(),
+            line: index + 1,
+            message,
+        };
+        let record: Map<String, Value> =
+            serde_json::from_str(&line).map_err(|error| malformed(error.to_string()))?;
+        let point = PointLine::from_record(&record).map_err(malformed)?;
+        let id = point.point.replay_point_id.clone();
+        if !latest.contains_key(&id) {
+            order.push(id.clone());
+        }
+        latest.insert(id, point);
+    }
+    Ok(order
+        .into_iter()
+        .filter_map(|id| latest.remove(&id))
+        .collect())
+}
+
+/// Read a durable state and the group's items, checking the state's size
+/// and sha256 against the record.
+pub fn read_durable_state(
+    root: &Path,
+    durable: &DurableState,
+) -> Result<(Vec<u8>, Vec<Item>), DurableError> {
+    let path = root.join(&durable.file);
+    let shown = path.display().to_string();
+    let bytes = std::fs::read(&path).map_err(|source| DurableError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    if bytes.len() as u64 != durable.size_bytes {
+        return Err(DurableError::Tampered {
+            path: shown,
+            what: format!("{} bytes, recorded {}", bytes.len(), durable.size_bytes),
+        });
+    }
+    let digest = sha256_hex(&bytes);
+    if digest != durable.sha256 {
+        return Err(DurableError::Tampered {
+            path: shown,
+            what: format!("sha256 {digest}, recorded {}", durable.sha256),
+        });
+    }
+    let items_path = root.join(&durable.items_file);
+    let items_shown = items_path.display().to_string();
+    let text = std::fs::read_to_string(&items_path).map_err(|source| DurableError::Read {
+        path: items_shown.clone(),
+        source,
+    })?;
+    let items: Vec<Item> =
+        serde_json::from_str(&text).map_err(|error| DurableError::Malformed {
+            path: items_shown,
+            line: error.line(),
+            message: error.to_string(),
+        })?;
+    Ok((bytes, items))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::Fidelity;
+    use crate::replay::point::{AgentCursor, Lifecycle, TraceCursor};
+
+    fn line(id: &str, lifecycle: Lifecycle) -> PointLine {
+        PointLine {
+            point: ReplayPoint {
+                replay_point_id: id.into(),
+                cursor: TraceCursor {
+                    trace_id: "g".into(),
+                    branch_id: "main".into(),
+                    after_event_id: None,
+                    next_sequence: 0,
+                    agent_cursor: AgentCursor {
+                        history_index: 0,
+                        history_digest: "h".into(),
+                        context_digest: "c".into(),
+                    },
+                },
+                fidelity: Fidelity::Exact,
+                captured_projection_digest: Some("d".into()),
+                lifecycle,
+                created_event_id: "g/main/0".into(),
+                replaces_replay_point_id: None,
+            },
+            arm: "main".into(),
+            epoch: 1,
+            execution_group_id: "g".into(),
+            seed_item_id: "s".into(),
+            capture_minutes: 0.001,
+            durable_state: None,
+            durable_error: None,
+            quarantined: false,
+        }
+    }
+
+    #[test]
+    fn the_last_line_of_each_point_wins_and_states_are_verified() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ReplayStore::new(dir.path());
+        let item: Item = serde_json::from_str(r#"{"item_id":"s"}"#).unwrap();
+        let durable = store.write_state("rp-1", b"state", &[item]).unwrap();
+        assert_eq!(durable.size_bytes, 5);
+        let mut first = line("rp-1", Lifecycle::Ready);
+        first.durable_state = Some(durable.clone());
+        store.append_point(&first);
+        store.append_point(&line("rp-2", Lifecycle::Released));
+        let mut again = first.clone();
+        again.point.lifecycle = Lifecycle::Released;
+        store.append_point(&again);
+        let points = load_points(dir.path()).unwrap();
+        assert_eq!(points.len(), 2);
+        assert_eq!(points[0], again);
+        assert_eq!(points[1].point.replay_point_id, "rp-2");
+
+        let (bytes, items) = read_durable_state(dir.path(), &durable).unwrap();
+        assert_eq!(bytes, b"state");
+        assert_eq!(items[0]["item_id"], "s");
+        std::fs::write(dir.path().join(&durable.file), b"stale").unwrap();
+        let error = read_durable_state(dir.path(), &durable)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("was changed after the run wrote it (sha256"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn missing_and_malformed_point_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = load_points(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("has no replay-points.jsonl"), "{error}");
+        std::fs::write(
+            dir.path().join(POINTS_FILE),
+            "{\"replay_point_id\": \"x\"}\n",
+        )
+        .unwrap();
+        let error = load_points(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("replay-points.jsonl:1:"), "{error}");
+        assert!(error.contains("trace_id"), "{error}");
+    }
+}

@@ -1,0 +1,244 @@
+//! The planner's evidence from a finished run directory: each trace that
+//! saw failed suffixes, its boundaries, candidate positions costed with
+//! what the host measured (mean capture minutes of the run's points, mean
+//! restore minutes of its replayed suffixes), and one failure observation
+//! per failed suffix. Feeds [`super::planner::plan_adaptive_replay_points`].
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::durable::{DurableError, load_points};
+use super::fidelity::Fidelity;
+use super::planner::{FailureReplayObservation, ReplayPositionCost, TraceBoundaries};
+
+/// Planner inputs for one trace of a run.
+pub struct TraceEvidence {
+    /// The trace (an episode group id).
+    pub trace_id: String,
+    /// The branch the run's replay point sits on.
+    pub branch_id: String,
+    /// The branch's events as planner boundaries.
+    pub boundaries: TraceBoundaries,
+    /// Every boundary of the branch, costed.
+    pub candidates: Vec<ReplayPositionCost>,
+    /// One per failed suffix with trace events.
+    pub observations: Vec<FailureReplayObservation>,
+}
+
+/// What the run measured, for the report.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct RunCosts {
+    /// Mean minutes of one capture (0 when none was measured).
+    pub capture_minutes: f64,
+    /// Mean minutes of one restore (0 when none was measured).
+    pub restore_minutes: f64,
+    /// Points the means were taken over.
+    pub capture_samples: usize,
+    /// Replayed suffixes the means were taken over.
+    pub restore_samples: usize,
+    /// Failed records of the run.
+    pub failed_records: usize,
+    /// Failed records that could not be placed on a trace (no trace events
+    /// or no replay block), left out of the plan.
+    pub unplaced_failures: usize,
+}
+
+fn mean(sum: f64, count: usize) -> f64 {
+    if count == 0 { 0.0 } else { sum / count as f64 }
+}
+
+struct Failure {
+    branch_id: String,
+    first: u64,
+    end: u64,
+    minutes: f64,
+    group: String,
+}
+
+fn read_jsonl(path: &Path, mut each: impl FnMut(Map<String, Value>)) -> Result<(), DurableError> {
+    let shown = path.display().to_string();
+    let file = File::open(path).map_err(|source| DurableError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    for (index, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|source| DurableError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value: Map<String, Value> =
+            serde_json::from_str(&line).map_err(|error| DurableError::Malformed {
+                path: shown.clone(),
+                line: index + 1,
+                message: error.to_string(),
+            })?;
+        each(value);
+    }
+    Ok(())
+}
+
+/// Gather the planner's evidence from the run at `root`; observations
+/// require `minimum` fidelity. Errors name the file and line.
+pub fn run_evidence(
+    root: &Path,
+    minimum: Fidelity,
+) -> Result<(Vec<TraceEvidence>, RunCosts), DurableError> {
+    let points = load_points(root)?;
+    let mut costs = RunCosts::default();
+    let mut fidelity_by_trace: BTreeMap<(String, String), Fidelity> = BTreeMap::new();
+    let mut capture_sum = 0.0;
+    for line in &points {
+        capture_sum += line.capture_minutes;
+        costs.capture_samples += 1;
+        let key = (
+            line.point.cursor.trace_id.clone(),
+            line.point.cursor.branch_id.clone(),
+        );
+        let best = fidelity_by_trace.entry(key).or_insert(line.point.fidelity);
+        if line.point.fidelity.rank() > best.rank() {
+            *best = line.point.fidelity;
+        }
+    }
+    costs.capture_minutes = mean(capture_sum, costs.capture_samples);
+
+    let mut prefix_minutes: BTreeMap<String, f64> = BTreeMap::new();
+    let mut restore_sum = 0.0;
+    let mut failures: BTreeMap<String, Vec<Failure>> = BTreeMap::new();
+    read_jsonl(&root.join("records.jsonl"), |record| {
+        let group = record
+            .get("execution_group_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let minutes = record
+            .get("duration_minutes")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        if record.get("record_kind").and_then(Value::as_str) == Some("shared_prefix") {
+            prefix_minutes.insert(group, minutes);
+            return;
+        }
+        let replay = record.get("replay").and_then(Value::as_object);
+        if let Some(restore) = replay
+            .and_then(|r| r.get("restore_minutes"))
+            .and_then(Value::as_f64)
+        {
+            restore_sum += restore;
+            costs.restore_samples += 1;
+        }
+        if record.get("adapter_error").is_none() {
+            return;
+        }
+        costs.failed_records += 1;
+        let field = |key: &str| replay.and_then(|r| r.get(key));
+        match (
+            field("trace_id").and_then(Value::as_str),
+            field("first_sequence").and_then(Value::as_u64),
+            field("end_sequence").and_then(Value::as_u64),
+        ) {
+            (Some(trace), Some(first), Some(end)) if end > first && !trace.is_empty() => {
+                failures
+                    .entry(trace.to_string())
+                    .or_default()
+                    .push(Failure {
+                        branch_id: field("branch_id")
+                            .and_then(Value::as_str)
+                            .unwrap_or("main")
+                            .to_string(),
+                        first,
+                        end,
+                        minutes,
+                        group,
+                    });
+            }
+            _ => costs.unplaced_failures += 1,
+        }
+    })?;
+    costs.restore_minutes = mean(restore_sum, costs.restore_samples);
+
+    // Events of the traces that saw failures, from traces/epoch-*.jsonl.
+    let mut events: BTreeMap<(String, String), Vec<(String, u64)>> = BTreeMap::new();
+    if let Ok(entries) = std::fs::read_dir(root.join("traces")) {
+        let mut files: Vec<_> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
+        files.sort();
+        for file in files {
+            read_jsonl(&file, |event| {
+                let text = |key: &str| event.get(key).and_then(Value::as_str).unwrap_or_default();
+                if !failures.contains_key(text("trace_id")) {
+                    return;
+                }
+                if let Some(sequence) = event.get("sequence").and_then(Value::as_u64) {
+                    events
+                        .entry((text("trace_id").to_string(), text("branch_id").to_string()))
+                        .or_default()
+                        .push((text("event_id").to_string(), sequence));
+                }
+            })?;
+        }
+    }
+
+    let mut evidence = Vec::new();
+    for (trace_id, failed) in failures {
+        let branch_id = failed[0].branch_id.clone();
+        let key = (trace_id.clone(), branch_id.clone());
+        let Some(fidelity) = fidelity_by_trace.get(&key).copied() else {
+            costs.unplaced_failures += failed.len();
+            continue;
+        };
+        let mut branch = events.remove(&key).unwrap_or_default();
+        branch.sort_by_key(|(_, sequence)| *sequence);
+        branch.dedup_by_key(|(_, sequence)| *sequence);
+        let Ok(boundaries) = TraceBoundaries::from_sequences(branch.iter().cloned()) else {
+            costs.unplaced_failures += failed.len();
+            continue;
+        };
+        if fidelity == Fidelity::NonReplayable {
+            costs.unplaced_failures += failed.len();
+            continue;
+        }
+        let candidates: Vec<ReplayPositionCost> = (0..=boundaries.head())
+            .filter_map(|next| {
+                let after = next
+                    .checked_sub(1)
+                    .and_then(|previous| branch.get(previous as usize))
+                    .map(|(id, _)| id.as_str());
+                ReplayPositionCost::new(
+                    after,
+                    next,
+                    fidelity,
+                    costs.capture_minutes,
+                    costs.restore_minutes,
+                )
+                .ok()
+            })
+            .collect();
+        let observations: Vec<FailureReplayObservation> = failed
+            .iter()
+            .filter(|failure| failure.end <= boundaries.head())
+            .filter_map(|failure| {
+                let full =
+                    prefix_minutes.get(&failure.group).copied().unwrap_or(0.0) + failure.minutes;
+                FailureReplayObservation::new(failure.first, failure.end, full, minimum, 1.0).ok()
+            })
+            .collect();
+        costs.unplaced_failures += failed.len() - observations.len();
+        if observations.is_empty() {
+            continue;
+        }
+        evidence.push(TraceEvidence {
+            trace_id,
+            branch_id,
+            boundaries,
+            candidates,
+            observations,
+        });
+    }
+    Ok((evidence, costs))
+}
