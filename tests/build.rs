@@ -11,6 +11,7 @@ const EXAMPLES: &[&str] = &[
     "markdown-explorer",
     "hostile-adapter",
     "bench-adapter",
+    "replay-probe",
 ];
 
 fn main() {

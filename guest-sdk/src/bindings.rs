@@ -84,3 +84,12 @@ export_interface!(
     "__sandloop_export_episode_groups",
     "sandloop_guest::bindings::episode_groups"
 );
+export_interface!(
+    /// The `replay` export.
+    replay,
+    "package sandloop:guest-replay@0.1.0;
+     world export-replay { export sandloop:adapter/replay@0.1.0; }",
+    "sandloop:guest-replay/export-replay@0.1.0",
+    "__sandloop_export_replay",
+    "sandloop_guest::bindings::replay"
+);

@@ -1,16 +1,27 @@
 //! The JSON boundary: the generated `Guest` traits implemented for
 //! [`Adapter<A>`] by delegating to the protocol traits.
+//!
+//! Each `Guest` function is a thin shell: it converts the WIT values, calls
+//! a resource-free helper (`prepare_group`, `capture_point`, ...) and wraps
+//! the result into resources. The helpers hold the logic, so the unit tests
+//! run them natively, where resources cannot be created.
 
 use std::any::Any;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
+use std::rc::{Rc, Weak};
 
 use crate::bindings::episode::exports::sandloop::adapter::episode as wit_episode;
 use crate::bindings::episode_groups::exports::sandloop::adapter::episode_groups as wit_groups;
+use crate::bindings::replay::exports::sandloop::adapter::replay as wit_replay;
 use crate::bindings::seeds::exports::sandloop::adapter::seeds as wit_seeds;
 use crate::bindings::variants::exports::sandloop::adapter::variants as wit_variants;
-use crate::protocol::{Episode, EpisodeGroups, Seeds, Variants};
-use crate::types::{Context, Error, Item, VariantSpec};
+use crate::protocol::{Episode, EpisodeGroups, Replay, Seeds, Variants};
+use crate::types::{
+    CaptureRequest, Context, EquivalenceCheck, EquivalenceReport, Error, Fidelity, Item, Prepared,
+    RestoreReceipt, RestoreRequest, StateLease, VariantSpec,
+};
 use crate::wit::types as wit_types;
 
 /// The exported type behind [`crate::export_adapter!`]: implements every
@@ -39,10 +50,135 @@ impl<A: Default + 'static> Adapter<A> {
     }
 }
 
+/// The groups prepared in this instance, by the `execution_group_id` their
+/// prepare saw, so `capture-replay-state` (which gets only a request) can
+/// find one. Entries are weak: the `episode-group` resource owns the group,
+/// and dropping its [`GroupBox`] (at release, or when the host drops the
+/// handle) removes the entry.
+mod registry {
+    use super::*;
+
+    thread_local! {
+        static GROUPS: RefCell<BTreeMap<String, Weak<dyn Any>>> = const { RefCell::new(BTreeMap::new()) };
+    }
+
+    /// Register `group` under `id`, replacing an older group of that id.
+    pub(super) fn insert<G: 'static>(id: &str, group: &Rc<G>) {
+        let weak: Weak<dyn Any> = Rc::downgrade(group) as Weak<dyn Any>;
+        GROUPS.with(|groups| groups.borrow_mut().insert(id.to_owned(), weak));
+    }
+
+    /// Forget `id` if it still names `group` (a later prepare under the
+    /// same id keeps its own entry).
+    pub(super) fn remove<G: 'static>(id: &str, group: &Rc<G>) {
+        GROUPS.with(|groups| {
+            let mut groups = groups.borrow_mut();
+            let same = groups
+                .get(id)
+                .is_some_and(|weak| std::ptr::addr_eq(weak.as_ptr(), Rc::as_ptr(group)));
+            if same {
+                groups.remove(id);
+            }
+        });
+    }
+
+    /// The live group registered under `id`, or an `unknown-group` error
+    /// naming `id`.
+    pub(super) fn get<G: 'static>(id: &str) -> Result<Rc<G>, Error> {
+        let found = GROUPS.with(|groups| groups.borrow().get(id).and_then(Weak::upgrade));
+        found
+            .and_then(|group| group.downcast::<G>().ok())
+            .ok_or_else(|| {
+                Error::new(
+                    "unknown-group",
+                    format!(
+                        "no episode group {id:?} is prepared in this instance; \
+                         capture-replay-state needs the execution-group-id of an \
+                         unreleased prepare-episode-group call"
+                    ),
+                )
+            })
+    }
+
+    /// Number of registered groups (tests).
+    #[cfg(test)]
+    pub(super) fn len() -> usize {
+        GROUPS.with(|groups| groups.borrow().len())
+    }
+}
+
 /// A prepared group's state inside the `episode-group` resource.
-pub struct GroupBox<G>(pub G);
+///
+/// The group sits behind an `Rc` shared with a weak per-instance index by
+/// `execution_group_id`, through which `capture-replay-state` finds it;
+/// dropping the box removes its index entry.
+pub struct GroupBox<G: 'static> {
+    group: Rc<G>,
+    registered_as: Option<String>,
+}
+
+impl<G: 'static> GroupBox<G> {
+    /// Box `group`; with an `execution_group_id`, register it so a capture
+    /// request can name it (without one the group is not capturable).
+    pub fn new(group: G, execution_group_id: Option<&str>) -> Self {
+        let group = Rc::new(group);
+        if let Some(id) = execution_group_id {
+            registry::insert(id, &group);
+        }
+        GroupBox {
+            group,
+            registered_as: execution_group_id.map(str::to_owned),
+        }
+    }
+
+    /// The adapter's group value.
+    pub fn group(&self) -> &G {
+        &self.group
+    }
+
+    /// Unregister the group and return it by value (for
+    /// [`EpisodeGroups::release`]). Fails with `group-in-use` only if
+    /// something still shares it, which the sdk itself never does.
+    pub fn into_group(self) -> Result<G, Error> {
+        let group = Rc::clone(&self.group);
+        drop(self); // unregisters and drops the box's own reference
+        Rc::try_unwrap(group)
+            .map_err(|_| Error::new("group-in-use", "the episode group is still shared"))
+    }
+}
+
+impl<G: 'static> Drop for GroupBox<G> {
+    fn drop(&mut self) {
+        if let Some(id) = self.registered_as.take() {
+            registry::remove(&id, &self.group);
+        }
+    }
+}
 
 impl<G: 'static> wit_groups::GuestEpisodeGroup for GroupBox<G> {}
+
+/// A replay point's adapter state ([`Replay::Binding`]) inside the
+/// `replay-binding` resource; dropped, running `B`'s `Drop`, when the host
+/// drops the handle.
+pub struct BindingBox<B: 'static>(pub B);
+
+impl<B: 'static> wit_replay::GuestReplayBinding for BindingBox<B> {}
+
+impl<B: 'static> std::fmt::Debug for BindingBox<B> {
+    /// Opaque, like the handle the host holds.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BindingBox(..)")
+    }
+}
+
+impl<G: 'static> std::fmt::Debug for GroupBox<G> {
+    /// Opaque; shows the registered execution group id.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupBox")
+            .field("registered_as", &self.registered_as)
+            .finish_non_exhaustive()
+    }
+}
 
 impl From<wit_types::Context> for Context {
     fn from(ctx: wit_types::Context) -> Self {
@@ -100,6 +236,35 @@ impl<A: Variants + Default + 'static> wit_variants::Guest for Adapter<A> {
     }
 }
 
+impl<A: EpisodeGroups + Default + 'static> Adapter<A> {
+    /// `prepare-episode-group` without the resource: parse, prepare, and box
+    /// the group (registering it under `ctx.execution_group_id`).
+    fn prepare_group(
+        seed: &str,
+        items: &[String],
+        ctx: wit_types::Context,
+    ) -> Result<Option<Prepared<GroupBox<A::Group>>>, Error> {
+        let seed = Item::from_json(seed)?;
+        let items = items
+            .iter()
+            .map(|item| Item::from_json(item))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ctx = Context::from(ctx);
+        let prepared = Self::instance().prepare(seed, items, &ctx)?;
+        Ok(prepared.map(|prepared| Prepared {
+            group: GroupBox::new(prepared.group, ctx.execution_group_id.as_deref()),
+            prefix_record: prepared.prefix_record,
+            checkpoint_ref: prepared.checkpoint_ref,
+        }))
+    }
+
+    /// `release-episode-group` without the resource: unregister, release.
+    fn release_group(group: GroupBox<A::Group>, ctx: wit_types::Context) -> Result<(), Error> {
+        let group = group.into_group()?;
+        Self::instance().release(group, &ctx.into())
+    }
+}
+
 impl<A: EpisodeGroups + Default + 'static> wit_groups::Guest for Adapter<A> {
     type EpisodeGroup = GroupBox<A::Group>;
 
@@ -108,14 +273,9 @@ impl<A: EpisodeGroups + Default + 'static> wit_groups::Guest for Adapter<A> {
         items: Vec<String>,
         ctx: wit_types::Context,
     ) -> WitResult<Option<wit_groups::Prepared>> {
-        let seed = Item::from_json(&seed)?;
-        let items = items
-            .iter()
-            .map(|item| Item::from_json(item))
-            .collect::<Result<Vec<_>, _>>()?;
-        let prepared = Self::instance().prepare(seed, items, &ctx.into())?;
+        let prepared = Self::prepare_group(&seed, &items, ctx)?;
         Ok(prepared.map(|prepared| wit_groups::Prepared {
-            group: wit_groups::EpisodeGroup::new(GroupBox(prepared.group)),
+            group: wit_groups::EpisodeGroup::new(prepared.group),
             prefix_record: prepared.prefix_record.to_json(),
             checkpoint_ref: prepared.checkpoint_ref,
         }))
@@ -128,7 +288,7 @@ impl<A: EpisodeGroups + Default + 'static> wit_groups::Guest for Adapter<A> {
     ) -> WitResult<String> {
         let group: &GroupBox<A::Group> = group.get();
         let item = Item::from_json(&item)?;
-        let record = Self::instance().execute_episode(&group.0, item, &ctx.into())?;
+        let record = Self::instance().execute_episode(group.group(), item, &ctx.into())?;
         Ok(record.to_json())
     }
 
@@ -136,9 +296,243 @@ impl<A: EpisodeGroups + Default + 'static> wit_groups::Guest for Adapter<A> {
         group: wit_groups::EpisodeGroup,
         ctx: wit_types::Context,
     ) -> WitResult<()> {
-        let group: GroupBox<A::Group> = group.into_inner();
-        Self::instance().release(group.0, &ctx.into())?;
+        Ok(Self::release_group(group.into_inner(), ctx)?)
+    }
+}
+
+impl From<wit_replay::Fidelity> for Fidelity {
+    fn from(fidelity: wit_replay::Fidelity) -> Self {
+        match fidelity {
+            wit_replay::Fidelity::Exact => Fidelity::Exact,
+            wit_replay::Fidelity::SemanticEquivalent => Fidelity::SemanticEquivalent,
+            wit_replay::Fidelity::BestEffort => Fidelity::BestEffort,
+            wit_replay::Fidelity::NonReplayable => Fidelity::NonReplayable,
+        }
+    }
+}
+
+impl From<Fidelity> for wit_replay::Fidelity {
+    fn from(fidelity: Fidelity) -> Self {
+        match fidelity {
+            Fidelity::Exact => wit_replay::Fidelity::Exact,
+            Fidelity::SemanticEquivalent => wit_replay::Fidelity::SemanticEquivalent,
+            Fidelity::BestEffort => wit_replay::Fidelity::BestEffort,
+            Fidelity::NonReplayable => wit_replay::Fidelity::NonReplayable,
+        }
+    }
+}
+
+impl From<wit_replay::CaptureRequest> for CaptureRequest {
+    fn from(request: wit_replay::CaptureRequest) -> Self {
+        CaptureRequest {
+            replay_point_id: request.replay_point_id,
+            trace_id: request.trace_id,
+            branch_id: request.branch_id,
+            after_event_id: request.after_event_id,
+            next_sequence: request.next_sequence,
+            execution_group_id: request.execution_group_id,
+        }
+    }
+}
+
+impl From<CaptureRequest> for wit_replay::CaptureRequest {
+    fn from(request: CaptureRequest) -> Self {
+        wit_replay::CaptureRequest {
+            replay_point_id: request.replay_point_id,
+            trace_id: request.trace_id,
+            branch_id: request.branch_id,
+            after_event_id: request.after_event_id,
+            next_sequence: request.next_sequence,
+            execution_group_id: request.execution_group_id,
+        }
+    }
+}
+
+impl From<wit_replay::RestoreRequest> for RestoreRequest {
+    fn from(request: wit_replay::RestoreRequest) -> Self {
+        RestoreRequest {
+            replay_point_id: request.replay_point_id,
+            target_branch_id: request.target_branch_id,
+            minimum_fidelity: request.minimum_fidelity.into(),
+        }
+    }
+}
+
+impl From<RestoreRequest> for wit_replay::RestoreRequest {
+    fn from(request: RestoreRequest) -> Self {
+        wit_replay::RestoreRequest {
+            replay_point_id: request.replay_point_id,
+            target_branch_id: request.target_branch_id,
+            minimum_fidelity: request.minimum_fidelity.into(),
+        }
+    }
+}
+
+impl From<wit_replay::RestoreReceipt> for RestoreReceipt {
+    fn from(receipt: wit_replay::RestoreReceipt) -> Self {
+        RestoreReceipt {
+            achieved_fidelity: receipt.achieved_fidelity.into(),
+            restored_projection_digest: receipt.restored_projection_digest,
+            prefix_reused: receipt.prefix_reused,
+        }
+    }
+}
+
+impl From<RestoreReceipt> for wit_replay::RestoreReceipt {
+    fn from(receipt: RestoreReceipt) -> Self {
+        wit_replay::RestoreReceipt {
+            achieved_fidelity: receipt.achieved_fidelity.into(),
+            restored_projection_digest: receipt.restored_projection_digest,
+            prefix_reused: receipt.prefix_reused,
+        }
+    }
+}
+
+impl From<wit_replay::EquivalenceCheck> for EquivalenceCheck {
+    fn from(check: wit_replay::EquivalenceCheck) -> Self {
+        EquivalenceCheck {
+            check_id: check.check_id,
+            passed: check.passed,
+            public_summary: check.public_summary,
+        }
+    }
+}
+
+impl From<EquivalenceCheck> for wit_replay::EquivalenceCheck {
+    fn from(check: EquivalenceCheck) -> Self {
+        wit_replay::EquivalenceCheck {
+            check_id: check.check_id,
+            passed: check.passed,
+            public_summary: check.public_summary,
+        }
+    }
+}
+
+impl From<wit_replay::EquivalenceReport> for EquivalenceReport {
+    fn from(report: wit_replay::EquivalenceReport) -> Self {
+        EquivalenceReport {
+            achieved_fidelity: report.achieved_fidelity.into(),
+            equivalent: report.equivalent,
+            expected_digest: report.expected_digest,
+            observed_digest: report.observed_digest,
+            checks: report.checks.into_iter().map(Into::into).collect(),
+            sanitized_reason: report.sanitized_reason,
+        }
+    }
+}
+
+impl From<EquivalenceReport> for wit_replay::EquivalenceReport {
+    fn from(report: EquivalenceReport) -> Self {
+        wit_replay::EquivalenceReport {
+            achieved_fidelity: report.achieved_fidelity.into(),
+            equivalent: report.equivalent,
+            expected_digest: report.expected_digest,
+            observed_digest: report.observed_digest,
+            checks: report.checks.into_iter().map(Into::into).collect(),
+            sanitized_reason: report.sanitized_reason,
+        }
+    }
+}
+
+impl<B: 'static> From<StateLease<BindingBox<B>>> for wit_replay::StateLease {
+    /// Wraps the binding, if any, into a `replay-binding` resource (inside a
+    /// component only: natively, creating a resource panics).
+    fn from(lease: StateLease<BindingBox<B>>) -> Self {
+        wit_replay::StateLease {
+            binding: lease.binding.map(wit_replay::ReplayBinding::new),
+            fidelity: lease.fidelity.into(),
+            projection_digest: lease.projection_digest,
+        }
+    }
+}
+
+impl<A: Replay + Default + 'static> Adapter<A> {
+    /// `capture-replay-state` without the resource: find the group prepared
+    /// under `request.execution_group_id` and capture it.
+    fn capture_point(
+        request: &CaptureRequest,
+    ) -> Result<StateLease<BindingBox<A::Binding>>, Error> {
+        let group = registry::get::<A::Group>(&request.execution_group_id)?;
+        let lease = Self::instance().capture(&group, request)?;
+        Ok(lease.map_binding(BindingBox))
+    }
+
+    /// `import-replay-state` without the resource.
+    fn import_point(
+        state: Vec<u8>,
+        request: &CaptureRequest,
+    ) -> Result<StateLease<BindingBox<A::Binding>>, Error> {
+        let lease = Self::instance().import_state(state, request)?;
+        Ok(lease.map_binding(BindingBox))
+    }
+}
+
+impl<A: Replay + Default + 'static> wit_replay::Guest for Adapter<A> {
+    type ReplayBinding = BindingBox<A::Binding>;
+
+    fn capture_replay_state(
+        request: wit_replay::CaptureRequest,
+    ) -> WitResult<wit_replay::StateLease> {
+        Ok(Self::capture_point(&request.into())?.into())
+    }
+
+    fn restore_replay_state(
+        binding: wit_replay::ReplayBindingBorrow<'_>,
+        request: wit_replay::RestoreRequest,
+    ) -> WitResult<wit_replay::RestoreReceipt> {
+        let binding: &BindingBox<A::Binding> = binding.get();
+        let receipt = Self::instance().restore(&binding.0, &request.into())?;
+        Ok(receipt.into())
+    }
+
+    fn validate_replay_equivalence(
+        binding: wit_replay::ReplayBindingBorrow<'_>,
+        receipt: wit_replay::RestoreReceipt,
+    ) -> WitResult<wit_replay::EquivalenceReport> {
+        let binding: &BindingBox<A::Binding> = binding.get();
+        let report = Self::instance().validate(&binding.0, &receipt.into())?;
+        Ok(report.into())
+    }
+
+    fn run_replay_suffix(
+        binding: wit_replay::ReplayBindingBorrow<'_>,
+        item: String,
+        ctx: wit_types::Context,
+    ) -> WitResult<String> {
+        let binding: &BindingBox<A::Binding> = binding.get();
+        let item = Item::from_json(&item)?;
+        let record = Self::instance().run_suffix(&binding.0, item, &ctx.into())?;
+        Ok(record.to_json())
+    }
+
+    fn finalize_replay_suffix(
+        binding: wit_replay::ReplayBindingBorrow<'_>,
+        request: wit_replay::RestoreRequest,
+        suffix_succeeded: bool,
+    ) -> WitResult<()> {
+        let binding: &BindingBox<A::Binding> = binding.get();
+        Self::instance().finalize_suffix(&binding.0, &request.into(), suffix_succeeded)?;
         Ok(())
+    }
+
+    fn release_replay_state(binding: wit_replay::ReplayBindingBorrow<'_>) -> WitResult<()> {
+        let binding: &BindingBox<A::Binding> = binding.get();
+        Self::instance().release_state(&binding.0)?;
+        Ok(())
+    }
+
+    fn export_replay_state(
+        binding: wit_replay::ReplayBindingBorrow<'_>,
+    ) -> WitResult<Option<Vec<u8>>> {
+        let binding: &BindingBox<A::Binding> = binding.get();
+        Ok(Self::instance().export_state(&binding.0)?)
+    }
+
+    fn import_replay_state(
+        state: Vec<u8>,
+        request: wit_replay::CaptureRequest,
+    ) -> WitResult<wit_replay::StateLease> {
+        Ok(Self::import_point(state, &request.into())?.into())
     }
 }
 
@@ -235,5 +629,334 @@ mod tests {
         assert_eq!(variant["item_id"], "a~s", "{variant}");
         let err = <A as wit_variants::Guest>::compile_variant("1".into(), "{}".into()).unwrap_err();
         assert_eq!(err.kind, "invalid-spec");
+    }
+
+    /// A grouped, replayable adapter: the group is the seed id and the item
+    /// count; a binding holds the captured seed id and a working copy.
+    #[derive(Default)]
+    struct Counter;
+
+    struct Tally {
+        seed: String,
+        items: usize,
+    }
+
+    struct Snapshot {
+        captured: String,
+        working: std::cell::RefCell<Option<String>>,
+    }
+
+    fn digest(state: &str) -> String {
+        format!("digest:{state}")
+    }
+
+    impl EpisodeGroups for Counter {
+        type Group = Tally;
+
+        fn prepare(
+            &self,
+            seed: Item,
+            items: Vec<Item>,
+            _ctx: &Context,
+        ) -> Result<Option<Prepared<Tally>>, Error> {
+            if seed.item_id() == "opt-out" {
+                return Ok(None);
+            }
+            let tally = Tally {
+                seed: seed.item_id().to_owned(),
+                items: items.len(),
+            };
+            Ok(Some(Prepared::new(tally, Record::with_keys(["prefix"]))))
+        }
+
+        fn execute_episode(
+            &self,
+            group: &Tally,
+            item: Item,
+            _ctx: &Context,
+        ) -> Result<Record, Error> {
+            Ok(Record::with_keys([format!(
+                "{}:{}",
+                group.seed,
+                item.item_id()
+            )]))
+        }
+    }
+
+    impl Replay for Counter {
+        type Binding = Snapshot;
+
+        fn capture(
+            &self,
+            group: &Tally,
+            request: &CaptureRequest,
+        ) -> Result<StateLease<Snapshot>, Error> {
+            if request.replay_point_id == "marker" {
+                return Ok(StateLease::non_replayable());
+            }
+            let snapshot = Snapshot {
+                captured: format!("{}/{}", group.seed, group.items),
+                working: Default::default(),
+            };
+            let digest = digest(&snapshot.captured);
+            Ok(StateLease::exact(snapshot, digest))
+        }
+
+        fn restore(
+            &self,
+            binding: &Snapshot,
+            _request: &RestoreRequest,
+        ) -> Result<RestoreReceipt, Error> {
+            let working = binding.captured.clone();
+            let receipt = RestoreReceipt::new(Fidelity::Exact)
+                .with_digest(digest(&working))
+                .with_prefix_reused(true);
+            *binding.working.borrow_mut() = Some(working);
+            Ok(receipt)
+        }
+
+        fn validate(
+            &self,
+            binding: &Snapshot,
+            _receipt: &RestoreReceipt,
+        ) -> Result<EquivalenceReport, Error> {
+            let working = binding.working.borrow();
+            let working = working.as_deref().ok_or("not restored")?;
+            Ok(EquivalenceReport::exact_digests(
+                digest(&binding.captured),
+                digest(working),
+            ))
+        }
+
+        fn run_suffix(
+            &self,
+            binding: &Snapshot,
+            item: Item,
+            _ctx: &Context,
+        ) -> Result<Record, Error> {
+            let working = binding.working.borrow();
+            let working = working.as_deref().ok_or("not restored")?;
+            Ok(Record::with_keys([format!("{working}:{}", item.item_id())]))
+        }
+
+        fn export_state(&self, binding: &Snapshot) -> Result<Option<Vec<u8>>, Error> {
+            Ok(Some(binding.captured.as_bytes().to_vec()))
+        }
+    }
+
+    fn group_ctx(id: &str) -> wit_types::Context {
+        wit_types::Context {
+            execution_group_id: Some(id.to_owned()),
+            ..ctx()
+        }
+    }
+
+    fn capture_request(group: &str) -> CaptureRequest {
+        CaptureRequest {
+            replay_point_id: format!("rp-{group}"),
+            trace_id: group.to_owned(),
+            branch_id: "main".into(),
+            after_event_id: Some("e-1".into()),
+            next_sequence: 2,
+            execution_group_id: group.to_owned(),
+        }
+    }
+
+    fn prepare(seed: &str, group: wit_types::Context) -> GroupBox<Tally> {
+        let seed = format!(r#"{{"item_id":"{seed}"}}"#);
+        Adapter::<Counter>::prepare_group(
+            &seed,
+            &[seed.clone(), r#"{"item_id":"v"}"#.into()],
+            group,
+        )
+        .unwrap()
+        .unwrap()
+        .group
+    }
+
+    #[test]
+    fn capture_finds_the_group_prepared_under_its_id() {
+        type A = Adapter<Counter>;
+        let before = registry::len();
+        let first = prepare("seed-a", group_ctx("g-a"));
+        let second = prepare("seed-b", group_ctx("g-b"));
+        assert_eq!(registry::len(), before + 2);
+        assert_eq!(first.group().seed, "seed-a");
+
+        let lease = A::capture_point(&capture_request("g-b")).unwrap();
+        assert_eq!(lease.fidelity, Fidelity::Exact);
+        assert_eq!(lease.projection_digest.as_deref(), Some("digest:seed-b/2"));
+        assert_eq!(lease.binding.as_ref().unwrap().0.captured, "seed-b/2");
+        let lease = A::capture_point(&capture_request("g-a")).unwrap();
+        assert_eq!(lease.binding.unwrap().0.captured, "seed-a/2");
+
+        // release unregisters; the point captured before lives on
+        A::release_group(first, group_ctx("g-a")).unwrap();
+        let err = A::capture_point(&capture_request("g-a")).unwrap_err();
+        assert_eq!(err.kind, "unknown-group");
+        // dropping the box (the host dropped the handle) unregisters too
+        drop(second);
+        assert_eq!(
+            A::capture_point(&capture_request("g-b")).unwrap_err().kind,
+            "unknown-group"
+        );
+        assert_eq!(registry::len(), before);
+    }
+
+    #[test]
+    fn unknown_group_is_a_declared_error_naming_the_id() {
+        type A = Adapter<Counter>;
+        let err = A::capture_point(&capture_request("never-prepared")).unwrap_err();
+        assert_eq!(err.kind, "unknown-group");
+        assert!(
+            err.message.contains("\"never-prepared\""),
+            "{}",
+            err.message
+        );
+        assert!(!err.retryable);
+
+        // a prepare without an execution group id is not capturable
+        let before = registry::len();
+        let plain = prepare("seed-c", ctx());
+        assert_eq!(registry::len(), before);
+        assert_eq!(plain.group().items, 2);
+        // an opt-out registers nothing
+        let none = A::prepare_group(r#"{"item_id":"opt-out"}"#, &[], group_ctx("g-none")).unwrap();
+        assert!(none.is_none());
+        assert_eq!(
+            A::capture_point(&capture_request("g-none"))
+                .unwrap_err()
+                .kind,
+            "unknown-group"
+        );
+        // the WIT shell reports the same error
+        let err = <A as wit_replay::Guest>::capture_replay_state(capture_request("nope").into())
+            .unwrap_err();
+        assert_eq!(err.kind, "unknown-group");
+    }
+
+    #[test]
+    fn a_later_prepare_under_the_same_id_wins() {
+        type A = Adapter<Counter>;
+        let old = prepare("old", group_ctx("g-same"));
+        let new = prepare("new", group_ctx("g-same"));
+        let lease = A::capture_point(&capture_request("g-same")).unwrap();
+        assert_eq!(lease.binding.unwrap().0.captured, "new/2");
+        // releasing the older group keeps the newer one capturable
+        A::release_group(old, group_ctx("g-same")).unwrap();
+        let lease = A::capture_point(&capture_request("g-same")).unwrap();
+        assert_eq!(lease.binding.unwrap().0.captured, "new/2");
+        drop(new);
+    }
+
+    #[test]
+    fn replay_calls_through_the_wit_shell() {
+        type A = Adapter<Counter>;
+        let group = prepare("seed-r", group_ctx("g-r"));
+        let lease = A::capture_point(&capture_request("g-r")).unwrap();
+        // Natively a resource cannot be created, but a borrow is a pointer
+        // to the resource's representation (`Option<T>`).
+        let mut rep: Option<BindingBox<Snapshot>> = lease.binding;
+        let rep_ptr = &mut rep as *mut Option<BindingBox<Snapshot>> as usize;
+        let borrow = || unsafe { wit_replay::ReplayBindingBorrow::lift(rep_ptr) };
+
+        let request = RestoreRequest {
+            replay_point_id: "rp-g-r".into(),
+            target_branch_id: "v".into(),
+            minimum_fidelity: Fidelity::SemanticEquivalent,
+        };
+        let receipt =
+            <A as wit_replay::Guest>::restore_replay_state(borrow(), request.clone().into())
+                .unwrap();
+        assert_eq!(receipt.achieved_fidelity, wit_replay::Fidelity::Exact);
+        assert_eq!(receipt.prefix_reused, Some(true));
+        let report =
+            <A as wit_replay::Guest>::validate_replay_equivalence(borrow(), receipt.clone())
+                .unwrap();
+        let report = EquivalenceReport::from(report);
+        assert!(report.equivalent);
+        assert_eq!(report.checks.len(), 1);
+        assert_eq!(
+            report.check_contract(
+                &receipt.into(),
+                Some("digest:seed-r/2"),
+                request.minimum_fidelity
+            ),
+            Ok(true)
+        );
+
+        let record = <A as wit_replay::Guest>::run_replay_suffix(
+            borrow(),
+            r#"{"item_id":"v"}"#.into(),
+            ctx(),
+        )
+        .unwrap();
+        let record: serde_json::Value = serde_json::from_str(&record).unwrap();
+        assert_eq!(
+            record["observation_keys"],
+            serde_json::json!(["seed-r/2:v"])
+        );
+        let err =
+            <A as wit_replay::Guest>::run_replay_suffix(borrow(), "[]".into(), ctx()).unwrap_err();
+        assert_eq!(err.kind, "invalid-item");
+
+        // defaults: finalize and release succeed, import is refused
+        <A as wit_replay::Guest>::finalize_replay_suffix(borrow(), request.into(), true).unwrap();
+        <A as wit_replay::Guest>::release_replay_state(borrow()).unwrap();
+        let state = <A as wit_replay::Guest>::export_replay_state(borrow()).unwrap();
+        assert_eq!(state.as_deref(), Some(&b"seed-r/2"[..]));
+        let err = <A as wit_replay::Guest>::import_replay_state(
+            state.unwrap(),
+            capture_request("g-r").into(),
+        )
+        .unwrap_err();
+        assert_eq!(err.kind, "unsupported");
+        drop(rep);
+        drop(group);
+    }
+
+    #[test]
+    fn leases_receipts_and_reports_convert() {
+        type A = Adapter<Counter>;
+        // a non-replayable lease crosses without a resource
+        let group = prepare("seed-m", group_ctx("g-m"));
+        let mut request = capture_request("g-m");
+        request.replay_point_id = "marker".into();
+        let lease: wit_replay::StateLease = A::capture_point(&request).unwrap().into();
+        assert!(lease.binding.is_none());
+        assert_eq!(lease.fidelity, wit_replay::Fidelity::NonReplayable);
+        assert_eq!(lease.projection_digest, None);
+        drop(group);
+
+        for fidelity in Fidelity::ALL {
+            let wit: wit_replay::Fidelity = fidelity.into();
+            assert_eq!(Fidelity::from(wit), fidelity);
+        }
+        let request = capture_request("g-x");
+        let wit: wit_replay::CaptureRequest = request.clone().into();
+        assert_eq!(wit.next_sequence, 2);
+        assert_eq!(wit.after_event_id.as_deref(), Some("e-1"));
+        assert_eq!(CaptureRequest::from(wit), request);
+
+        let receipt = RestoreReceipt::new(Fidelity::BestEffort).with_digest("d");
+        let wit: wit_replay::RestoreReceipt = receipt.clone().into();
+        assert_eq!(wit.achieved_fidelity, wit_replay::Fidelity::BestEffort);
+        assert_eq!(wit.restored_projection_digest.as_deref(), Some("d"));
+        assert_eq!(wit.prefix_reused, None);
+        assert_eq!(RestoreReceipt::from(wit), receipt);
+
+        let report = EquivalenceReport::new(Fidelity::SemanticEquivalent, true)
+            .with_check(EquivalenceCheck::new("rows", true).with_summary("3 rows"))
+            .with_reason("checked");
+        let wit: wit_replay::EquivalenceReport = report.clone().into();
+        assert_eq!(
+            wit.achieved_fidelity,
+            wit_replay::Fidelity::SemanticEquivalent
+        );
+        assert_eq!(wit.checks.len(), 1);
+        assert_eq!(wit.checks[0].check_id, "rows");
+        assert_eq!(wit.checks[0].public_summary.as_deref(), Some("3 rows"));
+        assert_eq!(wit.sanitized_reason.as_deref(), Some("checked"));
+        assert_eq!(EquivalenceReport::from(wit), report);
     }
 }

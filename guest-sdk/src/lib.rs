@@ -66,7 +66,8 @@
 //! | `plain` | `episode` | [`Episode`] |
 //! | `grouped` | `episode`, `episode-groups` | [`Episode`], [`EpisodeGroups`] |
 //! | `grouped_only` | `episode-groups` | [`EpisodeGroups`] |
-//! | `explorer` (or `full`) | `episode`, `seeds`, `variants`, `episode-groups` | all four |
+//! | `explorer` | `episode`, `seeds`, `variants`, `episode-groups` | all four |
+//! | `replayable` (or `full`) | `explorer`'s four and `replay` | all four and [`Replay`] |
 //!
 //! ```ignore
 //! sandloop_guest::export_adapter!(MyAdapter, world = explorer);
@@ -95,6 +96,18 @@
 //!   checkpoint_ref })`, or `None` to fall back to plain `execute` for every
 //!   item of the group; then [`EpisodeGroups::execute_episode`] once per
 //!   item (seed first) and [`EpisodeGroups::release`] exactly once.
+//! - [`Replay`] (world `replayable`): right after a prepare,
+//!   [`Replay::capture`] turns the group's prefix state into a replay point,
+//!   a [`StateLease`] holding your `Binding`, a [`Fidelity`] and a
+//!   projection digest (the sdk finds the group by the request's
+//!   `execution_group_id`, which is the prepare's `ctx.execution_group_id`).
+//!   Then, instead of `execute_episode`, each item runs as
+//!   [`Replay::restore`] (a [`RestoreReceipt`]), [`Replay::validate`] (an
+//!   [`EquivalenceReport`]), [`Replay::run_suffix`] (a [`Record`]) and
+//!   [`Replay::finalize_suffix`]; [`Replay::release_state`] closes the point.
+//!   [`Replay::export_state`] / [`Replay::import_state`] carry it to another
+//!   instance. The host checks every receipt and report against the
+//!   reference contract ([`EquivalenceReport::check_contract`]).
 //!
 //! Records and items are JSON objects ([`Object`]) wrapped in thin
 //! newtypes that deref to the map and add accessors and builders.
@@ -145,9 +158,12 @@ pub mod trace;
 mod types;
 pub mod worlds;
 
-pub use glue::{Adapter, GroupBox};
-pub use protocol::{Episode, EpisodeGroups, Seeds, Variants};
-pub use types::{Context, Error, Item, Object, Prepared, Record, ResultExt, VariantSpec};
+pub use glue::{Adapter, BindingBox, GroupBox};
+pub use protocol::{Episode, EpisodeGroups, Replay, Seeds, Variants};
+pub use types::{
+    CaptureRequest, Context, EquivalenceCheck, EquivalenceReport, Error, Fidelity, Item, Object,
+    Prepared, Record, RestoreReceipt, RestoreRequest, ResultExt, StateLease, VariantSpec,
+};
 
 /// Re-exported so adapters need no direct dependency to build JSON values.
 pub use serde_json;
@@ -165,12 +181,13 @@ pub mod wit {
 /// sandloop_guest::export_adapter!(MyAdapter, world = explorer);
 /// ```
 ///
-/// `world` is one of `plain`, `grouped`, `grouped_only`, `explorer`, `full`
-/// (see [`worlds`]). The type must implement `Default` (it is built once per
-/// instance, on the first call) and the protocol traits of the world. The
-/// macro implements the generated `Guest` traits on [`Adapter<MyAdapter>`],
-/// parsing and serialising JSON at the boundary, and emits the component's
-/// exports and type information. Use it once per component.
+/// `world` is one of `plain`, `grouped`, `grouped_only`, `explorer`,
+/// `replayable`, `full` (see [`worlds`]). The type must implement `Default`
+/// (it is built once per instance, on the first call) and the protocol
+/// traits of the world. The macro implements the generated `Guest` traits
+/// on [`Adapter<MyAdapter>`], parsing and serialising JSON at the boundary,
+/// and emits the component's exports and type information. Use it once per
+/// component.
 #[macro_export]
 macro_rules! export_adapter {
     ($ty:ty, world = $world:ident $(,)?) => {

@@ -8,12 +8,15 @@
 //! truth. An instance runs one call at a time, so `Cell`/`RefCell` are the
 //! tools for interior mutability.
 
-use crate::types::{Context, Error, Item, Prepared, Record, VariantSpec};
+use crate::types::{
+    CaptureRequest, Context, EquivalenceReport, Error, Item, Prepared, Record, RestoreReceipt,
+    RestoreRequest, StateLease, VariantSpec,
+};
 
 /// `episode.execute`: run one work item and return its observation record
 /// (reference mode `legacy`). Required by the `plain`, `grouped`,
-/// `explorer` and `full` worlds; the host also uses it as the fallback when
-/// [`EpisodeGroups::prepare`] returns `None`.
+/// `explorer`, `replayable` and `full` worlds; the host also uses it as the
+/// fallback when [`EpisodeGroups::prepare`] returns `None`.
 pub trait Episode {
     /// Run `item`; return `observation_keys`, `weighted_flags`, `accepted`
     /// and any private fields. `ctx.execution_group_id` is `None` here.
@@ -71,5 +74,124 @@ pub trait EpisodeGroups {
     fn release(&self, group: Self::Group, ctx: &Context) -> Result<(), Error> {
         let _ = (group, ctx);
         Ok(())
+    }
+}
+
+/// `replay`: replay points over prepared episode groups (reference
+/// `ReplayAdapterV2`, plus its optional `finalize_replay_suffix` and
+/// sandloop's export/import). Required by the `replayable` and `full`
+/// worlds.
+///
+/// A replay point binds a prepared group's prefix state to a trace
+/// position, so each suffix can start again from that state. Per seed the
+/// host calls:
+///
+/// 1. [`EpisodeGroups::prepare`], then [`capture`](Self::capture) with
+///    `request.execution_group_id` = the prepare's `ctx.execution_group_id`
+///    (the sdk finds that group and hands it over);
+/// 2. [`export_state`](Self::export_state) once (the bytes are saved when
+///    `Some`);
+/// 3. per item (seed first): [`restore`](Self::restore) (with
+///    `target_branch_id` = the item's `item_id`), [`validate`](Self::validate),
+///    [`run_suffix`](Self::run_suffix), [`finalize_suffix`](Self::finalize_suffix)
+///    (also after a failed suffix);
+/// 4. [`EpisodeGroups::release`] and [`release_state`](Self::release_state)
+///    (retried after an error); the binding is dropped after it succeeds.
+///
+/// A later process may instead call [`import_state`](Self::import_state) on
+/// a fresh instance, where no group is prepared, and continue from step 3.
+///
+/// The host checks every answer against the reference contract (see
+/// [`RestoreReceipt::check_against`] and
+/// [`EquivalenceReport::check_contract`]): a broken rule quarantines the
+/// point instead of promoting the suffix.
+pub trait Replay: EpisodeGroups {
+    /// Adapter-owned state of one replay point, kept inside the component
+    /// (WIT resource `replay-binding`); the host only holds a handle. It
+    /// must not borrow from the group: a group is released while its points
+    /// live on, and an imported point has no group at all.
+    type Binding: 'static;
+
+    /// Capture `group`'s prefix state as a replay point. Return
+    /// [`StateLease::exact`] (or another fidelity with a binding), or
+    /// [`StateLease::non_replayable`] for a marker point.
+    fn capture(
+        &self,
+        group: &Self::Group,
+        request: &CaptureRequest,
+    ) -> Result<StateLease<Self::Binding>, Error>;
+
+    /// Restore the binding's state into a working copy for one suffix. The
+    /// receipt's fidelity may not exceed the captured one, nor be
+    /// `NonReplayable`.
+    fn restore(
+        &self,
+        binding: &Self::Binding,
+        request: &RestoreRequest,
+    ) -> Result<RestoreReceipt, Error>;
+
+    /// Compare the restored working copy with the captured state. The
+    /// report repeats the receipt's fidelity and the captured digest as
+    /// `expected_digest` (see [`EquivalenceReport::check_contract`]).
+    fn validate(
+        &self,
+        binding: &Self::Binding,
+        receipt: &RestoreReceipt,
+    ) -> Result<EquivalenceReport, Error>;
+
+    /// Run `item` as a suffix on the restored working copy and return its
+    /// observation record, exactly as [`EpisodeGroups::execute_episode`]
+    /// would on the group. Emit at least one trace event: the host locates
+    /// each suffix by its first trace sequence.
+    fn run_suffix(
+        &self,
+        binding: &Self::Binding,
+        item: Item,
+        ctx: &Context,
+    ) -> Result<Record, Error>;
+
+    /// Close the suffix (drop the working copy). Called after every
+    /// [`run_suffix`](Self::run_suffix), whether it succeeded or not; an
+    /// error quarantines the point. The default does nothing.
+    fn finalize_suffix(
+        &self,
+        binding: &Self::Binding,
+        request: &RestoreRequest,
+        suffix_succeeded: bool,
+    ) -> Result<(), Error> {
+        let _ = (binding, request, suffix_succeeded);
+        Ok(())
+    }
+
+    /// Release what the binding holds outside itself (WIT
+    /// `release-replay-state`). May be called again after an error; the
+    /// host drops the binding (running its `Drop`) once this succeeds. The
+    /// default does nothing.
+    fn release_state(&self, binding: &Self::Binding) -> Result<(), Error> {
+        let _ = binding;
+        Ok(())
+    }
+
+    /// The captured state as bytes [`import_state`](Self::import_state) can
+    /// rebuild in another instance or process; `None` when the state cannot
+    /// leave the instance (the default).
+    fn export_state(&self, binding: &Self::Binding) -> Result<Option<Vec<u8>>, Error> {
+        let _ = binding;
+        Ok(None)
+    }
+
+    /// Rebuild a point from bytes [`export_state`](Self::export_state)
+    /// produced. The lease must repeat the captured fidelity and projection
+    /// digest; recompute the digest from the bytes rather than trusting a
+    /// stored one. The default refuses (`unsupported`).
+    fn import_state(
+        &self,
+        state: Vec<u8>,
+        request: &CaptureRequest,
+    ) -> Result<StateLease<Self::Binding>, Error> {
+        let _ = (state, request);
+        Err(Error::unsupported(
+            "this adapter cannot import replay state (it exports none)",
+        ))
     }
 }

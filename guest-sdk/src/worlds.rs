@@ -10,7 +10,8 @@
 //! | [`grouped`] | `episode`, `episode-groups` | [`Episode`](crate::Episode), [`EpisodeGroups`](crate::EpisodeGroups) |
 //! | [`grouped_only`] | `episode-groups` | [`EpisodeGroups`](crate::EpisodeGroups) |
 //! | [`explorer`] | `episode`, `seeds`, `variants`, `episode-groups` | all four |
-//! | [`full`] | same as `explorer` (the host's world) | all four |
+//! | [`replayable`] | `explorer`'s four and `replay` | all four and [`Replay`](crate::Replay) |
+//! | [`full`] | same as `replayable` (the host's world) | all five |
 //!
 //! Every world imports `log` and `trace` (see [`crate::log`],
 //! [`crate::trace`]).
@@ -69,12 +70,24 @@ pub mod explorer {
     pub use crate::bindings::variants::exports::sandloop::adapter::variants;
 }
 
-/// Every export the host knows; the same exports as [`explorer`].
-pub mod full {
+/// An explorer whose prefixes can be captured as replay points.
+pub mod replayable {
     #[doc(inline)]
-    pub use crate::__sandloop_world_explorer as export;
+    pub use crate::__sandloop_world_replayable as export;
     pub use crate::bindings::episode::exports::sandloop::adapter::episode;
     pub use crate::bindings::episode_groups::exports::sandloop::adapter::episode_groups;
+    pub use crate::bindings::replay::exports::sandloop::adapter::replay;
+    pub use crate::bindings::seeds::exports::sandloop::adapter::seeds;
+    pub use crate::bindings::variants::exports::sandloop::adapter::variants;
+}
+
+/// Every export the host knows; the same exports as [`replayable`].
+pub mod full {
+    #[doc(inline)]
+    pub use crate::__sandloop_world_replayable as export;
+    pub use crate::bindings::episode::exports::sandloop::adapter::episode;
+    pub use crate::bindings::episode_groups::exports::sandloop::adapter::episode_groups;
+    pub use crate::bindings::replay::exports::sandloop::adapter::replay;
     pub use crate::bindings::seeds::exports::sandloop::adapter::seeds;
     pub use crate::bindings::variants::exports::sandloop::adapter::variants;
 }
@@ -93,6 +106,9 @@ macro_rules! __sandloop_export_interface {
     };
     (episode_groups, $ty:ident) => {
         $crate::bindings::episode_groups::__sandloop_export_episode_groups!($ty with_types_in $crate::bindings::episode_groups);
+    };
+    (replay, $ty:ident) => {
+        $crate::bindings::replay::__sandloop_export_replay!($ty with_types_in $crate::bindings::replay);
     };
 }
 
@@ -136,5 +152,19 @@ macro_rules! __sandloop_world_explorer {
         $crate::__sandloop_export_interface!(seeds, $ty);
         $crate::__sandloop_export_interface!(variants, $ty);
         $crate::__sandloop_export_interface!(episode_groups, $ty);
+    };
+}
+
+/// Export `$ty` (implementing all five `Guest` traits) as a `replayable`
+/// component (also the `full` world).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __sandloop_world_replayable {
+    ($ty:ident) => {
+        $crate::__sandloop_export_interface!(episode, $ty);
+        $crate::__sandloop_export_interface!(seeds, $ty);
+        $crate::__sandloop_export_interface!(variants, $ty);
+        $crate::__sandloop_export_interface!(episode_groups, $ty);
+        $crate::__sandloop_export_interface!(replay, $ty);
     };
 }

@@ -97,6 +97,7 @@ impl EpisodeAdapter for Native {
             seeds: false,
             variants: false,
             episode_groups: true,
+            replay: false,
         }
     }
     fn execute(&mut self, _item: &Item, _ctx: &CallContext) -> Result<Record, AdapterError> {

@@ -11,3 +11,6 @@ pub const HOSTILE_ADAPTER: &str = env!("HOSTILE_ADAPTER_WASM");
 pub const BENCH_ADAPTER: &str = env!("BENCH_ADAPTER_WASM");
 /// The workspace root, for sample inputs under `examples/`.
 pub const WORKSPACE: &str = env!("SANDLOOP_WORKSPACE");
+/// `replay-probe`: a replayable adapter that breaks one replay rule per
+/// named fault.
+pub const REPLAY_PROBE: &str = env!("REPLAY_PROBE_WASM");

@@ -1,5 +1,5 @@
 //! markdown-explorer: a full exploration adapter over a directory of
-//! markdown documents (world `explorer`).
+//! markdown documents (world `replayable`).
 //!
 //! - `list_seed_items(arm, epoch)`: the `*.md` files under the read-only
 //!   directory the host grants at `/docs` (`--dir HOST::/docs:ro`), walked
@@ -15,6 +15,10 @@
 //!   (`delta:*`).
 //! - `compile_variant(spec, seed)`: `{seed_item_id}~{spec_id}`.
 //! - `execute` (no group): the same, reading the document per item.
+//! - replay points (see [`replay`]): a capture keeps a copy of the prepared
+//!   document and its digest; every suffix runs, exactly like
+//!   `execute_episode`, on a fresh working copy restored from it (exact
+//!   fidelity). The state exports as JSON and imports in a fresh instance.
 //!
 //! Items and trace payloads carry relative paths only, never absolute ones.
 
@@ -30,6 +34,7 @@ use sandloop_guest::{
 pub mod analysis;
 pub mod corpus;
 pub mod ops;
+pub mod replay;
 
 use analysis::Analysis;
 use corpus::DocFile;
@@ -54,7 +59,9 @@ impl Default for MarkdownExplorer {
     }
 }
 
-/// The state of one prepared document (the episode group).
+/// The state of one prepared document (the episode group, and the state a
+/// replay point captures).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Doc {
     /// Relative path inside the corpus.
     pub relative_path: String,
@@ -108,13 +115,19 @@ impl MarkdownExplorer {
     fn load(&self, item: &Item) -> Result<Doc, Error> {
         let relative = relative_path_of(item)?;
         let text = self.read(&relative)?;
-        let base = Analysis::of(&text);
-        Ok(Doc {
-            family: corpus::family_of(&relative).to_owned(),
-            relative_path: relative,
+        Ok(Doc::parse(relative, text))
+    }
+}
+
+impl Doc {
+    /// Parse `text` once; the family follows from the relative path.
+    pub fn parse(relative_path: String, text: String) -> Doc {
+        Doc {
+            family: corpus::family_of(&relative_path).to_owned(),
+            base: Analysis::of(&text),
+            relative_path,
             text,
-            base,
-        })
+        }
     }
 }
 
@@ -179,6 +192,33 @@ fn base_record(doc: &Doc, episode: &str) -> Record {
             doc.base.anomalies.iter().copied().collect::<Vec<_>>(),
         );
     record
+}
+
+/// Run `item` as a suffix on a prepared document: the seed reports the base
+/// document, a variant its mutation. Shared by `execute_episode` (on the
+/// group) and `run_suffix` (on a replay point's working copy); every call,
+/// failed or not, emits one `action_outcome` trace event.
+fn run_episode(doc: &Doc, item: &Item) -> Result<Record, Error> {
+    if item.is_variant() {
+        // variant_record emits its event last, so only on success
+        return variant_record(doc, item).inspect_err(|err| {
+            emit(
+                EventKind::ActionOutcome,
+                json!({"stage": "variant_failed", "family": doc.family, "error_kind": err.kind}),
+            )
+        });
+    }
+    let record = base_record(doc, "seed");
+    emit(
+        EventKind::ActionOutcome,
+        json!({
+            "stage": "seed_executed",
+            "family": doc.family,
+            "bytes": doc.base.bytes,
+            "anomalies": doc.base.anomalies.iter().copied().collect::<Vec<_>>(),
+        }),
+    );
+    Ok(record)
 }
 
 /// Apply a variant item's spec to `doc` and report the mutated document.
@@ -341,11 +381,7 @@ impl EpisodeGroups for MarkdownExplorer {
     }
 
     fn execute_episode(&self, doc: &Doc, item: Item, _ctx: &Context) -> Result<Record, Error> {
-        if item.is_variant() {
-            variant_record(doc, &item)
-        } else {
-            Ok(base_record(doc, "seed"))
-        }
+        run_episode(doc, &item)
     }
 
     fn release(&self, doc: Doc, _ctx: &Context) -> Result<(), Error> {
@@ -368,7 +404,7 @@ impl Episode for MarkdownExplorer {
     }
 }
 
-sandloop_guest::export_adapter!(MarkdownExplorer, world = explorer);
+sandloop_guest::export_adapter!(MarkdownExplorer, world = replayable);
 
 #[cfg(test)]
 mod tests {

@@ -20,6 +20,70 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Show a component's sha256, size, exports, imports and protocols.
     Inspect(InspectArgs),
+    /// Run one item of a finished run again from its nearest replay point.
+    Replay(ReplayArgs),
+    /// Rank trace positions where new replay points would save the most replay time.
+    Plan(PlanArgs),
+}
+
+/// Options of `sandloop replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The run directory (`--out` of `sandloop run`).
+    #[arg(long = "run", value_name = "DIR")]
+    pub run: PathBuf,
+    /// The item to run again (its `item_id` in records.jsonl).
+    #[arg(long, value_name = "ITEM_ID")]
+    pub item: String,
+    /// First trace sequence the replay must redo; default: where the item's suffix began.
+    #[arg(long, value_name = "N")]
+    pub from_sequence: Option<u64>,
+    /// Fidelity the result needs to be promotion eligible.
+    #[arg(long, value_name = "FIDELITY", default_value = "semantic_equivalent")]
+    pub min_fidelity: String,
+    /// The component; default: the one the run used (its sha256 must match).
+    #[arg(long, value_name = "FILE")]
+    pub adapter: Option<PathBuf>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Directory for compiled components (default: the user cache dir).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// Options of `sandloop plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// A run directory: trace, candidates and failure observations come from it.
+    #[arg(long = "run", value_name = "DIR", required_unless_present = "trace")]
+    pub run: Option<PathBuf>,
+    /// Trace events (JSONL, one branch) instead of a run directory.
+    #[arg(long, value_name = "FILE.jsonl", requires_all = ["candidates", "observations"], conflicts_with = "run")]
+    pub trace: Option<PathBuf>,
+    /// Candidate positions with their costs (JSON array), with --trace.
+    #[arg(long, value_name = "FILE.json")]
+    pub candidates: Option<PathBuf>,
+    /// Failure observations (JSON array), with --trace.
+    #[arg(long, value_name = "FILE.json")]
+    pub observations: Option<PathBuf>,
+    /// Most proposals to print.
+    #[arg(long, value_name = "K", default_value_t = 3)]
+    pub max_proposals: usize,
+    /// Fidelity a replay must reach for a failure to count (run mode).
+    #[arg(long, value_name = "FIDELITY", default_value = "semantic_equivalent")]
+    pub min_fidelity: String,
+    /// Smallest score (minutes saved minus capture cost) worth proposing.
+    #[arg(
+        long,
+        value_name = "MINUTES",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    pub min_score: f64,
+    /// Print the proposals as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The item failure policy (reference `ItemFailurePolicy`).
@@ -98,6 +162,12 @@ pub struct RunArgs {
     /// Arm name recorded in group ids and the checkpoint.
     #[arg(long, default_value = "main")]
     pub arm: String,
+    /// Do not capture replay points, even when the adapter exports `replay`.
+    #[arg(long)]
+    pub no_replay: bool,
+    /// Fidelity a replayed suffix needs to be promotion eligible.
+    #[arg(long, value_name = "FIDELITY", default_value = "semantic_equivalent")]
+    pub replay_min_fidelity: String,
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
     pub resume: bool,

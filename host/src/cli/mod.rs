@@ -3,6 +3,8 @@
 
 pub mod args;
 pub mod inspect;
+pub mod plan;
+pub mod replay;
 pub mod run;
 
 use std::sync::Arc;
@@ -68,6 +70,8 @@ pub fn main() -> i32 {
     let result = match cli.command {
         args::Command::Run(args) => run::run(*args),
         args::Command::Inspect(args) => inspect::inspect(args),
+        args::Command::Replay(args) => replay::replay(args),
+        args::Command::Plan(args) => plan::plan(args),
     };
     match result {
         Ok(()) => 0,

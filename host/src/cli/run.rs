@@ -20,7 +20,11 @@ use crate::harness::queue::branch_id;
 use crate::harness::{
     ArmConfig, ArmError, ArmSummary, RunDir, VariantCatalog, load_arm_checkpoint, runtime_signature,
 };
-use crate::sandbox::{CallLog, CallObserver, DirGrant, SandboxConfig, WasmAdapter, load};
+use crate::replay::durable::{POINTS_FILE, ReplayStore, STATES_DIR};
+use crate::replay::{Fidelity, ReplayMetricLedger};
+use crate::sandbox::{
+    CallLog, CallObserver, DirGrant, ReplayOptions, SandboxConfig, WasmAdapter, load,
+};
 
 /// The longest `--call-timeout` accepted, seconds.
 const MAX_CALL_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
@@ -120,6 +124,10 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             "--budget-minutes must be a positive number".into(),
         ));
     }
+    let replay_minimum: Fidelity = args
+        .replay_min_fidelity
+        .parse()
+        .map_err(|error| CliError::Input(format!("--replay-min-fidelity: {error}")))?;
     check_out_dir(&args.out, args.resume)?;
 
     // Every input is checked before anything is written.
@@ -195,12 +203,21 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
 
     let call_log = Arc::new(CallLog::new(&args.out));
     let observer: Arc<dyn CallObserver> = call_log.clone();
+    let replay = (protocols.replay && !args.no_replay).then(|| ReplayOptions {
+        metrics: Arc::new(ReplayMetricLedger::new()),
+        store: Some(Arc::new(ReplayStore::new(&args.out))),
+        minimum_fidelity: replay_minimum,
+    });
     let factory = |lane: usize| {
-        Ok(WasmAdapter::new(
+        let adapter = WasmAdapter::new(
             Arc::clone(&loaded),
             branch_id(lane),
             Some(Arc::clone(&observer)),
-        ))
+        );
+        Ok(match &replay {
+            Some(options) => adapter.with_replay(options.clone()),
+            None => adapter,
+        })
     };
     let mut control = WasmAdapter::new(Arc::clone(&loaded), "control", Some(Arc::clone(&observer)));
     let mut file_seeds;
@@ -241,8 +258,20 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     for error in call_log.errors() {
         eprintln!("warning: could not write adapter output or traces: {error}");
     }
+    if let Some(options) = &replay
+        && let Some(store) = &options.store
+    {
+        for error in store.errors() {
+            eprintln!("warning: could not write a replay point: {error}");
+        }
+    }
     let summary = match result {
-        Ok(summary) => summary,
+        Ok(summary) => {
+            if let Some(options) = &replay {
+                add_replay_summary(&args.out, &options.metrics)?;
+            }
+            summary
+        }
         Err(error) => {
             let error = arm_error(error);
             if matches!(error, CliError::Input(_)) {
@@ -272,8 +301,42 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             &progress.error_types(),
             started.elapsed().as_secs_f64(),
         );
+        if let Some(options) = &replay {
+            print_replay_summary(&options.metrics);
+        }
     }
     Ok(())
+}
+
+/// Add the replay metric ledger (reference `ReplayPointRegistry.metrics`)
+/// to `summary.json` as `replay`.
+fn add_replay_summary(out: &Path, metrics: &ReplayMetricLedger) -> Result<(), CliError> {
+    let path = out.join(crate::harness::run_dir::SUMMARY_FILE);
+    let failed =
+        |error: String| CliError::Failed(format!("cannot update {}: {error}", path.display()));
+    let text = std::fs::read_to_string(&path).map_err(|e| failed(e.to_string()))?;
+    let mut summary: serde_json::Map<String, Value> =
+        serde_json::from_str(&text).map_err(|e| failed(e.to_string()))?;
+    summary.insert("replay".into(), Value::Object(metrics.snapshot()));
+    crate::harness::atomic::write_json_atomic(&path, &summary).map_err(|e| failed(e.to_string()))
+}
+
+fn print_replay_summary(metrics: &ReplayMetricLedger) {
+    let snapshot = metrics.snapshot();
+    let n = |field: &str| snapshot.get(field).and_then(Value::as_u64).unwrap_or(0);
+    let minutes = |field: &str| snapshot.get(field).and_then(Value::as_f64).unwrap_or(0.0);
+    say(&format!(
+        "  replay     {} captured ({} failed), {} replayed ({} verified equivalent, {} failed), \
+         {} quarantined; capture {:.4} min, restore {:.4} min",
+        count(n("capture_success_count"), "point", "points"),
+        n("capture_failure_count"),
+        count(n("replay_attempt_count"), "suffix", "suffixes"),
+        n("equivalence_verified_count"),
+        n("replay_failure_count"),
+        n("replay_point_quarantine_count"),
+        minutes("capture_minutes"),
+        minutes("restore_minutes"),
+    ));
 }
 
 /// The arm configuration the flags describe.
@@ -308,7 +371,8 @@ fn clear_unfinished_run(out: &Path) -> Result<(), CliError> {
             Err(error) => return Err(CliError::Failed(format!("cannot remove {name}: {error}"))),
         }
     }
-    for folder in ["traces", "adapter-output"] {
+    let _ = std::fs::remove_file(out.join(POINTS_FILE));
+    for folder in ["traces", "adapter-output", STATES_DIR] {
         let _ = std::fs::remove_dir_all(out.join(folder));
     }
     Ok(())
@@ -426,6 +490,8 @@ fn write_manifest(args: &RunArgs, info: &crate::sandbox::ComponentInfo) -> Resul
             "env": args.sandbox.env,
             "max_output_bytes": args.sandbox.max_output,
             "cache": !args.sandbox.no_cache,
+            "no_replay": args.no_replay,
+            "replay_min_fidelity": args.replay_min_fidelity,
         },
     }));
     let manifest = json!({

@@ -38,11 +38,15 @@ pub struct Protocols {
     pub variants: bool,
     /// `episode-groups` (reference mode `recoverable-v0`).
     pub episode_groups: bool,
+    /// `replay` (reference mode `replayable-v2`): prefixes can be captured
+    /// as replay points.
+    pub replay: bool,
 }
 
 impl Protocols {
     /// The names reported in `summary.json` and by `sandloop inspect`, in a
-    /// fixed order: `legacy`, `recoverable-v0`, `seeds`, `variants`.
+    /// fixed order: `legacy`, `recoverable-v0`, `replayable-v2`, `seeds`,
+    /// `variants`.
     pub fn names(&self) -> Vec<&'static str> {
         let mut names = Vec::new();
         if self.execute {
@@ -50,6 +54,9 @@ impl Protocols {
         }
         if self.episode_groups {
             names.push(crate::episode::RECOVERABLE_EPISODE_MODE);
+        }
+        if self.replay {
+            names.push(crate::replay::REPLAYABLE_EPISODE_MODE);
         }
         if self.seeds {
             names.push("seeds");
@@ -81,6 +88,10 @@ pub struct AdapterError {
     pub message: String,
     /// True when a retry could succeed (`retryable_infra_error`).
     pub retryable_infra_error: bool,
+    /// Fields the host attaches to the error record besides the error
+    /// itself (e.g. the `replay` block of a failed replayed suffix). They
+    /// never replace the record's own fields.
+    pub record_fields: Option<Box<Record>>,
 }
 
 impl AdapterError {
@@ -91,6 +102,7 @@ impl AdapterError {
             kind: String::new(),
             message: message.into(),
             retryable_infra_error: false,
+            record_fields: None,
         }
     }
 
@@ -101,6 +113,7 @@ impl AdapterError {
             kind: kind.into(),
             message: message.into(),
             retryable_infra_error: retryable,
+            record_fields: None,
         }
     }
 }
@@ -157,6 +170,10 @@ pub enum ErrorType {
     InstanceLost,
     /// A fresh instance could not be created.
     Instantiation,
+    /// The adapter broke the replay contract (a restore claiming more
+    /// fidelity than was captured, digests that disagree, ...) or the
+    /// replay point could not be used.
+    ReplayContract,
 }
 
 impl ErrorType {
@@ -175,6 +192,7 @@ impl ErrorType {
             ErrorType::MissingExport => "missing_export",
             ErrorType::InstanceLost => "instance_lost",
             ErrorType::Instantiation => "instantiation",
+            ErrorType::ReplayContract => "replay_contract",
         }
     }
 }

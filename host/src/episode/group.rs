@@ -614,6 +614,7 @@ mod tests {
         script.protocols = Protocols {
             execute: false,
             episode_groups: true,
+            replay: false,
             ..Protocols::default()
         };
         script.prepare.insert("s".into(), PrepareScript::ReturnNone);

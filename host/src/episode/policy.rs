@@ -70,7 +70,7 @@ pub struct FatalError {
     /// [`super::adapter::ErrorType::InvalidItem`]).
     pub error: AdapterError,
     /// A cleanup failure chained to the primary one, if any.
-    pub cause: Option<AdapterError>,
+    pub cause: Option<Box<AdapterError>>,
 }
 
 impl FatalError {
@@ -83,7 +83,7 @@ impl FatalError {
     pub fn chained(error: AdapterError, cause: AdapterError) -> Self {
         Self {
             error,
-            cause: Some(cause),
+            cause: Some(Box::new(cause)),
         }
     }
 }
@@ -108,7 +108,7 @@ impl std::error::Error for FatalError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.cause
             .as_ref()
-            .map(|cause| cause as &(dyn std::error::Error + 'static))
+            .map(|cause| &**cause as &(dyn std::error::Error + 'static))
     }
 }
 

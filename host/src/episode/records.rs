@@ -133,6 +133,11 @@ pub fn adapter_error_record(item: &Item, error: &AdapterError, duration_minutes:
         Value::Bool(error.retryable_infra_error),
     );
     record.insert("adapter_error".into(), Value::Object(adapter_error));
+    if let Some(fields) = &error.record_fields {
+        for (key, value) in fields.iter() {
+            record.entry(key.clone()).or_insert_with(|| value.clone());
+        }
+    }
     record
 }
 
@@ -267,6 +272,7 @@ mod tests {
             kind: String::new(),
             message: "  call\n ran   out\tof time ".into(),
             retryable_infra_error: true,
+            record_fields: None,
         };
         let record = adapter_error_record(&item, &error, 0.01);
         assert_eq!(
@@ -400,6 +406,7 @@ mod tests {
                 kind: String::new(),
                 message: "release trapped".into(),
                 retryable_infra_error: true,
+                record_fields: None,
             },
             0.2,
         );

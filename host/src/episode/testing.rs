@@ -73,6 +73,7 @@ impl Script {
                 seeds: true,
                 variants: true,
                 episode_groups: true,
+                replay: false,
             },
             execute_errors: HashMap::new(),
             prepare: HashMap::new(),
@@ -92,6 +93,7 @@ impl Script {
                 seeds: true,
                 variants: true,
                 episode_groups: false,
+                replay: false,
             },
             ..Self::episode()
         }

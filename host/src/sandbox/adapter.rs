@@ -7,14 +7,16 @@
 //! instance. Episode groups prepared in a dropped instance are reported as
 //! `instance_lost` instead of being run on a stranger's state.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use super::bindings::exports::sandloop::adapter::episode_groups::Prepared as PreparedGroup;
-use super::bindings::exports::sandloop::adapter::{episode, episode_groups, seeds, variants};
+use super::bindings::exports::sandloop::adapter::{
+    episode, episode_groups, replay as replay_wit, seeds, variants,
+};
 use super::bindings::sandloop::adapter::types as wit;
 use super::classify::classify;
 use super::component::LoadedAdapter;
@@ -26,6 +28,10 @@ use crate::episode::adapter::{
     SeedSource,
 };
 use crate::trace::{TraceEvent, TraceLog};
+
+mod replay;
+pub use replay::{BindingHandle, ReplayOptions, adopt_durable_point, point_id_for};
+use replay::{GroupPoint, ReplayLane};
 
 /// What one call left behind besides its result, handed to a
 /// [`CallObserver`] after every call.
@@ -68,6 +74,8 @@ pub struct GroupHandle {
     reprepared: Cell<bool>,
     /// Set when preparing again failed; the rest of the group is lost.
     lost: Cell<bool>,
+    /// The replay point captured after the prefix, if any.
+    point: RefCell<Option<GroupPoint>>,
 }
 
 struct Live {
@@ -76,6 +84,7 @@ struct Live {
     seeds: Option<seeds::Guest>,
     variants: Option<variants::Guest>,
     groups: Option<episode_groups::Guest>,
+    replay: Option<replay_wit::Guest>,
 }
 
 /// One sandboxed adapter instance (replaced when poisoned).
@@ -92,6 +101,9 @@ pub struct WasmAdapter {
     epoch: u32,
     /// Arm of the latest `list-seed-items` call (names control traces).
     arm: String,
+    /// Replay points of this lane, when the adapter exports `replay` and
+    /// the run asked for them.
+    replay: Option<ReplayLane>,
 }
 
 impl WasmAdapter {
@@ -114,7 +126,18 @@ impl WasmAdapter {
             group_trace: None,
             epoch: 0,
             arm: String::from("main"),
+            replay: None,
         }
+    }
+
+    /// Capture a replay point after every prepared prefix and run each
+    /// suffix from it, when the component exports `replay` (otherwise this
+    /// changes nothing).
+    pub fn with_replay(mut self, options: ReplayOptions) -> Self {
+        if self.loaded.indices.replay.is_some() {
+            self.replay = Some(ReplayLane::new(options));
+        }
+        self
     }
 
     /// Instances created so far (1 + replacements after poisoning).
@@ -165,6 +188,12 @@ impl WasmAdapter {
                 .map_err(fail)?,
             groups: indices
                 .groups
+                .as_ref()
+                .map(|i| i.load(&mut store, &instance))
+                .transpose()
+                .map_err(fail)?,
+            replay: indices
+                .replay
                 .as_ref()
                 .map(|i| i.load(&mut store, &instance))
                 .transpose()
@@ -233,6 +262,37 @@ impl WasmAdapter {
             classified
         });
         (result, trace)
+    }
+
+    /// Hand events the host appended outside an adapter call (a replay
+    /// point's capture event) to the observer, like a call's own events.
+    fn report_events(
+        &self,
+        trace: &TraceLog,
+        from: u64,
+        call: &'static str,
+        item_id: Option<&str>,
+    ) {
+        let Some(observer) = &self.observer else {
+            return;
+        };
+        let events = trace.events();
+        let start = events
+            .iter()
+            .position(|event| event.sequence >= from)
+            .unwrap_or(events.len());
+        if start == events.len() {
+            return;
+        }
+        observer.on_call(&CallReport {
+            branch_id: &self.branch_id,
+            epoch: self.epoch,
+            call,
+            item_id,
+            output: &CallOutput::default(),
+            trace_events: &events[start..],
+            trace_refusals: 0,
+        });
     }
 
     fn context(&mut self, ctx: &CallContext) -> wit::Context {
@@ -457,21 +517,29 @@ impl EpisodeAdapter for WasmAdapter {
         let Some(prepared) = result?.map_err(declared)? else {
             return Ok(None);
         };
+        let handle = GroupHandle {
+            resource: Cell::new(prepared.group),
+            generation: Cell::new(self.generation),
+            seed_json,
+            items_json: item_json,
+            reprepared: Cell::new(false),
+            lost: Cell::new(false),
+            point: RefCell::new(None),
+        };
+        let mut prefix_record = parse_record(
+            &prepared.prefix_record,
+            self.max_output(),
+            "the prefix record",
+        );
+        if let Some(fields) = self.capture_group_point(&handle, seed, items, ctx)
+            && let Ok(record) = prefix_record.as_mut()
+        {
+            record.extend(fields);
+        }
         Ok(Some(Prepared {
-            prefix_record: parse_record(
-                &prepared.prefix_record,
-                self.max_output(),
-                "the prefix record",
-            ),
+            prefix_record,
             checkpoint_ref: prepared.checkpoint_ref,
-            handle: GroupHandle {
-                resource: Cell::new(prepared.group),
-                generation: Cell::new(self.generation),
-                seed_json,
-                items_json: item_json,
-                reprepared: Cell::new(false),
-                lost: Cell::new(false),
-            },
+            handle,
         }))
     }
 
@@ -483,6 +551,9 @@ impl EpisodeAdapter for WasmAdapter {
     ) -> Result<Record, AdapterError> {
         if handle.generation.get() != self.generation || self.live.is_none() {
             self.prepare_again(handle, ctx)?;
+        }
+        if let Some(result) = self.run_from_group_point(handle, item, ctx) {
+            return result;
         }
         let json = to_json(item);
         let wit_ctx = self.context(ctx);
@@ -509,6 +580,7 @@ impl EpisodeAdapter for WasmAdapter {
         handle: GroupHandle,
         ctx: &CallContext,
     ) -> Result<(), AdapterError> {
+        self.release_group_point(&handle);
         let group_trace = self.group_trace.take();
         if handle.generation.get() != self.generation || self.live.is_none() {
             // The resource died with its store; there is nothing to release.

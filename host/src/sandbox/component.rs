@@ -9,7 +9,9 @@ use std::time::Instant;
 use serde::Serialize;
 use wasmtime::component::{HasSelf, InstancePre, Linker, types::ComponentItem};
 
-use super::bindings::exports::sandloop::adapter::{episode, episode_groups, seeds, variants};
+use super::bindings::exports::sandloop::adapter::{
+    episode, episode_groups, replay, seeds, variants,
+};
 use super::bindings::sandloop::adapter::{log, trace, types};
 use super::cache::{CacheOutcome, load_or_compile, sha256_hex};
 use super::config::SandboxConfig;
@@ -83,6 +85,7 @@ pub(crate) struct ExportIndices {
     pub seeds: Option<seeds::GuestIndices>,
     pub variants: Option<variants::GuestIndices>,
     pub groups: Option<episode_groups::GuestIndices>,
+    pub replay: Option<replay::GuestIndices>,
 }
 
 /// A compiled, linked adapter ready to be instantiated many times.
@@ -185,12 +188,16 @@ pub fn load(
                 episode_groups::GuestIndices::new(&pre).map_err(|e| shape("episode-groups", e))
             })
             .transpose()?,
+        replay: has("replay")
+            .then(|| replay::GuestIndices::new(&pre).map_err(|e| shape("replay", e)))
+            .transpose()?,
     };
     let protocols = Protocols {
         execute: indices.episode.is_some(),
         seeds: indices.seeds.is_some(),
         variants: indices.variants.is_some(),
         episode_groups: indices.groups.is_some(),
+        replay: indices.replay.is_some(),
     };
     check_dependencies(&shown, &protocols, &exports)?;
     let info = ComponentInfo {
@@ -250,6 +257,17 @@ fn check_dependencies(
     protocols: &Protocols,
     exports: &[String],
 ) -> Result<(), LoadError> {
+    if protocols.replay && !protocols.episode_groups {
+        return Err(LoadError::Contract {
+            path: path.to_string(),
+            message: format!(
+                "exports `{}` without `{}`: replay points capture the state of a prepared \
+                 episode group, so an adapter that exports replay must export episode groups too",
+                interface_name("replay"),
+                interface_name("episode-groups")
+            ),
+        });
+    }
     if protocols.execute || protocols.episode_groups {
         return Ok(());
     }
@@ -292,7 +310,24 @@ mod tests {
             seeds,
             variants,
             episode_groups,
+            replay: false,
         }
+    }
+
+    #[test]
+    fn replay_without_episode_groups_is_refused_by_name() {
+        let mut replay_only = protocols(true, false, false, false);
+        replay_only.replay = true;
+        let message = check_dependencies("a.wasm", &replay_only, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("exports `sandloop:adapter/replay@0.1.0` without `sandloop:adapter/episode-groups@0.1.0`"),
+            "{message}"
+        );
+        let mut both = protocols(false, false, false, true);
+        both.replay = true;
+        assert!(check_dependencies("a.wasm", &both, &[]).is_ok());
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub mod engine;
 pub mod host_state;
 pub mod output;
 
-pub use adapter::{CallObserver, CallReport, WasmAdapter};
+pub use adapter::{BindingHandle, CallObserver, CallReport, ReplayOptions, WasmAdapter};
 pub use call_log::CallLog;
 pub use component::{ComponentInfo, LoadError, LoadedAdapter, load};
 pub use config::{DirGrant, SandboxConfig};

@@ -13,7 +13,13 @@ fn inspect_reports_protocols_from_exports() {
         (HOSTILE_ADAPTER, json!(["legacy", "recoverable-v0"])),
         (
             MARKDOWN_EXPLORER,
-            json!(["legacy", "recoverable-v0", "seeds", "variants"]),
+            json!([
+                "legacy",
+                "recoverable-v0",
+                "replayable-v2",
+                "seeds",
+                "variants"
+            ]),
         ),
     ] {
         let output = run(&["inspect", component, "--json"]);

@@ -3,6 +3,7 @@
 
 mod cli_errors;
 mod hostile;
+mod replay;
 mod resume;
 mod run;
 mod support;

@@ -1,0 +1,505 @@
+//! replay-probe: a `replayable` adapter that breaks each replay rule on
+//! command, for sandloop's end-to-end tests (see `README.md`).
+//!
+//! Items come from an items file (`--items`); each names its faults in a
+//! `"faults"` array (see [`faults`]). Without faults every call is honest:
+//! exact fidelity, equal digests, export/import round trips.
+//!
+//! - State: the group holds a [`ProbeState`] (the seed's id and text and a
+//!   counter, starting at 0); its projection digest is [`digest`] (FNV-1a
+//!   64 over canonical bytes, 16 hex characters).
+//! - Every item run (`execute`, `execute-episode`, `run-replay-suffix`)
+//!   emits one `action_outcome` trace event and returns
+//!   `observation_keys: ["probe:<item_id>"]` with `counter_before` (the
+//!   counter it found, then incremented) and `via` (`execute`, `episode`,
+//!   `replay`). A correct restore gives every suffix `counter_before` 0.
+//! - Faults of the seed (the group's first item) apply to the whole point:
+//!   capture, export, import, release. Faults of an item apply when it is
+//!   the restore's target (`target-branch-id` = its `item_id`): restore,
+//!   validate, finalize; and when `run-replay-suffix` runs it.
+//! - `list_seed_items` returns no seeds; `compile_variant` makes
+//!   `{seed_item_id}~{spec_id}` carrying the spec's own `"faults"`.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+
+use sandloop_guest::trace::{self, EventKind};
+use sandloop_guest::{
+    CaptureRequest, Context, Episode, EpisodeGroups, EquivalenceCheck, EquivalenceReport, Error,
+    Fidelity, Item, Prepared, Record, Replay, RestoreReceipt, RestoreRequest, Seeds, StateLease,
+    Value, VariantSpec, Variants, json, log,
+};
+
+pub mod faults;
+
+use faults::{Fault, Faults};
+
+/// `schema` of exported replay state.
+pub const STATE_SCHEMA: &str = "replay-probe/state/v1";
+
+/// The adapter (stateless; all state lives in groups and bindings).
+#[derive(Default)]
+pub struct ReplayProbe;
+
+/// The prefix state a group holds and a replay point captures.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeState {
+    /// `item_id` of the seed.
+    pub seed_item_id: String,
+    /// `text` of the seed.
+    pub seed_text: String,
+    /// Items run on this state so far.
+    pub counter: u64,
+}
+
+impl ProbeState {
+    fn of(seed: &Item) -> ProbeState {
+        ProbeState {
+            seed_item_id: seed.item_id().to_owned(),
+            seed_text: seed.text().to_owned(),
+            counter: 0,
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "seed_item_id": self.seed_item_id,
+            "seed_text": self.seed_text,
+            "counter": self.counter,
+        })
+    }
+
+    fn from_json(value: &Value) -> Option<ProbeState> {
+        Some(ProbeState {
+            seed_item_id: value.get("seed_item_id")?.as_str()?.to_owned(),
+            seed_text: value.get("seed_text")?.as_str()?.to_owned(),
+            counter: value.get("counter")?.as_u64()?,
+        })
+    }
+}
+
+/// Canonical bytes of a state: one JSON array (order-stable).
+pub fn canonical_bytes(state: &ProbeState) -> Vec<u8> {
+    let value = json!([
+        STATE_SCHEMA,
+        state.seed_item_id,
+        state.seed_text,
+        state.counter
+    ]);
+    serde_json::to_vec(&value).unwrap_or_default()
+}
+
+/// FNV-1a 64 of [`canonical_bytes`], as 16 lowercase hex characters.
+pub fn digest(state: &ProbeState) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in canonical_bytes(state) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// A digest that is certainly not `digest` (same shape).
+fn wrong_digest(digest: &str) -> String {
+    digest
+        .chars()
+        .map(|c| if c == 'f' { '0' } else { 'f' })
+        .collect()
+}
+
+/// One prepared group: the state, the seed's faults and every item's.
+#[derive(Debug)]
+pub struct ProbeGroup {
+    state: RefCell<ProbeState>,
+    seed_faults: Faults,
+    item_faults: BTreeMap<String, Faults>,
+}
+
+/// A replay point: the captured state and digest, the faults it carries,
+/// and the working copy of the suffix in progress.
+#[derive(Debug)]
+pub struct ProbePoint {
+    captured: ProbeState,
+    digest: String,
+    fidelity: Fidelity,
+    seed_faults: Faults,
+    item_faults: BTreeMap<String, Faults>,
+    working: RefCell<Option<Working>>,
+    release_attempts: Cell<u32>,
+}
+
+/// A restored working copy and what its restore claimed.
+#[derive(Debug)]
+struct Working {
+    state: ProbeState,
+    achieved: Fidelity,
+    faults: Faults,
+}
+
+impl ProbePoint {
+    fn target_faults(&self, target: &str) -> Faults {
+        self.item_faults.get(target).cloned().unwrap_or_default()
+    }
+
+    fn lease(self, digest: String) -> StateLease<ProbePoint> {
+        let fidelity = self.fidelity;
+        StateLease::new(self, fidelity).with_digest(digest)
+    }
+}
+
+/// The point-wide fidelity the seed's faults ask for (`None`: non-replayable).
+fn captured_fidelity(seed_faults: &Faults) -> Option<Fidelity> {
+    if seed_faults.has(Fault::CaptureNonReplayable) {
+        None
+    } else if seed_faults.has(Fault::CaptureBestEffort) {
+        Some(Fidelity::BestEffort)
+    } else if seed_faults.has(Fault::CaptureSemantic) {
+        Some(Fidelity::SemanticEquivalent)
+    } else {
+        Some(Fidelity::Exact)
+    }
+}
+
+/// Run `item` on `state`: one trace event, the record, the counter bumped.
+fn run_item(state: &mut ProbeState, item: &Item, via: &str) -> Record {
+    let counter_before = state.counter;
+    emit(
+        EventKind::ActionOutcome,
+        json!({
+            "stage": "probe_item",
+            "item_id": item.item_id(),
+            "via": via,
+            "counter_before": counter_before,
+        }),
+    );
+    state.counter += 1;
+    let mut record = Record::with_keys([format!("probe:{}", item.item_id())]);
+    record
+        .set("via", via)
+        .set("counter_before", counter_before)
+        .set("seed_item_id", state.seed_item_id.as_str());
+    record
+}
+
+fn emit(kind: EventKind, payload: Value) {
+    if let Err(reason) = trace::emit(kind, payload) {
+        log::warn!("trace event refused: {reason}");
+    }
+}
+
+fn item_faults(item: &Item) -> Result<Faults, Error> {
+    Faults::parse(item, Error::INVALID_ITEM)
+}
+
+impl Episode for ReplayProbe {
+    fn execute(&self, item: Item, _ctx: &Context) -> Result<Record, Error> {
+        item_faults(&item)?;
+        Ok(run_item(&mut ProbeState::of(&item), &item, "execute"))
+    }
+}
+
+impl Seeds for ReplayProbe {
+    /// None: the probe's items come from an items file.
+    fn list_seed_items(&self, _arm: &str, _epoch: u32) -> Result<Vec<Item>, Error> {
+        Ok(Vec::new())
+    }
+}
+
+impl Variants for ReplayProbe {
+    fn compile_variant(&self, spec: VariantSpec, seed: Item) -> Result<Item, Error> {
+        if spec.spec_id().is_empty() {
+            return Err(Error::invalid_spec("spec has no spec_id"));
+        }
+        let faults = Faults::parse(&spec, Error::INVALID_SPEC)?;
+        let family = match seed.family() {
+            "" => spec.seed_family().to_owned(),
+            family => family.to_owned(),
+        };
+        let mut item = Item::new(
+            format!("{}~{}", seed.item_id(), spec.spec_id()),
+            family,
+            seed.text(),
+        )
+        .with("is_variant", true)
+        .with("seed_item_id", seed.item_id())
+        .with("faults", faults.names());
+        item.set("variant_spec", spec);
+        Ok(item)
+    }
+}
+
+impl EpisodeGroups for ReplayProbe {
+    type Group = ProbeGroup;
+
+    fn prepare(
+        &self,
+        seed: Item,
+        items: Vec<Item>,
+        _ctx: &Context,
+    ) -> Result<Option<Prepared<ProbeGroup>>, Error> {
+        let seed_faults = item_faults(&seed)?;
+        let mut faults_by_item = BTreeMap::new();
+        for item in &items {
+            faults_by_item.insert(item.item_id().to_owned(), item_faults(item)?);
+        }
+        let state = ProbeState::of(&seed);
+        emit(
+            EventKind::Lifecycle,
+            json!({"stage": "prepared", "items": items.len(), "seed_faults": seed_faults.names()}),
+        );
+        let mut record = Record::with_keys(["probe:prefix"]);
+        record.set("state_digest", digest(&state));
+        let group = ProbeGroup {
+            state: RefCell::new(state),
+            seed_faults,
+            item_faults: faults_by_item,
+        };
+        Ok(Some(Prepared::new(group, record)))
+    }
+
+    fn execute_episode(
+        &self,
+        group: &ProbeGroup,
+        item: Item,
+        _ctx: &Context,
+    ) -> Result<Record, Error> {
+        item_faults(&item)?;
+        Ok(run_item(&mut group.state.borrow_mut(), &item, "episode"))
+    }
+}
+
+impl Replay for ReplayProbe {
+    type Binding = ProbePoint;
+
+    fn capture(
+        &self,
+        group: &ProbeGroup,
+        _request: &CaptureRequest,
+    ) -> Result<StateLease<ProbePoint>, Error> {
+        let seed_faults = &group.seed_faults;
+        seed_faults.check(Fault::CaptureFails, "capture-replay-state")?;
+        let Some(fidelity) = captured_fidelity(seed_faults) else {
+            return Ok(StateLease::non_replayable());
+        };
+        let captured = group.state.borrow().clone();
+        let digest = digest(&captured);
+        let point = ProbePoint {
+            digest: digest.clone(),
+            captured,
+            fidelity,
+            seed_faults: seed_faults.clone(),
+            item_faults: group.item_faults.clone(),
+            working: RefCell::new(None),
+            release_attempts: Cell::new(0),
+        };
+        Ok(point.lease(digest))
+    }
+
+    fn restore(
+        &self,
+        point: &ProbePoint,
+        request: &RestoreRequest,
+    ) -> Result<RestoreReceipt, Error> {
+        let faults = point.target_faults(&request.target_branch_id);
+        faults.trap(Fault::TrapInRestore, "restore-replay-state");
+        faults.check(Fault::RestoreFails, "restore-replay-state")?;
+        let mut state = point.captured.clone();
+        if faults.has(Fault::DigestMismatch) {
+            state.counter += 1; // the copy really differs from the capture
+        }
+        let mut achieved = point.fidelity;
+        if faults.has(Fault::SemanticWithoutChecks) && achieved.meets(Fidelity::SemanticEquivalent)
+        {
+            achieved = Fidelity::SemanticEquivalent;
+        }
+        if faults.has(Fault::RestoreStronger) {
+            achieved = Fidelity::Exact;
+        }
+        if faults.has(Fault::RestoreNonReplayable) {
+            achieved = Fidelity::NonReplayable;
+        }
+        let receipt = RestoreReceipt::new(achieved)
+            .with_digest(digest(&state))
+            .with_prefix_reused(true);
+        *point.working.borrow_mut() = Some(Working {
+            state,
+            achieved,
+            faults,
+        });
+        Ok(receipt)
+    }
+
+    fn validate(
+        &self,
+        point: &ProbePoint,
+        _receipt: &RestoreReceipt,
+    ) -> Result<EquivalenceReport, Error> {
+        let working = point.working.borrow();
+        let working = working.as_ref().ok_or_else(not_restored)?;
+        let faults = &working.faults;
+        let observed = digest(&working.state);
+        let equal = observed == point.digest;
+
+        // The honest report for the fidelity the restore claimed.
+        let mut report = match working.achieved {
+            Fidelity::Exact => EquivalenceReport::exact_digests(point.digest.clone(), observed),
+            Fidelity::SemanticEquivalent => EquivalenceReport::new(working.achieved, equal)
+                .with_digests(point.digest.clone(), observed)
+                .with_check(
+                    EquivalenceCheck::new("probe-state", equal)
+                        .with_summary("seed id, seed text and counter compared"),
+                ),
+            Fidelity::BestEffort | Fidelity::NonReplayable => {
+                let mut report = EquivalenceReport::new(working.achieved, false)
+                    .with_reason("best-effort restore: nothing verified");
+                report.expected_digest = Some(point.digest.clone());
+                report
+            }
+        };
+
+        // Then the lies the target item asked for.
+        if faults.has(Fault::DigestMismatch) {
+            report.equivalent = true;
+            for check in &mut report.checks {
+                check.passed = true;
+            }
+        }
+        if faults.has(Fault::SemanticWithoutChecks) {
+            report.checks.clear();
+        }
+        if faults.has(Fault::EquivalentWithFailedCheck) {
+            report.equivalent = true;
+            report
+                .checks
+                .push(EquivalenceCheck::new("probe-injected", false).with_summary("injected"));
+        }
+        if faults.has(Fault::Unverified) {
+            report.equivalent = false;
+        }
+        if faults.has(Fault::ExpectedDigestWrong) {
+            report.expected_digest = Some(wrong_digest(&point.digest));
+        }
+        if faults.has(Fault::ReportDisagrees) {
+            report.achieved_fidelity = match report.achieved_fidelity {
+                Fidelity::Exact => Fidelity::SemanticEquivalent,
+                _ => Fidelity::Exact,
+            };
+        }
+        Ok(report)
+    }
+
+    fn run_suffix(&self, point: &ProbePoint, item: Item, _ctx: &Context) -> Result<Record, Error> {
+        let faults = item_faults(&item)?;
+        let mut working = point.working.borrow_mut();
+        let working = working.as_mut().ok_or_else(not_restored)?;
+        let record = run_item(&mut working.state, &item, "replay");
+        faults.check(Fault::SuffixFails, "run-replay-suffix")?;
+        faults.trap(Fault::SuffixTraps, "run-replay-suffix");
+        Ok(record)
+    }
+
+    fn finalize_suffix(
+        &self,
+        point: &ProbePoint,
+        request: &RestoreRequest,
+        _suffix_succeeded: bool,
+    ) -> Result<(), Error> {
+        point.working.borrow_mut().take();
+        point
+            .target_faults(&request.target_branch_id)
+            .check(Fault::FinalizeFails, "finalize-replay-suffix")
+    }
+
+    fn release_state(&self, point: &ProbePoint) -> Result<(), Error> {
+        let attempt = point.release_attempts.get() + 1;
+        point.release_attempts.set(attempt);
+        let faults = &point.seed_faults;
+        faults.check(Fault::ReleaseFails, "release-replay-state")?;
+        if attempt == 1 {
+            faults
+                .check(Fault::ReleaseFailsOnce, "release-replay-state")
+                .map_err(|err| err.retryable(true))?;
+        }
+        point.working.borrow_mut().take();
+        Ok(())
+    }
+
+    fn export_state(&self, point: &ProbePoint) -> Result<Option<Vec<u8>>, Error> {
+        if point.seed_faults.has(Fault::ExportNone) {
+            return Ok(None);
+        }
+        let item_faults: BTreeMap<&str, Vec<&str>> = point
+            .item_faults
+            .iter()
+            .map(|(id, faults)| (id.as_str(), faults.names()))
+            .collect();
+        let state = json!({
+            "schema": STATE_SCHEMA,
+            "state": point.captured.to_json(),
+            "seed_faults": point.seed_faults.names(),
+            "item_faults": item_faults,
+        });
+        Ok(Some(serde_json::to_vec(&state)?))
+    }
+
+    fn import_state(
+        &self,
+        state: Vec<u8>,
+        _request: &CaptureRequest,
+    ) -> Result<StateLease<ProbePoint>, Error> {
+        let invalid = |message: &str| Error::new("invalid-state", message.to_owned());
+        let value: Value =
+            serde_json::from_slice(&state).map_err(|_| invalid("replay state is not JSON"))?;
+        if value.get("schema").and_then(Value::as_str) != Some(STATE_SCHEMA) {
+            return Err(invalid("replay state has another schema"));
+        }
+        let captured = value
+            .get("state")
+            .and_then(ProbeState::from_json)
+            .ok_or_else(|| invalid("replay state has no valid \"state\""))?;
+        let faults_of = |value: Option<&Value>| -> Result<Faults, Error> {
+            let mut object = sandloop_guest::Object::new();
+            object.insert("faults".into(), value.cloned().unwrap_or(Value::Null));
+            Faults::parse(&object, "invalid-state")
+        };
+        let seed_faults = faults_of(value.get("seed_faults"))?;
+        let mut item_faults = BTreeMap::new();
+        if let Some(map) = value.get("item_faults").and_then(Value::as_object) {
+            for (id, names) in map {
+                item_faults.insert(id.clone(), faults_of(Some(names))?);
+            }
+        }
+        seed_faults.check(Fault::ImportFails, "import-replay-state")?;
+        let Some(fidelity) = captured_fidelity(&seed_faults) else {
+            return Err(invalid("a non-replayable point has no state to import"));
+        };
+        let digest = digest(&captured);
+        let lease_digest = if seed_faults.has(Fault::ImportDigestWrong) {
+            wrong_digest(&digest)
+        } else {
+            digest.clone()
+        };
+        let point = ProbePoint {
+            captured,
+            digest,
+            fidelity,
+            seed_faults,
+            item_faults,
+            working: RefCell::new(None),
+            release_attempts: Cell::new(0),
+        };
+        Ok(point.lease(lease_digest))
+    }
+}
+
+fn not_restored() -> Error {
+    Error::new(
+        "not-restored",
+        "restore-replay-state must run before this call",
+    )
+}
+
+sandloop_guest::export_adapter!(ReplayProbe, world = replayable);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,362 @@
+//! Native tests: every fault breaks the rule it names, and only that one
+//! (checked with the sdk's copy of the host's contract).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use super::*;
+
+fn item(id: &str, faults: &[&str]) -> Item {
+    Item::new(id, "probe", format!("text of {id}")).with("faults", faults.to_vec())
+}
+
+fn capture_request() -> CaptureRequest {
+    CaptureRequest {
+        replay_point_id: "rp-1".into(),
+        trace_id: "g-1".into(),
+        branch_id: "main".into(),
+        after_event_id: None,
+        next_sequence: 1,
+        execution_group_id: "g-1".into(),
+    }
+}
+
+fn restore_request(target: &str) -> RestoreRequest {
+    RestoreRequest {
+        replay_point_id: "rp-1".into(),
+        target_branch_id: target.into(),
+        minimum_fidelity: Fidelity::BestEffort,
+    }
+}
+
+/// Prepare `seed` with `others`, then capture.
+fn point(seed: Item, others: &[Item]) -> (ProbeGroup, StateLease<ProbePoint>) {
+    let probe = ReplayProbe;
+    let mut items = vec![seed.clone()];
+    items.extend_from_slice(others);
+    let group = probe
+        .prepare(seed, items, &Context::default())
+        .unwrap()
+        .unwrap()
+        .group;
+    let lease = probe.capture(&group, &capture_request()).unwrap();
+    (group, lease)
+}
+
+/// Restore and validate `target`; the host's verdict on receipt and report.
+fn verdict(lease: &StateLease<ProbePoint>, target: &str) -> Result<bool, &'static str> {
+    let probe = ReplayProbe;
+    let point = lease.binding.as_ref().unwrap();
+    let receipt = probe.restore(point, &restore_request(target)).unwrap();
+    receipt.check_against(lease.fidelity)?;
+    let report = probe.validate(point, &receipt).unwrap();
+    report.check_contract(
+        &receipt,
+        lease.projection_digest.as_deref(),
+        Fidelity::BestEffort,
+    )
+}
+
+#[test]
+fn an_honest_point_replays_exactly_and_round_trips() {
+    let probe = ReplayProbe;
+    let ctx = Context::default();
+    let items = [item("s", &[]), item("s~v", &[])];
+    let (group, lease) = point(items[0].clone(), &items[1..]);
+    assert_eq!(lease.fidelity, Fidelity::Exact);
+    let digest = lease.projection_digest.clone().unwrap();
+    assert_eq!(digest.len(), 16);
+    assert_eq!(digest, super::digest(&group.state.borrow()));
+    let point = lease.binding.as_ref().unwrap();
+    trace::take_recorded();
+
+    for item in &items {
+        let request = restore_request(item.item_id());
+        let receipt = probe.restore(point, &request).unwrap();
+        assert_eq!(receipt.achieved_fidelity, Fidelity::Exact);
+        assert_eq!(receipt.prefix_reused, Some(true));
+        let report = probe.validate(point, &receipt).unwrap();
+        assert_eq!(
+            report.check_contract(&receipt, Some(&digest), Fidelity::Exact),
+            Ok(true)
+        );
+        let record = probe.run_suffix(point, item.clone(), &ctx).unwrap();
+        assert_eq!(
+            record.observation_keys(),
+            vec![format!("probe:{}", item.item_id())]
+        );
+        assert_eq!(record["counter_before"], 0, "each suffix starts restored");
+        assert_eq!(record["via"], "replay");
+        let events = trace::take_recorded();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].payload["item_id"], item.item_id());
+        probe.finalize_suffix(point, &request, true).unwrap();
+        assert!(point.working.borrow().is_none());
+    }
+    // without a restore there is no working copy
+    let err = probe.run_suffix(point, items[0].clone(), &ctx).unwrap_err();
+    assert_eq!(err.kind, "not-restored");
+
+    let state = probe.export_state(point).unwrap().unwrap();
+    let imported = probe.import_state(state, &capture_request()).unwrap();
+    assert_eq!(imported.fidelity, Fidelity::Exact);
+    assert_eq!(imported.projection_digest.as_deref(), Some(&*digest));
+    assert_eq!(verdict(&imported, "s~v"), Ok(true));
+    probe.release_state(point).unwrap();
+
+    // the group itself runs items one after another on its own state
+    let first = probe
+        .execute_episode(&group, items[0].clone(), &ctx)
+        .unwrap();
+    let second = probe
+        .execute_episode(&group, items[1].clone(), &ctx)
+        .unwrap();
+    assert_eq!(
+        (&first["counter_before"], &second["counter_before"]),
+        (&json!(0), &json!(1))
+    );
+    assert_eq!(first["via"], "episode");
+    let plain = probe.execute(items[0].clone(), &ctx).unwrap();
+    assert_eq!(plain["via"], "execute");
+}
+
+#[test]
+fn capture_faults_set_the_point_fidelity() {
+    let probe = ReplayProbe;
+    let group = probe
+        .prepare(
+            item("s", &["capture_fails"]),
+            vec![item("s", &["capture_fails"])],
+            &Context::default(),
+        )
+        .unwrap()
+        .unwrap()
+        .group;
+    let err = probe.capture(&group, &capture_request()).unwrap_err();
+    assert_eq!(err.kind, "injected-fault");
+    assert!(err.message.contains("capture_fails"));
+
+    let (_, lease) = point(item("s", &["capture_non_replayable"]), &[]);
+    assert!(lease.binding.is_none());
+    assert_eq!(lease.fidelity, Fidelity::NonReplayable);
+    assert_eq!(lease.projection_digest, None);
+
+    let (_, lease) = point(item("s", &["capture_best_effort"]), &[]);
+    assert_eq!(lease.fidelity, Fidelity::BestEffort);
+    assert_eq!(verdict(&lease, "s"), Ok(false), "valid, never promoted");
+
+    let (_, lease) = point(item("s", &["capture_semantic"]), &[]);
+    assert_eq!(lease.fidelity, Fidelity::SemanticEquivalent);
+    assert_eq!(verdict(&lease, "s"), Ok(true));
+    let point = lease.binding.as_ref().unwrap();
+    let receipt = probe.restore(point, &restore_request("s")).unwrap();
+    let report = probe.validate(point, &receipt).unwrap();
+    assert_eq!(report.checks.len(), 1);
+    assert!(report.checks[0].passed);
+}
+
+#[test]
+fn each_rule_fault_breaks_its_rule() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["restore_stronger"], "stronger than the captured"),
+        (
+            &["restore_non_replayable"],
+            "non_replayable while restoring",
+        ),
+        (&["report_disagrees"], "fidelity disagree"),
+        (&["digest_mismatch"], "equal non-empty state digests"),
+        (&["expected_digest_wrong"], "expected digest"),
+        (&["semantic_without_checks"], "at least one explicit"),
+        (&["equivalent_with_failed_check"], "check fails"),
+        (&["unverified"], "verified state equivalence"),
+    ];
+    for (faults, rule) in cases {
+        // restore_stronger needs a weaker capture to be stronger than
+        let seed_faults: &[&str] = if faults.contains(&"restore_stronger") {
+            &["capture_best_effort"]
+        } else {
+            &[]
+        };
+        let (_, lease) = point(item("s", seed_faults), &[item("s~bad", faults)]);
+        let err = verdict(&lease, "s~bad").unwrap_err();
+        assert!(err.contains(rule), "{faults:?}: {err}");
+        // the same point is honest for the seed
+        assert!(verdict(&lease, "s").is_ok(), "{faults:?}");
+    }
+    // with an unverified semantic point too
+    let (_, lease) = point(
+        item("s", &["capture_semantic"]),
+        &[item("v", &["unverified"])],
+    );
+    assert!(
+        verdict(&lease, "v")
+            .unwrap_err()
+            .contains("verified state equivalence")
+    );
+}
+
+#[test]
+fn call_faults_fail_trap_or_fail_once() {
+    let probe = ReplayProbe;
+    let ctx = Context::default();
+    let others = [
+        item("restore-fails", &["restore_fails"]),
+        item("restore-traps", &["trap_in_restore"]),
+        item("suffix-fails", &["suffix_fails"]),
+        item("suffix-traps", &["suffix_traps"]),
+        item("finalize-fails", &["finalize_fails"]),
+    ];
+    let (_, lease) = point(item("s", &["release_fails_once"]), &others);
+    let point = lease.binding.as_ref().unwrap();
+
+    let err = probe
+        .restore(point, &restore_request("restore-fails"))
+        .unwrap_err();
+    assert_eq!(err.kind, "injected-fault");
+    let trapped = catch_unwind(AssertUnwindSafe(|| {
+        probe.restore(point, &restore_request("restore-traps"))
+    }));
+    assert!(trapped.is_err());
+
+    trace::take_recorded();
+    probe
+        .restore(point, &restore_request("suffix-fails"))
+        .unwrap();
+    let err = probe
+        .run_suffix(point, others[2].clone(), &ctx)
+        .unwrap_err();
+    assert_eq!(err.kind, "injected-fault");
+    assert_eq!(trace::take_recorded().len(), 1, "the failing suffix traced");
+    probe
+        .finalize_suffix(point, &restore_request("suffix-fails"), false)
+        .unwrap();
+
+    probe
+        .restore(point, &restore_request("suffix-traps"))
+        .unwrap();
+    let trapped = catch_unwind(AssertUnwindSafe(|| {
+        probe.run_suffix(point, others[3].clone(), &ctx)
+    }));
+    assert!(trapped.is_err());
+    trace::take_recorded();
+
+    let request = restore_request("finalize-fails");
+    probe.restore(point, &request).unwrap();
+    probe.run_suffix(point, others[4].clone(), &ctx).unwrap();
+    let err = probe.finalize_suffix(point, &request, true).unwrap_err();
+    assert_eq!(err.kind, "injected-fault");
+    assert!(point.working.borrow().is_none(), "the copy is gone anyway");
+
+    let err = probe.release_state(point).unwrap_err();
+    assert!(err.retryable);
+    probe.release_state(point).unwrap();
+
+    let (_, lease) = point_with_release_fails();
+    let point = lease.binding.as_ref().unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            probe.release_state(point).unwrap_err().kind,
+            "injected-fault"
+        );
+    }
+}
+
+fn point_with_release_fails() -> (ProbeGroup, StateLease<ProbePoint>) {
+    point(item("s", &["release_fails"]), &[])
+}
+
+#[test]
+fn export_and_import_faults() {
+    let probe = ReplayProbe;
+    let (_, lease) = point(item("s", &["export_none"]), &[]);
+    assert_eq!(
+        probe.export_state(lease.binding.as_ref().unwrap()).unwrap(),
+        None
+    );
+
+    let (_, lease) = point(item("s", &["import_fails"]), &[]);
+    let state = probe
+        .export_state(lease.binding.as_ref().unwrap())
+        .unwrap()
+        .unwrap();
+    let err = probe.import_state(state, &capture_request()).unwrap_err();
+    assert_eq!(err.kind, "injected-fault");
+
+    let (_, lease) = point(
+        item("s", &["import_digest_wrong", "capture_semantic"]),
+        &[item("v", &["suffix_fails"])],
+    );
+    let state = probe
+        .export_state(lease.binding.as_ref().unwrap())
+        .unwrap()
+        .unwrap();
+    let imported = probe.import_state(state, &capture_request()).unwrap();
+    assert_eq!(imported.fidelity, Fidelity::SemanticEquivalent);
+    assert_ne!(imported.projection_digest, lease.projection_digest);
+    assert_eq!(
+        imported.binding.as_ref().unwrap().digest,
+        lease.projection_digest.clone().unwrap(),
+        "the state itself is intact"
+    );
+    assert!(
+        imported.binding.as_ref().unwrap().item_faults["v"].has(Fault::SuffixFails),
+        "item faults survive the export"
+    );
+
+    for bad in [
+        &b"[]"[..],
+        br#"{"schema":"other"}"#,
+        br#"{"schema":"replay-probe/state/v1","state":{"seed_item_id":"s"}}"#,
+        br#"{"schema":"replay-probe/state/v1","state":{"seed_item_id":"s","seed_text":"","counter":0},"seed_faults":["nope"]}"#,
+    ] {
+        let err = probe
+            .import_state(bad.to_vec(), &capture_request())
+            .unwrap_err();
+        assert_eq!(err.kind, "invalid-state", "{}", String::from_utf8_lossy(bad));
+    }
+    // an edited counter is a different state
+    let (_, lease) = point(item("s", &[]), &[]);
+    let state = probe
+        .export_state(lease.binding.as_ref().unwrap())
+        .unwrap()
+        .unwrap();
+    let mut edited: Value = serde_json::from_slice(&state).unwrap();
+    edited["state"]["counter"] = json!(7);
+    let imported = probe
+        .import_state(serde_json::to_vec(&edited).unwrap(), &capture_request())
+        .unwrap();
+    assert_ne!(imported.projection_digest, lease.projection_digest);
+}
+
+#[test]
+fn variants_carry_spec_faults_and_typos_fail() {
+    let probe = ReplayProbe;
+    let spec = |value: Value| VariantSpec(value.as_object().unwrap().clone());
+    let variant = probe
+        .compile_variant(
+            spec(json!({"spec_id": "x", "faults": ["suffix_fails"]})),
+            item("s", &["capture_semantic"]),
+        )
+        .unwrap();
+    assert_eq!(variant.item_id(), "s~x");
+    assert!(variant.is_variant());
+    assert_eq!(variant.seed_item_id(), Some("s"));
+    assert_eq!(variant["faults"], json!(["suffix_fails"]));
+    let err = probe
+        .compile_variant(
+            spec(json!({"spec_id": "x", "faults": ["oops"]})),
+            item("s", &[]),
+        )
+        .unwrap_err();
+    assert_eq!(err.kind, "invalid-spec");
+
+    let err = probe
+        .prepare(
+            item("s", &[]),
+            vec![item("s", &[]), item("v", &["oops"])],
+            &Context::default(),
+        )
+        .err()
+        .unwrap();
+    assert_eq!(err.kind, "invalid-item");
+    assert!(probe.list_seed_items("main", 1).unwrap().is_empty());
+}

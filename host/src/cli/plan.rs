@@ -1,0 +1,220 @@
+//! `sandloop plan`: rank trace positions where new replay points would save
+//! the most replay time, with the adaptive planner of the reference, from a
+//! run directory or from explicit JSON inputs.
+
+use std::path::Path;
+
+use serde_json::{Map, Value, json};
+
+use super::args::PlanArgs;
+use super::{CliError, say};
+use crate::replay::Fidelity;
+use crate::replay::evidence::run_evidence;
+use crate::replay::planner::{
+    AdaptiveReplayPointProposal, FailureReplayObservation, ReplayPositionCost, TraceBoundaries,
+    plan_adaptive_replay_points, rank_order,
+};
+
+fn input(message: impl Into<String>) -> CliError {
+    CliError::Input(message.into())
+}
+
+/// A proposal and the trace it is for.
+struct Ranked {
+    trace_id: String,
+    branch_id: String,
+    proposal: AdaptiveReplayPointProposal,
+}
+
+/// Run `sandloop plan` (exit 2 on bad input).
+pub fn plan(args: PlanArgs) -> Result<(), CliError> {
+    if args.max_proposals == 0 {
+        return Err(input("--max-proposals must be at least 1"));
+    }
+    if !args.min_score.is_finite() {
+        return Err(input("--min-score must be a finite number of minutes"));
+    }
+    let (ranked, inputs) = match (&args.run, &args.trace) {
+        (Some(run), _) => from_run(run, &args)?,
+        (None, Some(trace)) => from_files(trace, &args)?,
+        (None, None) => {
+            return Err(input(
+                "give --run DIR, or --trace with --candidates and --observations",
+            ));
+        }
+    };
+    let proposals: Vec<Value> = ranked
+        .iter()
+        .map(|ranked| {
+            let mut record = match serde_json::to_value(&ranked.proposal) {
+                Ok(Value::Object(map)) => map,
+                _ => Map::new(),
+            };
+            record.insert("trace_id".into(), Value::from(ranked.trace_id.clone()));
+            record.insert("branch_id".into(), Value::from(ranked.branch_id.clone()));
+            Value::Object(record)
+        })
+        .collect();
+    if args.json {
+        let report = json!({
+            "schema_version": "sandloop_replay_plan_v0",
+            "inputs": inputs,
+            "proposals": proposals,
+        });
+        say(&serde_json::to_string_pretty(&report).expect("a JSON value serialises"));
+        return Ok(());
+    }
+    say(&format!(
+        "sandloop plan: {} from {} ({} traces, {} failure observations)",
+        match ranked.len() {
+            1 => "1 proposal".to_string(),
+            n => format!("{n} proposals"),
+        },
+        inputs["source"].as_str().unwrap_or(""),
+        inputs["trace_count"],
+        inputs["observation_count"],
+    ));
+    if let Some(note) = inputs.get("note").and_then(Value::as_str) {
+        say(&format!("  {note}"));
+    }
+    for (rank, ranked) in ranked.iter().enumerate() {
+        let p = &ranked.proposal;
+        say(&format!(
+            "  {}. trace {} before sequence {} (after {}): saves {:.6} min net ({:.6} expected, capture {:.6}, restore {:.6}), {} fidelity, {:.1} suffix events, weight {}",
+            rank + 1,
+            ranked.trace_id,
+            p.next_sequence,
+            p.after_event_id.as_deref().unwrap_or("the origin"),
+            p.score_minutes,
+            p.expected_saved_minutes,
+            p.capture_minutes,
+            p.restore_minutes,
+            p.achievable_fidelity,
+            p.expected_suffix_events,
+            p.eligible_observation_weight,
+        ));
+    }
+    Ok(())
+}
+
+fn keep_best(mut ranked: Vec<Ranked>, k: usize) -> Vec<Ranked> {
+    ranked.sort_by(|a, b| {
+        rank_order(&a.proposal, &b.proposal).then_with(|| a.trace_id.cmp(&b.trace_id))
+    });
+    ranked.truncate(k);
+    ranked
+}
+
+fn from_run(run: &Path, args: &PlanArgs) -> Result<(Vec<Ranked>, Value), CliError> {
+    let minimum: Fidelity = args
+        .min_fidelity
+        .parse()
+        .map_err(|error| input(format!("--min-fidelity: {error}")))?;
+    if !run.is_dir() {
+        return Err(input(format!("{} is not a directory", run.display())));
+    }
+    let (evidence, costs) = run_evidence(run, minimum).map_err(|error| input(error.to_string()))?;
+    let mut ranked = Vec::new();
+    let mut observations = 0;
+    for trace in &evidence {
+        observations += trace.observations.len();
+        let proposals = plan_adaptive_replay_points(
+            &trace.boundaries,
+            &trace.candidates,
+            &trace.observations,
+            args.max_proposals,
+            args.min_score,
+        )
+        .map_err(|error| CliError::Failed(format!("trace {}: {error}", trace.trace_id)))?;
+        ranked.extend(proposals.into_iter().map(|proposal| Ranked {
+            trace_id: trace.trace_id.clone(),
+            branch_id: trace.branch_id.clone(),
+            proposal,
+        }));
+    }
+    let note = (costs.failed_records == 0)
+        .then_some("the run has no failed suffixes, so no replay point would save anything");
+    let inputs = json!({
+        "source": run.display().to_string(),
+        "trace_count": evidence.len(),
+        "observation_count": observations,
+        "measured": costs,
+        "minimum_fidelity": minimum.as_str(),
+        "note": note,
+    });
+    Ok((keep_best(ranked, args.max_proposals), inputs))
+}
+
+fn read_text(path: &Path) -> Result<String, CliError> {
+    std::fs::read_to_string(path)
+        .map_err(|error| input(format!("cannot read {}: {error}", path.display())))
+}
+
+fn from_files(trace: &Path, args: &PlanArgs) -> Result<(Vec<Ranked>, Value), CliError> {
+    let (Some(candidates_path), Some(observations_path)) = (&args.candidates, &args.observations)
+    else {
+        return Err(input("--trace needs --candidates and --observations"));
+    };
+    let mut pairs = Vec::new();
+    let mut trace_id = String::new();
+    let mut branch_id = String::new();
+    for (index, line) in read_text(trace)?.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let at = |message: String| input(format!("{}:{}: {message}", trace.display(), index + 1));
+        let event: Map<String, Value> =
+            serde_json::from_str(line).map_err(|error| at(error.to_string()))?;
+        let event_id = event
+            .get("event_id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| at("field `event_id` must be a string".into()))?;
+        let sequence = event
+            .get("sequence")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| at("field `sequence` must be a non-negative integer".into()))?;
+        if trace_id.is_empty() {
+            trace_id = event
+                .get("trace_id")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            branch_id = event
+                .get("branch_id")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+        }
+        pairs.push((event_id.to_string(), sequence));
+    }
+    let boundaries = TraceBoundaries::from_sequences(pairs)
+        .map_err(|error| input(format!("{}: {error}", trace.display())))?;
+    let candidates: Vec<ReplayPositionCost> = serde_json::from_str(&read_text(candidates_path)?)
+        .map_err(|error| input(format!("{}: {error}", candidates_path.display())))?;
+    let observations: Vec<FailureReplayObservation> =
+        serde_json::from_str(&read_text(observations_path)?)
+            .map_err(|error| input(format!("{}: {error}", observations_path.display())))?;
+    let proposals = plan_adaptive_replay_points(
+        &boundaries,
+        &candidates,
+        &observations,
+        args.max_proposals,
+        args.min_score,
+    )
+    .map_err(|error| input(error.to_string()))?;
+    let ranked = proposals
+        .into_iter()
+        .map(|proposal| Ranked {
+            trace_id: trace_id.clone(),
+            branch_id: branch_id.clone(),
+            proposal,
+        })
+        .collect();
+    let inputs = json!({
+        "source": trace.display().to_string(),
+        "trace_count": 1,
+        "observation_count": observations.len(),
+        "candidate_count": candidates.len(),
+    });
+    Ok((ranked, inputs))
+}

@@ -1,0 +1,430 @@
+//! `sandloop replay`: run one item of a finished run again, in a fresh
+//! sandbox, from the nearest trustworthy durable replay point before the
+//! item's first affected trace event — instead of running its whole prefix
+//! again — and report whether the restore was verified equivalent.
+
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Map, Value, json};
+
+use super::args::{ReplayArgs, SandboxArgs};
+use super::run::sandbox_config;
+use super::{CliError, open_sandbox, say};
+use crate::episode::adapter::{CallContext, Item, Record};
+use crate::replay::durable::{PointLine, load_points, read_durable_state};
+use crate::replay::{
+    Fidelity, Lifecycle, MemoryAgentStateStore, ReplayMetricLedger, ReplayPointRegistry,
+    select_before,
+};
+use crate::sandbox::adapter::adopt_durable_point;
+use crate::sandbox::{WasmAdapter, load};
+use crate::trace::TraceLog;
+
+/// `replays.jsonl`: one line per `sandloop replay` of the run.
+pub const REPLAYS_FILE: &str = "replays.jsonl";
+
+/// Where in its trace an item of the run ran.
+struct ItemPosition {
+    execution_group_id: String,
+    trace_id: String,
+    branch_id: String,
+    first_sequence: Option<u64>,
+    record: Record,
+}
+
+fn input(message: impl Into<String>) -> CliError {
+    CliError::Input(message.into())
+}
+
+/// The last record of `item_id` in the run's `records.jsonl`.
+fn find_record(run: &Path, item_id: &str) -> Result<ItemPosition, CliError> {
+    let path = run.join("records.jsonl");
+    let file = std::fs::File::open(&path)
+        .map_err(|error| input(format!("cannot read {}: {error}", path.display())))?;
+    let mut found: Option<Record> = None;
+    for (index, line) in BufReader::new(file).lines().enumerate() {
+        let line =
+            line.map_err(|error| input(format!("cannot read {}: {error}", path.display())))?;
+        if !line.contains(item_id) {
+            continue;
+        }
+        let record: Record = serde_json::from_str(&line).map_err(|error| {
+            input(format!(
+                "{}:{}: not a JSON record: {error}",
+                path.display(),
+                index + 1
+            ))
+        })?;
+        if record.get("item_id").and_then(Value::as_str) == Some(item_id)
+            && record.get("record_kind").and_then(Value::as_str) != Some("shared_prefix")
+        {
+            found = Some(record);
+        }
+    }
+    let record = found.ok_or_else(|| {
+        input(format!(
+            "{} has no record of item {item_id:?}; give the item_id of a seed or variant the run executed",
+            path.display()
+        ))
+    })?;
+    let execution_group_id = record
+        .get("execution_group_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            input(format!(
+                "item {item_id:?} ran outside an episode group (no execution_group_id), so no replay point covers it"
+            ))
+        })?
+        .to_string();
+    let replay = record.get("replay").and_then(Value::as_object);
+    let text = |key: &str| replay.and_then(|r| r.get(key)).and_then(Value::as_str);
+    Ok(ItemPosition {
+        trace_id: text("trace_id")
+            .filter(|id| !id.is_empty())
+            .unwrap_or(&execution_group_id)
+            .to_string(),
+        branch_id: text("branch_id")
+            .filter(|id| !id.is_empty())
+            .unwrap_or("main")
+            .to_string(),
+        first_sequence: replay
+            .and_then(|r| r.get("first_sequence"))
+            .and_then(Value::as_u64),
+        execution_group_id,
+        record,
+    })
+}
+
+/// The run's last invocation options from `manifest.json`.
+fn manifest_options(run: &Path) -> Result<(Map<String, Value>, String), CliError> {
+    let path = run.join("manifest.json");
+    let text = std::fs::read_to_string(&path).map_err(|error| {
+        input(format!(
+            "{} is not a sandloop run directory (cannot read manifest.json: {error})",
+            run.display()
+        ))
+    })?;
+    let manifest: Value = serde_json::from_str(&text)
+        .map_err(|error| input(format!("{}: {error}", path.display())))?;
+    let options = manifest["invocations"]
+        .as_array()
+        .and_then(|all| all.last())
+        .and_then(|last| last["options"].as_object())
+        .cloned()
+        .ok_or_else(|| input(format!("{}: no invocation options", path.display())))?;
+    let sha256 = manifest["adapter"]["sha256"]
+        .as_str()
+        .ok_or_else(|| input(format!("{}: adapter.sha256 is missing", path.display())))?
+        .to_string();
+    Ok((options, sha256))
+}
+
+/// The sandbox the run used, from its recorded options.
+fn sandbox_args(options: &Map<String, Value>, cache_dir: Option<PathBuf>) -> SandboxArgs {
+    let strings = |key: &str| -> Vec<String> {
+        options[key]
+            .as_array()
+            .map(|all| {
+                all.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    SandboxArgs {
+        max_memory: options["max_memory_mib"].as_u64().unwrap_or(512),
+        call_timeout: options["call_timeout_secs"].as_f64().unwrap_or(60.0),
+        fuel: options["fuel"].as_u64(),
+        dirs: strings("dirs"),
+        env: strings("env"),
+        max_output: options["max_output_bytes"].as_u64().unwrap_or(8 << 20) as usize,
+        cache_dir,
+        no_cache: false,
+    }
+}
+
+/// Run `sandloop replay` (exit 0: the suffix succeeded; 1: the restore or
+/// the suffix failed, the result is still written; 2: bad input).
+pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
+    let minimum: Fidelity = args
+        .min_fidelity
+        .parse()
+        .map_err(|error| input(format!("--min-fidelity: {error}")))?;
+    let run = &args.run;
+    if !run.is_dir() {
+        return Err(input(format!("{} is not a directory", run.display())));
+    }
+    let (options, run_sha256) = manifest_options(run)?;
+    let points = load_points(run).map_err(|error| input(error.to_string()))?;
+    let position = find_record(run, &args.item)?;
+
+    // Points a later process can restore: durable and not quarantined.
+    let durable: Vec<PointLine> = points
+        .into_iter()
+        .filter(|line| {
+            line.durable_state.is_some()
+                && !line.quarantined
+                && line.point.lifecycle != Lifecycle::Failed
+        })
+        .map(|mut line| {
+            line.point.lifecycle = Lifecycle::Ready;
+            line
+        })
+        .collect();
+    let first_affected = args
+        .from_sequence
+        .or(position.first_sequence)
+        .unwrap_or(u64::MAX);
+    let (chosen, selection) = select_before(
+        durable.iter().map(|line| &line.point),
+        &position.trace_id,
+        &position.branch_id,
+        first_affected,
+        minimum,
+    )
+    .ok_or_else(|| {
+        input(format!(
+            "no durable replay point of trace {:?} (branch {:?}) lies at or before sequence {}; \
+             the adapter must export its state (export-replay-state) for points to outlive the run",
+            position.trace_id,
+            position.branch_id,
+            if first_affected == u64::MAX {
+                "end".to_string()
+            } else {
+                first_affected.to_string()
+            }
+        ))
+    })?;
+    let line = durable
+        .iter()
+        .find(|line| line.point.replay_point_id == chosen.replay_point_id)
+        .expect("chosen from these lines");
+    let state_file = line
+        .durable_state
+        .as_ref()
+        .expect("filtered on durable states");
+    let (state, items) =
+        read_durable_state(run, state_file).map_err(|error| input(error.to_string()))?;
+    let item: Item = items
+        .into_iter()
+        .find(|item| item.get("item_id").and_then(Value::as_str) == Some(args.item.as_str()))
+        .ok_or_else(|| {
+            input(format!(
+                "item {:?} is not among the items of replay point {}",
+                args.item, line.point.replay_point_id
+            ))
+        })?;
+
+    // The adapter, in the sandbox the run used.
+    let adapter_path = match &args.adapter {
+        Some(path) => path.clone(),
+        None => PathBuf::from(options["adapter"].as_str().ok_or_else(|| {
+            input("manifest.json does not name the run's adapter; give --adapter")
+        })?),
+    };
+    let sandbox = sandbox_args(&options, args.cache_dir.clone());
+    let (engine, config) = open_sandbox(sandbox_config(&sandbox, 2)?)?;
+    let loaded = Arc::new(load(&adapter_path, engine, config)?);
+    if loaded.info.sha256 != run_sha256 {
+        return Err(input(format!(
+            "{} is not the component this run used (sha256 {}…, the run's is {}…)",
+            adapter_path.display(),
+            &loaded.info.sha256[..12],
+            &run_sha256[..12.min(run_sha256.len())]
+        )));
+    }
+    if !loaded.protocols.replay {
+        return Err(input(format!(
+            "{} does not export `replay`",
+            adapter_path.display()
+        )));
+    }
+
+    let started = Instant::now();
+    let replay_number = count_lines(&run.join(REPLAYS_FILE)) + 1;
+    let target_branch = format!("replay-{replay_number}:{}", args.item);
+    let metrics = Arc::new(ReplayMetricLedger::new());
+    let mut registry = ReplayPointRegistry::new(MemoryAgentStateStore::new(), Arc::clone(&metrics));
+    let mut adapter = WasmAdapter::new(Arc::clone(&loaded), "replay", None);
+    let import_started = Instant::now();
+    let adopted = adopt_durable_point(
+        &mut adapter,
+        &mut registry,
+        &line.point,
+        &line.execution_group_id,
+        &state,
+    );
+    let import_minutes = import_started.elapsed().as_secs_f64() / 60.0;
+    let mut trace = TraceLog::fork(
+        &line.point.cursor.trace_id,
+        &target_branch,
+        Some(&line.point.created_event_id),
+        line.point.cursor.next_sequence + 1,
+    )
+    .ok();
+    let ctx = CallContext {
+        arm: line.arm.clone(),
+        epoch: line.epoch,
+        branch_id: "replay".into(),
+        execution_group_id: Some(line.execution_group_id.clone()),
+    };
+    let outcome = adopted.and_then(|point| {
+        registry.run_from(
+            &mut adapter,
+            &point.replay_point_id,
+            &target_branch,
+            minimum,
+            |adapter, binding, _| adapter.run_replay_suffix(binding, &item, &ctx, &mut trace),
+        )
+    });
+    let _ = registry.release(&mut adapter, &line.point.replay_point_id);
+
+    let original = json!({
+        "execution_status": position.record.get("execution_status"),
+        "adapter_error": position.record.get("adapter_error"),
+        "accepted": position.record.get("accepted"),
+    });
+    let (succeeded, restore, result) = match &outcome {
+        Ok((restore, record)) => (true, Some(restore.to_record()), json!({"record": record})),
+        Err(error) => (
+            false,
+            error.restore.as_ref().map(|restore| restore.to_record()),
+            json!({"error": {"stage": error.stage.as_str(), "message": error.to_string()}}),
+        ),
+    };
+    let report = json!({
+        "schema_version": "sandloop_replay_v0",
+        "item_id": args.item,
+        "execution_group_id": position.execution_group_id,
+        "first_affected_sequence": (first_affected != u64::MAX).then_some(first_affected),
+        "minimum_fidelity": minimum.as_str(),
+        "replay_point": line.to_record(),
+        "selection": {
+            "fidelity_fallback": selection.fidelity_fallback,
+            "fidelity_filtered": selection.fidelity_filtered,
+        },
+        "import_minutes": import_minutes,
+        "restore": restore,
+        "succeeded": succeeded,
+        "outcome": result,
+        "original": original,
+        "trace_events": trace.as_ref().map(|log| log.events().to_vec()).unwrap_or_default(),
+        "replay_wall_minutes": started.elapsed().as_secs_f64() / 60.0,
+        "metrics": metrics.snapshot(),
+    });
+    append_line(&run.join(REPLAYS_FILE), &report)?;
+    if args.json {
+        say(&serde_json::to_string_pretty(&report).expect("a JSON value serialises"));
+    } else {
+        print_report(&args, line, &report, &outcome);
+    }
+    match outcome {
+        Ok(_) => Ok(()),
+        Err(error) => Err(CliError::Failed(format!(
+            "the replay of {:?} failed: {error}",
+            args.item
+        ))),
+    }
+}
+
+fn count_lines(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|text| text.lines().filter(|line| !line.trim().is_empty()).count())
+        .unwrap_or(0)
+}
+
+fn append_line(path: &Path, value: &Value) -> Result<(), CliError> {
+    let mut text = serde_json::to_vec(value).expect("a JSON value serialises");
+    text.push(b'\n');
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(&text))
+        .map_err(|error| CliError::Failed(format!("cannot write {}: {error}", path.display())))
+}
+
+fn print_report(
+    args: &ReplayArgs,
+    line: &PointLine,
+    report: &Value,
+    outcome: &Result<(crate::replay::ReplayRestoreResult, Record), crate::replay::ReplayError>,
+) {
+    let point = &line.point;
+    say(&format!(
+        "sandloop replay: {} from replay point {} ({}, trace {} at sequence {})",
+        args.item,
+        point.replay_point_id,
+        point.fidelity,
+        point.cursor.trace_id,
+        point.cursor.next_sequence,
+    ));
+    if report["selection"]["fidelity_fallback"] == true {
+        say(&format!(
+            "  selection  no point met {}; fell back to the nearest weaker one",
+            args.min_fidelity
+        ));
+    }
+    let minutes = |key: &str| report["restore"][key].as_f64().unwrap_or(0.0) * 60_000.0;
+    match outcome {
+        Ok((restore, record)) => {
+            say(&format!(
+                "  restore    {}, {}, {}",
+                restore.achieved_fidelity,
+                if restore.equivalent {
+                    "verified equivalent"
+                } else {
+                    "not verified equivalent"
+                },
+                if restore.promotion_eligible {
+                    "promotion eligible"
+                } else {
+                    "not promotion eligible"
+                },
+            ));
+            let keys = record
+                .get("observation_keys")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            say(&format!(
+                "  outcome    succeeded: {keys} observation keys, accepted {}",
+                record.get("accepted").unwrap_or(&Value::Null)
+            ));
+        }
+        Err(error) => {
+            if let Some(restore) = &error.restore {
+                say(&format!(
+                    "  restore    {}, {}",
+                    restore.achieved_fidelity,
+                    if restore.equivalent {
+                        "verified equivalent"
+                    } else {
+                        "not verified equivalent"
+                    }
+                ));
+            }
+            say(&format!("  outcome    failed: {error}"));
+        }
+    }
+    say(&format!(
+        "  time       import {:.2} ms, restore {:.2} ms, equivalence {:.2} ms, suffix {:.2} ms",
+        report["import_minutes"].as_f64().unwrap_or(0.0) * 60_000.0,
+        minutes("restore_minutes"),
+        minutes("equivalence_minutes"),
+        minutes("suffix_minutes"),
+    ));
+    let original = &report["original"];
+    let was = match original["adapter_error"]["type"].as_str() {
+        Some(kind) => format!("failed ({kind})"),
+        None => "succeeded".to_string(),
+    };
+    say(&format!("  in the run {was}"));
+    say(&format!(
+        "  written    {}",
+        args.run.join(REPLAYS_FILE).display()
+    ));
+}

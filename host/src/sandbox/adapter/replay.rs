@@ -1,0 +1,585 @@
+//! The `replay` export of a [`WasmAdapter`]: the registry's
+//! [`ReplayAdapter`] calls across the WebAssembly boundary, and the replay
+//! steps of a group run (capture after the prefix, each suffix from the
+//! point, release with the group).
+//!
+//! A binding is a resource of the instance that captured it. When that
+//! instance is dropped (a trap, a limit), the binding dies with it: its
+//! finalisation and release then have nothing left to do, and the point is
+//! released without being quarantined (its durable state, if written, stays
+//! valid for `sandloop replay`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use wasmtime::component::ResourceAny;
+
+use super::{GroupHandle, WasmAdapter, declared, item_id, parse_record, to_json};
+use crate::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
+use crate::replay::durable::{PointLine, ReplayStore};
+use crate::replay::{
+    CaptureRequest, EquivalenceCheck, EquivalenceReport, Fidelity, MemoryAgentStateStore,
+    ReplayAdapter, ReplayCause, ReplayError, ReplayMetricLedger, ReplayPoint, ReplayPointRegistry,
+    ReplayRestoreResult, RestoreReceipt, RestoreRequest, StateLease, agent_cursor,
+};
+use crate::sandbox::bindings::exports::sandloop::adapter::replay as wit;
+use crate::trace::TraceLog;
+
+/// The host's handle of a `replay-binding` resource, tied to the instance
+/// generation that created it.
+pub struct BindingHandle {
+    resource: ResourceAny,
+    generation: u64,
+}
+
+/// Replay settings shared by every lane of a run.
+#[derive(Clone)]
+pub struct ReplayOptions {
+    /// Counters and minutes of every lane.
+    pub metrics: Arc<ReplayMetricLedger>,
+    /// Where point records and durable states go; `None` keeps nothing.
+    pub store: Option<Arc<ReplayStore>>,
+    /// Fidelity a restored suffix needs to be promotion eligible.
+    pub minimum_fidelity: Fidelity,
+}
+
+/// The replay state of one lane: its registry and settings.
+pub(super) struct ReplayLane {
+    registry: ReplayPointRegistry<BindingHandle, MemoryAgentStateStore>,
+    options: ReplayOptions,
+}
+
+impl ReplayLane {
+    pub(super) fn new(options: ReplayOptions) -> Self {
+        Self {
+            registry: ReplayPointRegistry::new(
+                MemoryAgentStateStore::new(),
+                Arc::clone(&options.metrics),
+            ),
+            options,
+        }
+    }
+}
+
+/// What a group keeps about its replay point.
+pub(super) struct GroupPoint {
+    id: String,
+    line: PointLine,
+}
+
+/// A deterministic, file-name-safe point id for a group of an arm and
+/// epoch: `rp-` and 20 hex digits of a sha256 (a resumed run recaptures
+/// the same group under the same id).
+pub fn point_id_for(arm: &str, epoch: u32, execution_group_id: &str) -> String {
+    let digest = Sha256::digest(format!("{arm}\0{epoch}\0{execution_group_id}").as_bytes());
+    let hex: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();
+    format!("rp-{hex}")
+}
+
+fn to_wit_fidelity(fidelity: Fidelity) -> wit::Fidelity {
+    match fidelity {
+        Fidelity::Exact => wit::Fidelity::Exact,
+        Fidelity::SemanticEquivalent => wit::Fidelity::SemanticEquivalent,
+        Fidelity::BestEffort => wit::Fidelity::BestEffort,
+        Fidelity::NonReplayable => wit::Fidelity::NonReplayable,
+    }
+}
+
+fn from_wit_fidelity(fidelity: wit::Fidelity) -> Fidelity {
+    match fidelity {
+        wit::Fidelity::Exact => Fidelity::Exact,
+        wit::Fidelity::SemanticEquivalent => Fidelity::SemanticEquivalent,
+        wit::Fidelity::BestEffort => Fidelity::BestEffort,
+        wit::Fidelity::NonReplayable => Fidelity::NonReplayable,
+    }
+}
+
+fn to_wit_request(request: &RestoreRequest) -> wit::RestoreRequest {
+    wit::RestoreRequest {
+        replay_point_id: request.replay_point_id.clone(),
+        target_branch_id: request.target_branch_id.clone(),
+        minimum_fidelity: to_wit_fidelity(request.minimum_fidelity),
+    }
+}
+
+fn to_wit_capture(request: &CaptureRequest) -> wit::CaptureRequest {
+    wit::CaptureRequest {
+        replay_point_id: request.replay_point_id.clone(),
+        trace_id: request.trace_id.clone(),
+        branch_id: request.branch_id.clone(),
+        after_event_id: request.after_event_id.clone(),
+        next_sequence: request.next_sequence,
+        execution_group_id: request.execution_group_id.clone(),
+    }
+}
+
+fn instance_lost(what: &str) -> AdapterError {
+    AdapterError::new(
+        ErrorType::InstanceLost,
+        format!(
+            "the replay binding's instance was dropped after an earlier failure; cannot {what}"
+        ),
+    )
+}
+
+impl WasmAdapter {
+    fn binding_alive(&self, binding: &BindingHandle) -> bool {
+        binding.generation == self.generation && self.live.is_some()
+    }
+
+    fn lease_from_wit(&self, lease: wit::StateLease) -> StateLease<BindingHandle> {
+        StateLease {
+            binding: lease.binding.map(|resource| BindingHandle {
+                resource,
+                generation: self.generation,
+            }),
+            fidelity: from_wit_fidelity(lease.fidelity),
+            projection_digest: lease.projection_digest,
+        }
+    }
+
+    /// `import-replay-state`: rebuild a binding in this instance from bytes
+    /// a (possibly other) process exported.
+    pub fn import_replay_state(
+        &mut self,
+        state: &[u8],
+        request: &CaptureRequest,
+    ) -> Result<StateLease<BindingHandle>, AdapterError> {
+        if self.loaded.indices.replay.is_none() {
+            return Err(Self::missing("replay.import-replay-state"));
+        }
+        let request = to_wit_capture(request);
+        let (result, _) = self.call("import-replay-state", None, None, |live| {
+            let guest = live.replay.as_ref().expect("checked above");
+            guest.call_import_replay_state(&mut live.store, state, &request)
+        });
+        let lease = result?.map_err(declared)?;
+        Ok(self.lease_from_wit(lease))
+    }
+
+    /// `export-replay-state`: the binding's state as bytes, or `None` when
+    /// the adapter cannot export it.
+    pub fn export_replay_state(
+        &mut self,
+        binding: &BindingHandle,
+    ) -> Result<Option<Vec<u8>>, AdapterError> {
+        if !self.binding_alive(binding) {
+            return Err(instance_lost("export its state"));
+        }
+        let resource = binding.resource;
+        let (result, _) = self.call("export-replay-state", None, None, |live| {
+            let guest = live.replay.as_ref().expect("a binding implies the export");
+            guest.call_export_replay_state(&mut live.store, resource)
+        });
+        result?.map_err(declared)
+    }
+
+    /// `run-replay-suffix`: run `item` on the binding's restored working
+    /// copy, appending its trace events to `trace`.
+    pub fn run_replay_suffix(
+        &mut self,
+        binding: &BindingHandle,
+        item: &Item,
+        ctx: &CallContext,
+        trace: &mut Option<TraceLog>,
+    ) -> Result<Record, AdapterError> {
+        if !self.binding_alive(binding) {
+            return Err(instance_lost("run a suffix"));
+        }
+        let json = to_json(item);
+        let wit_ctx = self.context(ctx);
+        let resource = binding.resource;
+        let (result, returned) =
+            self.call("run-replay-suffix", item_id(item), trace.take(), |live| {
+                let guest = live.replay.as_ref().expect("a binding implies the export");
+                guest.call_run_replay_suffix(&mut live.store, resource, &json, &wit_ctx)
+            });
+        *trace = returned;
+        let text = result?.map_err(declared)?;
+        parse_record(&text, self.max_output(), "the observation record")
+    }
+
+    /// After a successful prepare: capture the group's replay point at the
+    /// head of its trace and, when the adapter exports its state, make the
+    /// point durable. Returns the fields for the prefix record
+    /// (`replay_point_id`, `replay_fidelity`, or `replay_capture_error`).
+    pub(super) fn capture_group_point(
+        &mut self,
+        handle: &GroupHandle,
+        seed: &Item,
+        items: &[Item],
+        ctx: &CallContext,
+    ) -> Option<Map<String, Value>> {
+        let mut lane = self.replay.take()?;
+        let fields = self.capture_with(&mut lane, handle, seed, items, ctx);
+        self.replay = Some(lane);
+        fields
+    }
+
+    fn capture_with(
+        &mut self,
+        lane: &mut ReplayLane,
+        handle: &GroupHandle,
+        seed: &Item,
+        items: &[Item],
+        ctx: &CallContext,
+    ) -> Option<Map<String, Value>> {
+        let group_id = ctx.execution_group_id.clone()?;
+        let mut trace = self
+            .trace_for(ctx, &Item::new())
+            .or_else(|| TraceLog::new(&group_id, "main").ok())?;
+        let before = trace.next_sequence();
+        let cursor = agent_cursor(trace.events(), &format!("{}\n{}", ctx.arm, group_id));
+        let point_id = point_id_for(&ctx.arm, ctx.epoch, &group_id);
+        let started = Instant::now();
+        let captured = lane
+            .registry
+            .capture_at_head(self, &mut trace, cursor, &point_id, &group_id, None);
+        let capture_minutes = started.elapsed().as_secs_f64() / 60.0;
+        self.report_events(&trace, before, "capture-replay-state", item_id(seed));
+        self.keep_group_trace(ctx, Some(trace));
+        let mut fields = Map::new();
+        let point = match captured {
+            Ok(point) => point,
+            Err(error) => {
+                fields.insert("replay_capture_error".into(), error_block(&error));
+                return Some(fields);
+            }
+        };
+        let mut line = PointLine {
+            point: point.clone(),
+            arm: ctx.arm.clone(),
+            epoch: ctx.epoch,
+            execution_group_id: group_id,
+            seed_item_id: item_id(seed).unwrap_or_default().to_string(),
+            capture_minutes,
+            durable_state: None,
+            durable_error: None,
+            quarantined: false,
+        };
+        if let (Some(store), Some(binding)) =
+            (&lane.options.store, lane.registry.binding(&point_id))
+        {
+            let binding = BindingHandle {
+                resource: binding.resource,
+                generation: binding.generation,
+            };
+            match self.export_replay_state(&binding) {
+                Ok(Some(bytes)) => match store.write_state(&point_id, &bytes, items) {
+                    Ok(durable) => line.durable_state = Some(durable),
+                    Err(error) => line.durable_error = Some(error.to_string()),
+                },
+                Ok(None) => {}
+                Err(error) => line.durable_error = Some(error.to_string()),
+            }
+        }
+        fields.insert(
+            "replay_point_id".into(),
+            Value::from(point.replay_point_id.clone()),
+        );
+        fields.insert(
+            "replay_fidelity".into(),
+            Value::from(point.fidelity.as_str()),
+        );
+        *handle.point.borrow_mut() = Some(GroupPoint { id: point_id, line });
+        Some(fields)
+    }
+
+    /// Run `item` as a suffix from its group's replay point. `None` when
+    /// the group has no usable point (the caller runs it on the group).
+    pub(super) fn run_from_group_point(
+        &mut self,
+        handle: &GroupHandle,
+        item: &Item,
+        ctx: &CallContext,
+    ) -> Option<Result<Record, AdapterError>> {
+        let point_id = handle
+            .point
+            .borrow()
+            .as_ref()
+            .map(|point| point.id.clone())?;
+        let mut lane = self.replay.take()?;
+        let usable = lane
+            .registry
+            .get(&point_id)
+            .is_some_and(|point| point.lifecycle == crate::replay::Lifecycle::Ready)
+            && lane
+                .registry
+                .binding(&point_id)
+                .is_some_and(|binding| self.binding_alive(binding));
+        if !usable {
+            self.replay = Some(lane);
+            return None;
+        }
+        let mut trace = self.trace_for(ctx, item);
+        let first = trace.as_ref().map_or(0, TraceLog::next_sequence);
+        let target = item_id(item).unwrap_or("suffix").to_string();
+        let minimum = lane.options.minimum_fidelity;
+        let fidelity = lane.registry.get(&point_id).map(|point| point.fidelity);
+        let outcome =
+            lane.registry
+                .run_from(self, &point_id, &target, minimum, |adapter, binding, _| {
+                    adapter.run_replay_suffix(binding, item, ctx, &mut trace)
+                });
+        let end = trace.as_ref().map_or(first, TraceLog::next_sequence);
+        let (trace_id, branch_id) = trace
+            .as_ref()
+            .map(|log| (log.trace_id().to_string(), log.branch_id().to_string()))
+            .unwrap_or_default();
+        self.keep_group_trace(ctx, trace);
+        self.replay = Some(lane);
+        let block = |restore: Option<&ReplayRestoreResult>, error: Option<&ReplayError>| {
+            let mut block = restore
+                .map(ReplayRestoreResult::to_record)
+                .unwrap_or_default();
+            block.insert("replay_point_id".into(), Value::from(point_id.clone()));
+            block.insert(
+                "fidelity".into(),
+                fidelity.map_or(Value::Null, |f| Value::from(f.as_str())),
+            );
+            block.insert("trace_id".into(), Value::from(trace_id.clone()));
+            block.insert("branch_id".into(), Value::from(branch_id.clone()));
+            block.insert("first_sequence".into(), Value::from(first));
+            block.insert("end_sequence".into(), Value::from(end));
+            if let Some(error) = error {
+                block.insert("error".into(), error_block(error));
+            }
+            Value::Object(block)
+        };
+        Some(match outcome {
+            Ok((restore, mut record)) => {
+                record.insert("replay".into(), block(Some(&restore), None));
+                Ok(record)
+            }
+            Err(error) => {
+                let mut failure = adapter_error_of(&error);
+                let mut fields = Record::new();
+                fields.insert(
+                    "replay".into(),
+                    block(error.restore.as_deref(), Some(&error)),
+                );
+                failure.record_fields = Some(Box::new(fields));
+                Err(failure)
+            }
+        })
+    }
+
+    /// Release the group's replay point (retried once) and write its final
+    /// record.
+    pub(super) fn release_group_point(&mut self, handle: &GroupHandle) {
+        let Some(mut point) = handle.point.borrow_mut().take() else {
+            return;
+        };
+        let Some(mut lane) = self.replay.take() else {
+            return;
+        };
+        let failed = |lane: &ReplayLane| {
+            lane.registry
+                .get(&point.id)
+                .is_some_and(|p| p.lifecycle == crate::replay::Lifecycle::Failed)
+        };
+        point.line.quarantined = failed(&lane);
+        if lane.registry.release(self, &point.id).is_err() {
+            let _ = lane.registry.release(self, &point.id);
+        }
+        point.line.quarantined |= failed(&lane);
+        if let Some(current) = lane.registry.get(&point.id) {
+            point.line.point = current.clone();
+        }
+        if let Some(store) = &lane.options.store {
+            store.append_point(&point.line);
+        }
+        self.replay = Some(lane);
+    }
+}
+
+/// The `{stage, type, message}` block describing a replay failure.
+fn error_block(error: &ReplayError) -> Value {
+    let (error_type, message) = match &error.cause {
+        ReplayCause::Adapter(adapter) => (adapter.error_type.as_str(), adapter.message.clone()),
+        ReplayCause::Contract(message) => ("replay_contract", message.clone()),
+        ReplayCause::Unavailable(message) => ("replay_unavailable", message.clone()),
+        ReplayCause::AgentState(message) => ("agent_state", message.clone()),
+    };
+    json!({
+        "stage": error.stage.as_str(),
+        "type": error_type,
+        "message": crate::episode::records::fold_error_message(&message),
+        "quarantined": error.quarantined,
+        "also": error.also.as_ref().map(|also| also.to_string()),
+    })
+}
+
+/// The error record's `adapter_error` for a failed replayed suffix: the
+/// adapter's own error when the adapter failed, else `replay_contract`.
+fn adapter_error_of(error: &ReplayError) -> AdapterError {
+    match &error.cause {
+        ReplayCause::Adapter(adapter) if error.stage == crate::replay::ReplayStage::Suffix => {
+            let mut adapter = adapter.clone();
+            if let Some(also) = &error.also {
+                adapter.message = format!("{} (and {also})", adapter.message);
+            }
+            adapter
+        }
+        ReplayCause::Adapter(adapter) => AdapterError {
+            message: format!(
+                "replay {} failed: {}",
+                error.stage.as_str(),
+                adapter.message
+            ),
+            ..adapter.clone()
+        },
+        _ => AdapterError::new(ErrorType::ReplayContract, error.to_string()),
+    }
+}
+
+impl ReplayAdapter for WasmAdapter {
+    type Binding = BindingHandle;
+
+    fn capture_replay_state(
+        &mut self,
+        request: &CaptureRequest,
+    ) -> Result<StateLease<BindingHandle>, AdapterError> {
+        if self.loaded.indices.replay.is_none() {
+            return Err(Self::missing("replay.capture-replay-state"));
+        }
+        let request = to_wit_capture(request);
+        // The trace is frozen while a point is captured: no trace is open.
+        let (result, _) = self.call("capture-replay-state", None, None, |live| {
+            let guest = live.replay.as_ref().expect("checked above");
+            guest.call_capture_replay_state(&mut live.store, &request)
+        });
+        let lease = result?.map_err(declared)?;
+        Ok(self.lease_from_wit(lease))
+    }
+
+    fn restore_replay_state(
+        &mut self,
+        binding: &BindingHandle,
+        request: &RestoreRequest,
+    ) -> Result<RestoreReceipt, AdapterError> {
+        if !self.binding_alive(binding) {
+            return Err(instance_lost("restore it"));
+        }
+        let request = to_wit_request(request);
+        let resource = binding.resource;
+        let (result, _) = self.call("restore-replay-state", None, None, |live| {
+            let guest = live.replay.as_ref().expect("a binding implies the export");
+            guest.call_restore_replay_state(&mut live.store, resource, &request)
+        });
+        let receipt = result?.map_err(declared)?;
+        Ok(RestoreReceipt {
+            achieved_fidelity: from_wit_fidelity(receipt.achieved_fidelity),
+            restored_projection_digest: receipt.restored_projection_digest,
+            prefix_reused: receipt.prefix_reused,
+        })
+    }
+
+    fn validate_replay_equivalence(
+        &mut self,
+        binding: &BindingHandle,
+        receipt: &RestoreReceipt,
+    ) -> Result<EquivalenceReport, AdapterError> {
+        if !self.binding_alive(binding) {
+            return Err(instance_lost("validate it"));
+        }
+        let receipt = wit::RestoreReceipt {
+            achieved_fidelity: to_wit_fidelity(receipt.achieved_fidelity),
+            restored_projection_digest: receipt.restored_projection_digest.clone(),
+            prefix_reused: receipt.prefix_reused,
+        };
+        let resource = binding.resource;
+        let (result, _) = self.call("validate-replay-equivalence", None, None, |live| {
+            let guest = live.replay.as_ref().expect("a binding implies the export");
+            guest.call_validate_replay_equivalence(&mut live.store, resource, &receipt)
+        });
+        let report = result?.map_err(declared)?;
+        Ok(EquivalenceReport {
+            achieved_fidelity: from_wit_fidelity(report.achieved_fidelity),
+            equivalent: report.equivalent,
+            expected_digest: report.expected_digest,
+            observed_digest: report.observed_digest,
+            checks: report
+                .checks
+                .into_iter()
+                .map(|check| EquivalenceCheck {
+                    check_id: check.check_id,
+                    passed: check.passed,
+                    public_summary: check.public_summary,
+                })
+                .collect(),
+            sanitized_reason: report.sanitized_reason,
+        })
+    }
+
+    fn finalize_replay_suffix(
+        &mut self,
+        binding: &BindingHandle,
+        request: &RestoreRequest,
+        suffix_succeeded: bool,
+    ) -> Result<(), AdapterError> {
+        if !self.binding_alive(binding) {
+            // The working copy died with its instance: nothing is left open.
+            return Ok(());
+        }
+        let request = to_wit_request(request);
+        let resource = binding.resource;
+        let (result, _) = self.call("finalize-replay-suffix", None, None, |live| {
+            let guest = live.replay.as_ref().expect("a binding implies the export");
+            guest.call_finalize_replay_suffix(&mut live.store, resource, &request, suffix_succeeded)
+        });
+        result?.map_err(declared)
+    }
+
+    fn release_replay_state(&mut self, binding: &BindingHandle) -> Result<(), AdapterError> {
+        if !self.binding_alive(binding) {
+            // The binding died with its instance: nothing is left to release.
+            return Ok(());
+        }
+        let resource = binding.resource;
+        let (result, _) = self.call("release-replay-state", None, None, |live| {
+            let guest = live.replay.as_ref().expect("a binding implies the export");
+            guest.call_release_replay_state(&mut live.store, resource)
+        });
+        result?.map_err(declared)
+    }
+
+    fn discard_binding(&mut self, binding: BindingHandle) {
+        if self.binding_alive(&binding)
+            && let Some(live) = self.live.as_mut()
+        {
+            let _ = binding.resource.resource_drop(&mut live.store);
+        }
+    }
+}
+
+/// Rebuild a replay point in `adapter`'s instance from its durable state and
+/// register it in `registry` (the replay of a finished run's item).
+pub fn adopt_durable_point(
+    adapter: &mut WasmAdapter,
+    registry: &mut ReplayPointRegistry<BindingHandle, MemoryAgentStateStore>,
+    recorded: &ReplayPoint,
+    execution_group_id: &str,
+    state: &[u8],
+) -> Result<ReplayPoint, ReplayError> {
+    let request = CaptureRequest {
+        replay_point_id: recorded.replay_point_id.clone(),
+        trace_id: recorded.cursor.trace_id.clone(),
+        branch_id: recorded.cursor.branch_id.clone(),
+        after_event_id: recorded.cursor.after_event_id.clone(),
+        next_sequence: recorded.cursor.next_sequence,
+        execution_group_id: execution_group_id.to_string(),
+    };
+    let lease = adapter
+        .import_replay_state(state, &request)
+        .map_err(|error| ReplayError {
+            stage: crate::replay::ReplayStage::Capture,
+            cause: ReplayCause::Adapter(error),
+            also: None,
+            quarantined: false,
+            restore: None,
+        })?;
+    registry.adopt(adapter, recorded, lease)
+}

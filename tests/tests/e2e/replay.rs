@@ -1,0 +1,583 @@
+//! Replay points across the WebAssembly boundary: capture after each
+//! prefix, every suffix restored from its point, durable points replayed by
+//! `sandloop replay` in a new process, every contract rule checked with the
+//! `replay-probe` component, and `sandloop plan` over a run.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+use sandloop_tests::{HELLO_ADAPTER, MARKDOWN_EXPLORER, REPLAY_PROBE};
+
+fn markdown_run(out: &Path) {
+    let docs = workspace_file("examples/markdown-explorer/sample-docs");
+    let catalog = workspace_file("examples/markdown-explorer/catalog.json");
+    let grant = format!("{}::/docs:ro", s(&docs));
+    let output = run(&[
+        "run",
+        "--adapter",
+        MARKDOWN_EXPLORER,
+        "--dir",
+        &grant,
+        "--variants",
+        s(&catalog),
+        "--epochs",
+        "2",
+        "--workers",
+        "2",
+        "--out",
+        s(out),
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(stdout(&output).contains("replay "), "{}", stdout(&output));
+}
+
+#[test]
+fn markdown_explorer_captures_exact_durable_points_and_replays_in_a_new_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    markdown_run(&out);
+
+    let records = records(&out);
+    let prefixes: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["record_kind"] == "shared_prefix")
+        .collect();
+    let suffixes: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["record_kind"] == "episode_suffix")
+        .collect();
+    assert!(!prefixes.is_empty() && suffixes.len() > prefixes.len());
+    for prefix in &prefixes {
+        assert_eq!(prefix["replay_fidelity"], "exact", "{prefix}");
+        assert!(
+            prefix["replay_point_id"]
+                .as_str()
+                .unwrap()
+                .starts_with("rp-")
+        );
+    }
+    for suffix in &suffixes {
+        let replay = &suffix["replay"];
+        assert_eq!(replay["achieved_fidelity"], "exact", "{suffix}");
+        assert_eq!(replay["equivalent"], true);
+        assert_eq!(replay["promotion_eligible"], true);
+        assert_eq!(replay["prefix_reused"], true);
+        assert_eq!(replay["expected_digest"], replay["observed_digest"]);
+        assert_eq!(replay["trace_id"], suffix["execution_group_id"]);
+        let prefix = prefixes
+            .iter()
+            .find(|p| p["execution_group_id"] == suffix["execution_group_id"])
+            .unwrap();
+        assert_eq!(replay["replay_point_id"], prefix["replay_point_id"]);
+        assert!(
+            replay["end_sequence"].as_u64() > replay["first_sequence"].as_u64(),
+            "every suffix leaves trace events: {replay}"
+        );
+    }
+
+    let points = jsonl(&out.join("replay-points.jsonl"));
+    assert_eq!(points.len(), prefixes.len());
+    for point in &points {
+        assert_eq!(point["lifecycle"], "released");
+        assert_eq!(point["quarantined"], false);
+        assert_eq!(point["fidelity"], "exact");
+        let durable = &point["durable_state"];
+        let bytes = std::fs::read(out.join(durable["file"].as_str().unwrap())).unwrap();
+        assert_eq!(bytes.len() as u64, durable["size_bytes"].as_u64().unwrap());
+        assert!(!has_absolute_path(point), "{point}");
+        for key in ["binding", "binding_key", "agent_state_key"] {
+            assert!(point.get(key).is_none(), "{key} must never be written");
+        }
+    }
+    // The capture event sits in the group's trace, bound to its point.
+    let traces = jsonl(&out.join("traces").join("epoch-0001.jsonl"));
+    let captured: Vec<&Value> = traces
+        .iter()
+        .filter(|e| e["public_payload"]["operation"] == "replay_point_captured")
+        .collect();
+    assert!(!captured.is_empty());
+    for event in &captured {
+        let point = points
+            .iter()
+            .find(|p| p["replay_point_id"] == event["replay_point_id"])
+            .expect("the event names a recorded point");
+        assert_eq!(point["created_event_id"], event["event_id"]);
+        assert_eq!(point["next_sequence"], event["sequence"]);
+    }
+
+    let summary = json_file(&out.join("summary.json"));
+    let replay = &summary["replay"];
+    let n = |field: &str| replay[field].as_u64().unwrap() as usize;
+    assert_eq!(n("capture_success_count"), prefixes.len());
+    assert_eq!(n("replay_success_count"), suffixes.len());
+    assert_eq!(n("equivalence_verified_count"), suffixes.len());
+    assert_eq!(n("release_success_count"), prefixes.len());
+    assert_eq!(n("replay_failure_count"), 0);
+    assert_eq!(replay["restored_fidelity_counts"]["exact"], suffixes.len());
+
+    // A new process restores the durable point and runs the suffix again.
+    let variant = suffixes.iter().find(|r| r["is_variant"] == true).unwrap();
+    let item = variant["item_id"].as_str().unwrap();
+    let output = run(&["replay", "--run", s(&out), "--item", item]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.contains("exact, verified equivalent, promotion eligible"),
+        "{text}"
+    );
+    let replays = jsonl(&out.join("replays.jsonl"));
+    assert_eq!(replays.len(), 1);
+    let report = &replays[0];
+    assert_eq!(report["succeeded"], true);
+    assert_eq!(report["restore"]["achieved_fidelity"], "exact");
+    assert_eq!(report["restore"]["equivalent"], true);
+    assert_eq!(
+        report["replay_point"]["replay_point_id"],
+        variant["replay"]["replay_point_id"]
+    );
+    assert_eq!(
+        report["outcome"]["record"]["observation_keys"], variant["observation_keys"],
+        "the replayed suffix observes what the run observed"
+    );
+    let first = &report["trace_events"][0];
+    assert_eq!(
+        first["sequence"].as_u64().unwrap(),
+        report["replay_point"]["next_sequence"].as_u64().unwrap() + 1,
+        "the replay branch continues after the capture event"
+    );
+    assert_eq!(
+        first["parent_event_id"],
+        report["replay_point"]["created_event_id"]
+    );
+
+    let output = run(&["replay", "--run", s(&out), "--item", item, "--json"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let json_report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(json_report["schema_version"], "sandloop_replay_v0");
+    assert_eq!(jsonl(&out.join("replays.jsonl")).len(), 2);
+
+    let output = run(&["plan", "--run", s(&out)]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("no failed suffixes"),
+        "{}",
+        stdout(&output)
+    );
+}
+
+fn probe_item(id: &str, faults: &[&str]) -> Value {
+    json!({"item_id": id, "family": "probe", "text": format!("seed {id}"), "faults": faults})
+}
+
+/// Run the probe over one-item groups, one per fault list; returns the
+/// run directory's records by item id and the point lines by seed.
+fn probe_run(
+    dir: &Path,
+    cases: &[(&str, &[&str])],
+) -> (std::path::PathBuf, Vec<Value>, Vec<Value>) {
+    let lines: Vec<Value> = cases
+        .iter()
+        .map(|(id, faults)| probe_item(id, faults))
+        .collect();
+    let items = write_items(dir, "items.jsonl", &lines);
+    let out = dir.join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        REPLAY_PROBE,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+        "--workers",
+        "2",
+        "--call-timeout",
+        "5",
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let records = records(&out);
+    let points = jsonl(&out.join("replay-points.jsonl"));
+    (out, records, points)
+}
+
+fn suffix<'a>(records: &'a [Value], id: &str) -> &'a Value {
+    find(records, id, "episode_suffix")
+}
+
+fn point<'a>(points: &'a [Value], seed: &str) -> &'a Value {
+    points
+        .iter()
+        .find(|p| p["seed_item_id"] == seed)
+        .unwrap_or_else(|| panic!("no point for {seed}"))
+}
+
+#[test]
+fn every_replay_rule_is_enforced_across_the_boundary() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&str, &[&str])] = &[
+        ("honest", &[]),
+        ("capture-fails", &["capture_fails"]),
+        ("marker", &["capture_non_replayable"]),
+        ("best-effort", &["capture_best_effort"]),
+        ("semantic", &["capture_semantic"]),
+        ("restore-fails", &["restore_fails"]),
+        ("restore-traps", &["trap_in_restore"]),
+        ("stronger", &["capture_best_effort", "restore_stronger"]),
+        ("restore-marker", &["restore_non_replayable"]),
+        ("disagrees", &["report_disagrees"]),
+        ("digest-mismatch", &["digest_mismatch"]),
+        ("expected-wrong", &["expected_digest_wrong"]),
+        (
+            "no-checks",
+            &["capture_semantic", "semantic_without_checks"],
+        ),
+        ("failed-check", &["equivalent_with_failed_check"]),
+        ("unverified", &["unverified"]),
+        ("suffix-fails", &["suffix_fails"]),
+        ("suffix-traps", &["suffix_traps"]),
+        ("finalize-fails", &["finalize_fails"]),
+        ("release-once", &["release_fails_once"]),
+        ("release-never", &["release_fails"]),
+        ("no-export", &["export_none"]),
+    ];
+    let (out, records, points) = probe_run(dir.path(), cases);
+
+    let ok = |id: &str, fidelity: &str, eligible: bool| {
+        let record = suffix(&records, id);
+        assert!(record.get("adapter_error").is_none(), "{id}: {record}");
+        assert_eq!(record["via"], "replay", "{id}");
+        assert_eq!(
+            record["counter_before"], 0,
+            "{id}: a restored copy starts fresh"
+        );
+        assert_eq!(record["replay"]["achieved_fidelity"], fidelity, "{id}");
+        assert_eq!(record["replay"]["promotion_eligible"], eligible, "{id}");
+    };
+    ok("honest", "exact", true);
+    ok("best-effort", "best_effort", false);
+    ok("semantic", "semantic_equivalent", true);
+    ok("release-once", "exact", true);
+    ok("no-export", "exact", true);
+
+    // No usable point: the suffix runs on the prepared group instead.
+    for id in ["capture-fails", "marker"] {
+        let record = suffix(&records, id);
+        assert_eq!(record["via"], "episode", "{id}");
+        assert!(record.get("replay").is_none(), "{id}");
+    }
+    let prefix = find(&records, "capture-fails:shared-prefix", "shared_prefix");
+    assert_eq!(prefix["replay_capture_error"]["stage"], "capture");
+    assert_eq!(prefix["replay_capture_error"]["type"], "adapter_error");
+    assert!(
+        points.iter().all(|p| p["seed_item_id"] != "capture-fails"),
+        "a failed capture leaves no point"
+    );
+    assert_eq!(
+        find(&records, "marker:shared-prefix", "shared_prefix")["replay_fidelity"],
+        "non_replayable"
+    );
+    assert_eq!(point(&points, "marker")["durable_state"], Value::Null);
+
+    let failed = |id: &str, error_type: &str, stage: &str, says: &str| {
+        let record = suffix(&records, id);
+        assert_eq!(
+            record["adapter_error"]["type"], error_type,
+            "{id}: {record}"
+        );
+        assert_eq!(record["replay"]["error"]["stage"], stage, "{id}: {record}");
+        let message = record["adapter_error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{id}: {message}");
+    };
+    failed(
+        "restore-fails",
+        "adapter_error",
+        "restore",
+        "injected fault",
+    );
+    failed("restore-traps", "trap", "restore", "restore");
+    failed(
+        "stronger",
+        "replay_contract",
+        "restore",
+        "claims exact but the point was captured at best_effort",
+    );
+    failed(
+        "restore-marker",
+        "replay_contract",
+        "restore",
+        "reported non_replayable",
+    );
+    failed(
+        "disagrees",
+        "replay_contract",
+        "equivalence",
+        "disagree on fidelity",
+    );
+    failed(
+        "digest-mismatch",
+        "replay_contract",
+        "equivalence",
+        "equal, non-empty state digests",
+    );
+    failed(
+        "expected-wrong",
+        "replay_contract",
+        "equivalence",
+        "not the replay point's captured digest",
+    );
+    failed(
+        "no-checks",
+        "replay_contract",
+        "equivalence",
+        "at least one explicit equivalence check",
+    );
+    failed(
+        "failed-check",
+        "replay_contract",
+        "equivalence",
+        "while one of its checks fails",
+    );
+    failed(
+        "unverified",
+        "replay_contract",
+        "equivalence",
+        "needs verified state equivalence",
+    );
+    failed("suffix-fails", "adapter_error", "suffix", "injected fault");
+    failed("suffix-traps", "trap", "suffix", "");
+    failed(
+        "finalize-fails",
+        "adapter_error",
+        "finalize",
+        "injected fault",
+    );
+
+    // A failed suffix still ran on a verified restore.
+    let record = suffix(&records, "suffix-fails");
+    assert_eq!(record["replay"]["equivalent"], true);
+    assert!(
+        record["replay"]["end_sequence"].as_u64() > record["replay"]["first_sequence"].as_u64()
+    );
+    // A failed finalisation quarantines the point; failed releases too.
+    assert_eq!(
+        suffix(&records, "finalize-fails")["replay"]["error"]["quarantined"],
+        true
+    );
+    assert_eq!(point(&points, "finalize-fails")["quarantined"], true);
+    assert_eq!(point(&points, "release-never")["lifecycle"], "failed");
+    assert_eq!(point(&points, "release-once")["lifecycle"], "released");
+    assert_eq!(point(&points, "honest")["lifecycle"], "released");
+    assert_eq!(point(&points, "no-export")["durable_state"], Value::Null);
+    assert!(point(&points, "honest")["durable_state"]["sha256"].is_string());
+
+    let summary = json_file(&out.join("summary.json"));
+    let replay = &summary["replay"];
+    assert_eq!(replay["capture_failure_count"], 1);
+    assert_eq!(replay["restore_failure_count"], 4);
+    assert_eq!(replay["equivalence_failure_count"], 6);
+    assert_eq!(replay["suffix_finalization_failure_count"], 1);
+    assert_eq!(replay["replay_point_quarantine_count"], 1);
+    assert!(replay["release_failure_count"].as_u64().unwrap() >= 3);
+}
+
+#[test]
+fn replay_reruns_a_failed_suffix_and_refuses_bad_input_without_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&str, &[&str])] = &[
+        ("honest", &[]),
+        ("suffix-fails", &["suffix_fails"]),
+        ("no-export", &["export_none"]),
+        ("finalize-fails", &["finalize_fails"]),
+    ];
+    let (out, _, points) = probe_run(dir.path(), cases);
+    let replays = out.join("replays.jsonl");
+
+    // The failure reproduces from the restored point: exit 1, result kept.
+    let output = run(&["replay", "--run", s(&out), "--item", "suffix-fails"]);
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("verified equivalent"),
+        "{}",
+        stdout(&output)
+    );
+    let report = &jsonl(&replays)[0];
+    assert_eq!(report["succeeded"], false);
+    assert_eq!(report["restore"]["equivalent"], true);
+    assert_eq!(report["outcome"]["error"]["stage"], "suffix");
+    assert_eq!(report["original"]["adapter_error"]["type"], "adapter_error");
+
+    let refused = |args: &[&str], says: &str| {
+        let before = std::fs::read_to_string(&replays).unwrap();
+        let output = run(args);
+        assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(says),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert_eq!(
+            std::fs::read_to_string(&replays).unwrap(),
+            before,
+            "nothing written"
+        );
+    };
+    refused(
+        &["replay", "--run", s(&out), "--item", "nope"],
+        "has no record of item \"nope\"",
+    );
+    refused(
+        &["replay", "--run", s(&out), "--item", "no-export"],
+        "no durable replay point",
+    );
+    refused(
+        &["replay", "--run", s(&out), "--item", "finalize-fails"],
+        "no durable replay point",
+    );
+    refused(
+        &[
+            "replay",
+            "--run",
+            s(&out),
+            "--item",
+            "honest",
+            "--min-fidelity",
+            "perfect",
+        ],
+        "unknown fidelity \"perfect\"",
+    );
+    refused(
+        &[
+            "replay",
+            "--run",
+            s(&dir.path().join("missing")),
+            "--item",
+            "honest",
+        ],
+        "is not a directory",
+    );
+    let state = out.join(
+        point(&points, "honest")["durable_state"]["file"]
+            .as_str()
+            .unwrap(),
+    );
+    let mut bytes = std::fs::read(&state).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&state, bytes).unwrap();
+    refused(
+        &["replay", "--run", s(&out), "--item", "honest"],
+        "was changed after the run wrote it",
+    );
+
+    // A run made without replay.
+    let plain = dir.path().join("plain");
+    let items = write_items(
+        dir.path(),
+        "plain.jsonl",
+        &[json!({"item_id": "a", "text": "x y"})],
+    );
+    let output = run(&[
+        "run",
+        "--adapter",
+        HELLO_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&plain),
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let output = run(&["replay", "--run", s(&plain), "--item", "a"]);
+    assert_eq!(code(&output), 2);
+    assert!(
+        stderr(&output).contains("has no replay-points.jsonl"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!plain.join("replays.jsonl").exists());
+}
+
+#[test]
+fn plan_ranks_positions_from_a_run_and_from_explicit_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&str, &[&str])] = &[("honest", &[]), ("suffix-fails", &["suffix_fails"])];
+    let (out, records, _) = probe_run(dir.path(), cases);
+    let output = run(&["plan", "--run", s(&out), "--json"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let plan: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(plan["inputs"]["observation_count"], 1);
+    let proposals = plan["proposals"].as_array().unwrap();
+    assert!(!proposals.is_empty(), "{plan}");
+    let failed = suffix(&records, "suffix-fails");
+    let first = failed["replay"]["first_sequence"].as_u64().unwrap();
+    for proposal in proposals {
+        assert_eq!(proposal["trace_id"], failed["replay"]["trace_id"]);
+        assert!(proposal["next_sequence"].as_u64().unwrap() <= first);
+        assert_eq!(proposal["achievable_fidelity"], "exact");
+    }
+    // The best position reuses the most of the failed trace.
+    assert_eq!(proposals[0]["next_sequence"].as_u64().unwrap(), first);
+
+    let trace = write_items(
+        dir.path(),
+        "trace.jsonl",
+        &(0..4)
+            .map(|i| json!({"event_id": format!("e{i}"), "trace_id": "t", "branch_id": "main", "sequence": i}))
+            .collect::<Vec<_>>(),
+    );
+    let candidates = dir.path().join("candidates.json");
+    std::fs::write(
+        &candidates,
+        json!([
+            {"after_event_id": null, "next_sequence": 0, "achievable_fidelity": "exact", "capture_minutes": 0.0, "restore_minutes": 0.0},
+            {"after_event_id": "e1", "next_sequence": 2, "achievable_fidelity": "exact", "capture_minutes": 0.1, "restore_minutes": 0.1},
+            {"after_event_id": "e2", "next_sequence": 3, "achievable_fidelity": "best_effort", "capture_minutes": 0.0, "restore_minutes": 0.0}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let observations = dir.path().join("observations.json");
+    std::fs::write(
+        &observations,
+        json!([{"first_effect_sequence": 3, "terminal_sequence": 4, "full_replay_minutes": 4.0, "minimum_fidelity": "semantic_equivalent"}]).to_string(),
+    )
+    .unwrap();
+    let args = [
+        "plan",
+        "--trace",
+        s(&trace),
+        "--candidates",
+        s(&candidates),
+        "--observations",
+        s(&observations),
+        "--json",
+    ];
+    let output = run(&args);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let plan: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let proposals = plan["proposals"].as_array().unwrap();
+    // After e1: 4.0 * 2/4 - 0.1 restore - 0.1 capture = 1.8; the origin
+    // saves nothing (score 0, kept at the default threshold 0); the
+    // best-effort position is not eligible.
+    assert_eq!(proposals.len(), 2, "{plan}");
+    assert_eq!(proposals[0]["after_event_id"], "e1");
+    assert!((proposals[0]["score_minutes"].as_f64().unwrap() - 1.8).abs() < 1e-9);
+    assert_eq!(proposals[1]["next_sequence"], 0);
+    let output = run(&[&args[..], &["--min-score", "0.5"]].concat());
+    let plan: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(plan["proposals"].as_array().unwrap().len(), 1, "{plan}");
+
+    std::fs::write(&observations, r#"[{"first_effect_sequence": 3, "terminal_sequence": 2, "full_replay_minutes": 1.0, "minimum_fidelity": "exact"}]"#).unwrap();
+    let output = run(&args);
+    assert_eq!(code(&output), 2);
+    assert!(
+        stderr(&output).contains("observations.json"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        stderr(&output).contains("terminal_sequence"),
+        "{}",
+        stderr(&output)
+    );
+}
