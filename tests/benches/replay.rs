@@ -1,0 +1,613 @@
+//! Replay-point costs of the `markdown-explorer` component, side by side
+//! with a full re-run of the prefix, in one process.
+//!
+//! One seed (a generated `README.md` of ~200 KB, granted at `/docs`) and
+//! its `readme` variants from `examples/markdown-explorer/catalog.json`:
+//!
+//! - prefix: `prepare-episode-group` (read + one pulldown-cmark parse) and
+//!   `release-episode-group` on an adapter without replay;
+//! - suffix: `execute-episode` directly on a prepared group (no replay);
+//! - capture: `capture-replay-state` through a `ReplayPointRegistry`, and
+//!   what it adds to a prepare with replay on;
+//! - replay: `execute-episode` on a replay-enabled group (restore, validate
+//!   equivalence, `run-replay-suffix`, finalize), broken down with the
+//!   `ReplayMetricLedger`;
+//! - durable state: `export-replay-state`, then import into a fresh
+//!   `WasmAdapter` (cold, with instantiation) and into a warm one;
+//! - ratios: full re-run (prefix + suffix + release) vs replay from the
+//!   point, and restore vs prefix.
+//!
+//! Run: `cargo bench -p sandloop-tests --bench replay`
+//! (`SANDLOOP_BENCH_REPLAY_RUNS=N` suffix runs per path, default 200;
+//! `SANDLOOP_BENCH_REPLAY_PREFIXES=N` prefix / capture / export / import
+//! repetitions, default 50; `SANDLOOP_BENCH_REPLAY_DOC_KB=N` document size,
+//! default 200). Figures only, no timing asserts; the component cache goes
+//! to a temporary directory.
+//!
+//! Ledger figures are the ledger's minute totals (rounded to 1e-6 min,
+//! i.e. 60 µs, per total) divided by their counts, so they have no p50.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sandloop::episode::adapter::{CallContext, EpisodeAdapter, Item, Record, SeedSource};
+use sandloop::replay::{
+    CaptureRequest, Fidelity, MemoryAgentStateStore, ReplayAdapter, ReplayMetricLedger,
+    ReplayPointRegistry, agent_cursor,
+};
+use sandloop::sandbox::adapter::adopt_durable_point;
+use sandloop::sandbox::{
+    DirGrant, LoadedAdapter, ReplayOptions, SandboxConfig, SandboxEngine, WasmAdapter, load,
+};
+use sandloop::trace::TraceLog;
+use serde_json::{Map, Value};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const SEED_FILE: &str = "README.md";
+const ARM: &str = "main";
+const LANE: &str = "queue_worker_01";
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A deterministic markdown document of at least `bytes` bytes, with every
+/// element the explorer counts (headings, lists, fences, tables, quotes,
+/// links, footnotes, task lists, raw HTML).
+fn markdown_document(bytes: usize) -> String {
+    let mut text = String::from(
+        "# Widget Toolkit\n\nA generated README for the replay benchmark.\n\n",
+    );
+    let mut section = 0usize;
+    while text.len() < bytes {
+        let n = section;
+        let _ = write!(
+            text,
+            "## Section {n}\n\n\
+             Paragraph {n} with *emphasis*, **strong text**, `inline_{n}()`, \
+             ~~struck~~ words and a [link to {n}](https://example.com/{n}).\n\
+             It has a footnote[^f{n}] and runs over two lines.\n\n\
+             - item {n}.a\n  - nested {n}.b\n    - deeper {n}.c\n- item {n}.d\n\n\
+             1. first {n}\n2. second {n}\n\n\
+             - [ ] open task {n}\n- [x] done task {n}\n\n\
+             ```rust\nfn section_{n}() -> usize {{\n    {n}\n}}\n```\n\n\
+             | key | value |\n|-----|-------|\n| a{n} | {n} |\n| b{n} | {m} |\n\n\
+             > A quote in section {n}.\n\n\
+             ### Details {n}\n\n\
+             <details><summary>more {n}</summary>hidden {n}</details>\n\n\
+             [^f{n}]: Footnote {n}.\n\n",
+            m = n * 7
+        );
+        section += 1;
+    }
+    text
+}
+
+/// Wall times of one kind of call.
+#[derive(Default)]
+struct Samples(Vec<Duration>);
+
+impl Samples {
+    fn time<R>(&mut self, body: impl FnOnce() -> R) -> R {
+        let started = Instant::now();
+        let result = body();
+        self.0.push(started.elapsed());
+        result
+    }
+
+    fn mean_us(&self) -> f64 {
+        if self.0.is_empty() {
+            return f64::NAN;
+        }
+        self.0.iter().map(Duration::as_secs_f64).sum::<f64>() / self.0.len() as f64 * 1e6
+    }
+
+    fn p50_us(&self) -> f64 {
+        if self.0.is_empty() {
+            return f64::NAN;
+        }
+        let mut sorted = self.0.clone();
+        sorted.sort();
+        sorted[sorted.len() / 2].as_secs_f64() * 1e6
+    }
+}
+
+/// Mean µs per count of a ledger minute total, between two snapshots.
+fn ledger_mean_us(
+    before: &Map<String, Value>,
+    after: &Map<String, Value>,
+    minutes: &str,
+    count: &str,
+) -> (f64, u64) {
+    let f = |map: &Map<String, Value>, key: &str| map[key].as_f64().unwrap_or(0.0);
+    let c = |map: &Map<String, Value>, key: &str| map[key].as_u64().unwrap_or(0);
+    let n = c(after, count) - c(before, count);
+    let total_us = (f(after, minutes) - f(before, minutes)) * 60e6;
+    (if n == 0 { f64::NAN } else { total_us / n as f64 }, n)
+}
+
+fn header(title: &str) {
+    println!("\n{title}");
+}
+
+fn row(label: &str, samples: &Samples) {
+    println!(
+        "  {label:<62} {:>11.1} µs {:>11.1} µs  (n={})",
+        samples.mean_us(),
+        samples.p50_us(),
+        samples.0.len()
+    );
+}
+
+fn row_mean(label: &str, mean_us: f64, n: u64) {
+    println!("  {label:<62} {mean_us:>11.1} µs {:>14}  (n={n})", "—");
+}
+
+fn ctx(group: &str) -> CallContext {
+    CallContext {
+        arm: ARM.into(),
+        epoch: 1,
+        branch_id: LANE.into(),
+        execution_group_id: Some(group.into()),
+    }
+}
+
+/// A record without the host's `replay` block, to compare a replayed
+/// suffix with a direct one.
+fn without_replay(record: &Record) -> Record {
+    let mut record = record.clone();
+    record.remove("replay");
+    record
+}
+
+/// The seed and its `readme` variants, compiled by the component.
+fn seed_and_variants(loaded: &Arc<LoadedAdapter>) -> (Item, Vec<Item>) {
+    let mut control = WasmAdapter::new(Arc::clone(loaded), "control", None);
+    let seeds = control.list_seed_items(ARM, 1).unwrap();
+    let seed = seeds
+        .into_iter()
+        .find(|seed| seed["item_id"] == SEED_FILE)
+        .expect("the generated document is a seed");
+    let family = seed["family"].as_str().unwrap_or("").to_string();
+    let catalog: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!(
+            "{}/examples/markdown-explorer/catalog.json",
+            sandloop_tests::WORKSPACE
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut items = vec![seed.clone()];
+    for spec in catalog["specs"].as_array().unwrap() {
+        if spec["seed_family"] == family.as_str() {
+            let spec = spec.as_object().unwrap().clone();
+            items.push(control.compile_variant(&spec, &seed).unwrap());
+        }
+    }
+    assert!(items.len() > 1, "the catalog has specs for {family:?}");
+    (seed, items)
+}
+
+fn main() {
+    if std::env::args().any(|arg| arg == "--list") {
+        return; // `cargo test --benches` probing
+    }
+    let runs = env_usize("SANDLOOP_BENCH_REPLAY_RUNS", 200).max(1);
+    let prefixes = env_usize("SANDLOOP_BENCH_REPLAY_PREFIXES", 50).max(1);
+    let doc_kb = env_usize("SANDLOOP_BENCH_REPLAY_DOC_KB", 200).max(1);
+
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir(&docs).unwrap();
+    let text = markdown_document(doc_kb * 1024);
+    std::fs::write(docs.join(SEED_FILE), &text).unwrap();
+
+    let config = SandboxConfig {
+        dirs: DirGrant::parse_all(&[format!("{}::/docs:ro", docs.display())]).unwrap(),
+        cache_dir: Some(dir.path().join("cache")),
+        pool_instances: 8,
+        ..SandboxConfig::default()
+    };
+    let engine = Arc::new(SandboxEngine::new(&config).unwrap());
+    let loaded = Arc::new(
+        load(
+            std::path::Path::new(sandloop_tests::MARKDOWN_EXPLORER),
+            engine,
+            Arc::new(config),
+        )
+        .unwrap(),
+    );
+    assert!(loaded.protocols.replay, "markdown-explorer exports replay");
+    let (seed, items) = seed_and_variants(&loaded);
+    let n_items = items.len();
+    let item_ids: Vec<String> = items
+        .iter()
+        .map(|item| item["item_id"].as_str().unwrap_or("?").to_string())
+        .collect();
+
+    println!(
+        "replay costs: markdown-explorer, {SEED_FILE} of {} bytes, 1 seed + {} variants ({}), \
+         {runs} suffix runs per path (items in turn), {prefixes} prefix/capture/export/import runs",
+        text.len(),
+        n_items - 1,
+        item_ids[1..].join(", ")
+    );
+    println!("  {:<62} {:>14} {:>14}", "", "mean", "p50");
+
+    // 1. The prefix, without replay: prepare + release.
+    let mut plain = WasmAdapter::new(Arc::clone(&loaded), LANE, None);
+    let mut prepare = Samples::default();
+    let mut release = Samples::default();
+    for i in 0..=prefixes {
+        let ctx = ctx(&format!("g-prefix-{i}"));
+        let mut p = Samples::default();
+        let prepared = p
+            .time(|| plain.prepare_episode_group(&seed, &items, &ctx))
+            .unwrap()
+            .expect("the explorer prepares a group");
+        prepared.prefix_record.as_ref().unwrap();
+        let mut r = Samples::default();
+        r.time(|| plain.release_episode_group(prepared.handle, &ctx))
+            .unwrap();
+        if i > 0 {
+            // the first round instantiates and warms up
+            prepare.0.extend(p.0);
+            release.0.extend(r.0);
+        }
+    }
+
+    // 2. Suffixes directly on a prepared group.
+    let mut direct = Samples::default();
+    let mut direct_by_item: Vec<Samples> = (0..n_items).map(|_| Samples::default()).collect();
+    let mut direct_records: Vec<Option<Record>> = vec![None; n_items];
+    {
+        let ctx = ctx("g-direct");
+        let prepared = plain
+            .prepare_episode_group(&seed, &items, &ctx)
+            .unwrap()
+            .unwrap();
+        for i in 0..runs {
+            let k = i % n_items;
+            let mut s = Samples::default();
+            let record = s
+                .time(|| plain.execute_episode(&prepared.handle, &items[k], &ctx))
+                .unwrap();
+            direct.0.extend(&s.0);
+            direct_by_item[k].0.extend(s.0);
+            direct_records[k].get_or_insert(record);
+        }
+        plain.release_episode_group(prepared.handle, &ctx).unwrap();
+    }
+
+    // 3. Capture, export, import, release, through a registry on the plain
+    //    adapter (what `sandloop run` and `sandloop replay` do underneath).
+    let mut capture = Samples::default();
+    let mut export = Samples::default();
+    let mut import_cold = Samples::default();
+    let mut import_warm = Samples::default();
+    let mut replay_after_import = Samples::default();
+    let mut point_release = Samples::default();
+    let mut state_bytes = 0usize;
+    {
+        let group = "g-capture";
+        let ctx = ctx(group);
+        let prepared = plain
+            .prepare_episode_group(&seed, &items, &ctx)
+            .unwrap()
+            .unwrap();
+        let ledger = Arc::new(ReplayMetricLedger::new());
+        let mut registry =
+            ReplayPointRegistry::new(MemoryAgentStateStore::new(), Arc::clone(&ledger));
+        for i in 0..=prefixes {
+            let warm_up = i == 0;
+            let id = format!("rp-bench-{i}");
+            let mut trace = TraceLog::new(group, "main").unwrap();
+            let cursor = agent_cursor(trace.events(), &format!("{ARM}\n{group}"));
+            let mut c = Samples::default();
+            let point = c
+                .time(|| {
+                    registry.capture_at_head(&mut plain, &mut trace, cursor, &id, group, None)
+                })
+                .unwrap();
+            let binding = registry.binding(&id).expect("a replayable point");
+            let mut e = Samples::default();
+            let state = e
+                .time(|| plain.export_replay_state(binding))
+                .unwrap()
+                .expect("the explorer exports its state");
+            state_bytes = state.len();
+
+            // Import into a fresh adapter (instantiates on this call), then
+            // replay one suffix from the imported point.
+            let mut fresh = WasmAdapter::new(Arc::clone(&loaded), "replay", None);
+            let mut fresh_registry = ReplayPointRegistry::new(
+                MemoryAgentStateStore::new(),
+                Arc::new(ReplayMetricLedger::new()),
+            );
+            let mut ic = Samples::default();
+            ic.time(|| adopt_durable_point(&mut fresh, &mut fresh_registry, &point, group, &state))
+                .unwrap();
+            let item = &items[i % n_items];
+            let mut fork = TraceLog::fork(
+                &point.cursor.trace_id,
+                "replay-bench",
+                Some(&point.created_event_id),
+                point.cursor.next_sequence + 1,
+            )
+            .ok();
+            let mut ra = Samples::default();
+            let (_, record) = ra
+                .time(|| {
+                    fresh_registry.run_from(
+                        &mut fresh,
+                        &id,
+                        "replay-bench",
+                        Fidelity::SemanticEquivalent,
+                        |adapter, binding, _| {
+                            adapter.run_replay_suffix(binding, item, &ctx, &mut fork)
+                        },
+                    )
+                })
+                .unwrap();
+            if let Some(expected) = &direct_records[i % n_items] {
+                assert_eq!(&record, expected, "an imported point replays like the group");
+            }
+            // A second import into the now warm instance.
+            let request = CaptureRequest {
+                replay_point_id: format!("{id}-again"),
+                trace_id: point.cursor.trace_id.clone(),
+                branch_id: point.cursor.branch_id.clone(),
+                after_event_id: point.cursor.after_event_id.clone(),
+                next_sequence: point.cursor.next_sequence,
+                execution_group_id: group.to_string(),
+            };
+            let mut iw = Samples::default();
+            let lease = iw
+                .time(|| fresh.import_replay_state(&state, &request))
+                .unwrap();
+            if let Some(binding) = lease.binding {
+                fresh.release_replay_state(&binding).unwrap();
+                fresh.discard_binding(binding);
+            }
+            fresh_registry.release(&mut fresh, &id).unwrap();
+
+            let mut rel = Samples::default();
+            rel.time(|| registry.release(&mut plain, &id)).unwrap();
+            if !warm_up {
+                capture.0.extend(c.0);
+                export.0.extend(e.0);
+                import_cold.0.extend(ic.0);
+                import_warm.0.extend(iw.0);
+                replay_after_import.0.extend(ra.0);
+                point_release.0.extend(rel.0);
+            }
+        }
+        plain.release_episode_group(prepared.handle, &ctx).unwrap();
+    }
+
+    // 4. A replay-enabled adapter: prepare captures a point, every suffix
+    //    runs from it.
+    let ledger = Arc::new(ReplayMetricLedger::new());
+    let mut replayed = WasmAdapter::new(Arc::clone(&loaded), LANE, None).with_replay(ReplayOptions {
+        metrics: Arc::clone(&ledger),
+        store: None,
+        minimum_fidelity: Fidelity::SemanticEquivalent,
+    });
+    let mut prepare_replay = Samples::default();
+    let mut release_replay = Samples::default();
+    let mut capture_ledger = (f64::NAN, 0);
+    for i in 0..=prefixes {
+        let ctx = ctx(&format!("g-replay-prefix-{i}"));
+        let before = ledger.snapshot();
+        let mut p = Samples::default();
+        let prepared = p
+            .time(|| replayed.prepare_episode_group(&seed, &items, &ctx))
+            .unwrap()
+            .unwrap();
+        let record = prepared.prefix_record.as_ref().unwrap();
+        assert!(
+            record.get("replay_point_id").is_some(),
+            "prepare captured a point: {:?}",
+            record.get("replay_capture_error")
+        );
+        let mut r = Samples::default();
+        r.time(|| replayed.release_episode_group(prepared.handle, &ctx))
+            .unwrap();
+        if i == 0 {
+            continue;
+        }
+        prepare_replay.0.extend(p.0);
+        release_replay.0.extend(r.0);
+        let (mean, n) = ledger_mean_us(
+            &before,
+            &ledger.snapshot(),
+            "capture_minutes",
+            "capture_success_count",
+        );
+        // accumulate the ledger's per-capture mean across rounds
+        capture_ledger = if capture_ledger.1 == 0 {
+            (mean, n)
+        } else {
+            let total = capture_ledger.0 * capture_ledger.1 as f64 + mean * n as f64;
+            (total / (capture_ledger.1 + n) as f64, capture_ledger.1 + n)
+        };
+    }
+    let mut replay_exec = Samples::default();
+    let mut replay_by_item: Vec<Samples> = (0..n_items).map(|_| Samples::default()).collect();
+    let before;
+    let after;
+    {
+        let ctx = ctx("g-replay");
+        let prepared = replayed
+            .prepare_episode_group(&seed, &items, &ctx)
+            .unwrap()
+            .unwrap();
+        // one warm-up suffix per item, compared with the direct records
+        for (k, item) in items.iter().enumerate() {
+            let record = replayed
+                .execute_episode(&prepared.handle, item, &ctx)
+                .unwrap();
+            assert!(record.get("replay").is_some(), "the suffix ran from the point");
+            if let Some(expected) = &direct_records[k] {
+                assert_eq!(&without_replay(&record), expected, "replay == direct");
+            }
+        }
+        before = ledger.snapshot();
+        for i in 0..runs {
+            let k = i % n_items;
+            let mut s = Samples::default();
+            let record = s
+                .time(|| replayed.execute_episode(&prepared.handle, &items[k], &ctx))
+                .unwrap();
+            assert!(record["replay"].get("error").is_none(), "{record:?}");
+            replay_exec.0.extend(&s.0);
+            replay_by_item[k].0.extend(s.0);
+        }
+        after = ledger.snapshot();
+        replayed
+            .release_episode_group(prepared.handle, &ctx)
+            .unwrap();
+    }
+    let (restore_us, restore_n) =
+        ledger_mean_us(&before, &after, "restore_minutes", "restore_success_count");
+    let (equiv_us, equiv_n) = ledger_mean_us(
+        &before,
+        &after,
+        "equivalence_minutes",
+        "equivalence_attempt_count",
+    );
+    let (suffix_us, suffix_n) =
+        ledger_mean_us(&before, &after, "suffix_minutes", "suffix_success_count");
+    let (wall_us, wall_n) =
+        ledger_mean_us(&before, &after, "replay_wall_minutes", "replay_success_count");
+    let verified = after["equivalence_verified_count"].as_u64().unwrap_or(0)
+        - before["equivalence_verified_count"].as_u64().unwrap_or(0);
+    let fidelity: Map<String, Value> = after["restored_fidelity_counts"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, count)| {
+            let earlier = before["restored_fidelity_counts"][name].as_u64().unwrap_or(0);
+            (name.clone(), Value::from(count.as_u64().unwrap_or(0) - earlier))
+        })
+        .collect();
+
+    // Figures.
+    header("prefix (adapter without replay)");
+    row("prepare-episode-group (read + parse: the full prefix)", &prepare);
+    row("release-episode-group", &release);
+    header("suffix directly on the prepared group (no replay)");
+    row("execute-episode, all items", &direct);
+    for (k, id) in item_ids.iter().enumerate() {
+        row(&format!("  {id}"), &direct_by_item[k]);
+    }
+    header("capture (replay point after the prefix)");
+    row("capture_at_head (capture-replay-state + event), timed", &capture);
+    row_mean(
+        "capture, ledger capture_minutes / capture_success_count",
+        capture_ledger.0,
+        capture_ledger.1,
+    );
+    row("prepare-episode-group with replay (prefix + capture)", &prepare_replay);
+    println!(
+        "  {:<62} {:>11.1} µs",
+        "  difference with replay vs without (means)",
+        prepare_replay.mean_us() - prepare.mean_us()
+    );
+    row("release-episode-group with replay (+ release point)", &release_replay);
+    row("registry release of a point (release-replay-state)", &point_release);
+    header("replay from the point (execute-episode on a replay-enabled group)");
+    row_mean("restore-replay-state (ledger)", restore_us, restore_n);
+    row_mean("validate-replay-equivalence (ledger)", equiv_us, equiv_n);
+    row_mean("run-replay-suffix + finalize (ledger)", suffix_us, suffix_n);
+    row_mean(
+        "restore + equivalence + suffix (sum of ledger means)",
+        restore_us + equiv_us + suffix_us,
+        restore_n,
+    );
+    row_mean("replay wall (ledger replay_wall_minutes)", wall_us, wall_n);
+    row("execute-episode with replay, wall, all items", &replay_exec);
+    for (k, id) in item_ids.iter().enumerate() {
+        row(&format!("  {id}"), &replay_by_item[k]);
+    }
+    println!(
+        "  {:<62} {verified} of {restore_n} verified, fidelity {}",
+        "equivalence",
+        Value::Object(fidelity)
+    );
+    header("durable state");
+    println!(
+        "  {:<62} {:>11} bytes (document {} bytes)",
+        "exported state size",
+        state_bytes,
+        text.len()
+    );
+    row("export-replay-state", &export);
+    row("import into a fresh WasmAdapter (incl. instantiation)", &import_cold);
+    row("import-replay-state into a warm instance", &import_warm);
+    row("first replay from the imported point (fresh instance)", &replay_after_import);
+
+    // Ratios, on means.
+    let prefix_us = prepare.mean_us();
+    let full_rerun = prefix_us + direct.mean_us() + release.mean_us();
+    let replay_parts = restore_us + equiv_us + suffix_us;
+    let replay_wall = replay_exec.mean_us();
+    header("ratios (means)");
+    println!(
+        "  {:<62} {:>11.1} µs",
+        "full re-run = prepare + direct suffix + release", full_rerun
+    );
+    println!(
+        "  {:<62} {:>10.2}x",
+        "speed-up: full re-run / (restore + equivalence + suffix)",
+        full_rerun / replay_parts
+    );
+    println!(
+        "  {:<62} {:>10.2}x",
+        "speed-up: full re-run / execute-episode with replay (wall)",
+        full_rerun / replay_wall
+    );
+    for (k, id) in item_ids.iter().enumerate() {
+        let full = prefix_us + direct_by_item[k].mean_us() + release.mean_us();
+        println!(
+            "  {:<62} {:>10.2}x",
+            format!("  {id}: full re-run / replay wall"),
+            full / replay_by_item[k].mean_us()
+        );
+    }
+    println!(
+        "  {:<62} {:>10.3}  ({:.2}x cheaper)",
+        "restore / prefix",
+        restore_us / prefix_us,
+        prefix_us / restore_us
+    );
+    println!(
+        "  {:<62} {:>10.3}",
+        "(restore + equivalence) / prefix",
+        (restore_us + equiv_us) / prefix_us
+    );
+    println!(
+        "  {:<62} {:>10.3}",
+        "capture / prefix",
+        capture.mean_us() / prefix_us
+    );
+    let saved = full_rerun - replay_wall;
+    if saved > 0.0 {
+        println!(
+            "  {:<62} {:>10.2}",
+            "replays to pay back one capture (capture / saving)",
+            capture.mean_us() / saved
+        );
+    } else {
+        println!(
+            "  {:<62} {:>10}",
+            "replays to pay back one capture", "never"
+        );
+    }
+}
