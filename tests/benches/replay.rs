@@ -61,9 +61,8 @@ fn env_usize(name: &str, default: usize) -> usize {
 /// element the explorer counts (headings, lists, fences, tables, quotes,
 /// links, footnotes, task lists, raw HTML).
 fn markdown_document(bytes: usize) -> String {
-    let mut text = String::from(
-        "# Widget Toolkit\n\nA generated README for the replay benchmark.\n\n",
-    );
+    let mut text =
+        String::from("# Widget Toolkit\n\nA generated README for the replay benchmark.\n\n");
     let mut section = 0usize;
     while text.len() < bytes {
         let n = section;
@@ -101,6 +100,14 @@ impl Samples {
         result
     }
 
+    fn extend(&mut self, other: Samples) {
+        self.0.extend(other.0);
+    }
+
+    fn push_minutes(&mut self, minutes: f64) {
+        self.0.push(Duration::from_secs_f64(minutes * 60.0));
+    }
+
     fn mean_us(&self) -> f64 {
         if self.0.is_empty() {
             return f64::NAN;
@@ -129,7 +136,14 @@ fn ledger_mean_us(
     let c = |map: &Map<String, Value>, key: &str| map[key].as_u64().unwrap_or(0);
     let n = c(after, count) - c(before, count);
     let total_us = (f(after, minutes) - f(before, minutes)) * 60e6;
-    (if n == 0 { f64::NAN } else { total_us / n as f64 }, n)
+    (
+        if n == 0 {
+            f64::NAN
+        } else {
+            total_us / n as f64
+        },
+        n,
+    )
 }
 
 fn header(title: &str) {
@@ -240,10 +254,23 @@ fn main() {
     );
     println!("  {:<62} {:>14} {:>14}", "", "mean", "p50");
 
-    // 1. The prefix, without replay: prepare + release.
     let mut plain = WasmAdapter::new(Arc::clone(&loaded), LANE, None);
+    let ledger = Arc::new(ReplayMetricLedger::new());
+    let mut replayed =
+        WasmAdapter::new(Arc::clone(&loaded), LANE, None).with_replay(ReplayOptions {
+            metrics: Arc::clone(&ledger),
+            store: None,
+            minimum_fidelity: Fidelity::SemanticEquivalent,
+        });
+
+    // 1. The prefix, without replay (prepare + release) and with replay
+    //    (prepare + capture, release + release point), interleaved so that
+    //    noise from the rest of the machine hits both alike.
     let mut prepare = Samples::default();
     let mut release = Samples::default();
+    let mut prepare_replay = Samples::default();
+    let mut release_replay = Samples::default();
+    let mut capture_before = ledger.snapshot();
     for i in 0..=prefixes {
         let ctx = ctx(&format!("g-prefix-{i}"));
         let mut p = Samples::default();
@@ -255,35 +282,146 @@ fn main() {
         let mut r = Samples::default();
         r.time(|| plain.release_episode_group(prepared.handle, &ctx))
             .unwrap();
-        if i > 0 {
-            // the first round instantiates and warms up
-            prepare.0.extend(p.0);
-            release.0.extend(r.0);
-        }
-    }
 
-    // 2. Suffixes directly on a prepared group.
+        let ctx = self::ctx(&format!("g-replay-prefix-{i}"));
+        let mut pr = Samples::default();
+        let prepared = pr
+            .time(|| replayed.prepare_episode_group(&seed, &items, &ctx))
+            .unwrap()
+            .unwrap();
+        let record = prepared.prefix_record.as_ref().unwrap();
+        assert!(
+            record.get("replay_point_id").is_some(),
+            "prepare captured a point: {:?}",
+            record.get("replay_capture_error")
+        );
+        let mut rr = Samples::default();
+        rr.time(|| replayed.release_episode_group(prepared.handle, &ctx))
+            .unwrap();
+        if i == 0 {
+            // the first round instantiates and warms up
+            capture_before = ledger.snapshot();
+            continue;
+        }
+        prepare.extend(p);
+        release.extend(r);
+        prepare_replay.extend(pr);
+        release_replay.extend(rr);
+    }
+    let (capture_ledger_us, capture_ledger_n) = ledger_mean_us(
+        &capture_before,
+        &ledger.snapshot(),
+        "capture_minutes",
+        "capture_success_count",
+    );
+
+    // 2. Suffixes directly on a prepared group and from the replay point of
+    //    a replay-enabled group, interleaved. Each replayed record's
+    //    `replay` block carries its restore, equivalence and suffix times.
     let mut direct = Samples::default();
     let mut direct_by_item: Vec<Samples> = (0..n_items).map(|_| Samples::default()).collect();
     let mut direct_records: Vec<Option<Record>> = vec![None; n_items];
+    let mut replay_exec = Samples::default();
+    let mut replay_by_item: Vec<Samples> = (0..n_items).map(|_| Samples::default()).collect();
+    let mut restore = Samples::default();
+    let mut equivalence = Samples::default();
+    let mut suffix = Samples::default();
+    let mut replay_parts = Samples::default();
+    let before;
+    let after;
     {
-        let ctx = ctx("g-direct");
-        let prepared = plain
-            .prepare_episode_group(&seed, &items, &ctx)
+        let direct_ctx = ctx("g-direct");
+        let direct_group = plain
+            .prepare_episode_group(&seed, &items, &direct_ctx)
             .unwrap()
             .unwrap();
+        let replay_ctx = ctx("g-replay");
+        let replay_group = replayed
+            .prepare_episode_group(&seed, &items, &replay_ctx)
+            .unwrap()
+            .unwrap();
+        // one warm-up suffix per item on each path; the records must agree
+        for (k, item) in items.iter().enumerate() {
+            let record = plain
+                .execute_episode(&direct_group.handle, item, &direct_ctx)
+                .unwrap();
+            let replayed_record = replayed
+                .execute_episode(&replay_group.handle, item, &replay_ctx)
+                .unwrap();
+            assert!(
+                replayed_record.get("replay").is_some(),
+                "the suffix ran from the point"
+            );
+            assert_eq!(without_replay(&replayed_record), record, "replay == direct");
+            direct_records[k] = Some(record);
+        }
+        before = ledger.snapshot();
         for i in 0..runs {
             let k = i % n_items;
-            let mut s = Samples::default();
-            let record = s
-                .time(|| plain.execute_episode(&prepared.handle, &items[k], &ctx))
+            let mut d = Samples::default();
+            d.time(|| plain.execute_episode(&direct_group.handle, &items[k], &direct_ctx))
                 .unwrap();
-            direct.0.extend(&s.0);
-            direct_by_item[k].0.extend(s.0);
-            direct_records[k].get_or_insert(record);
+            direct_by_item[k].0.extend(&d.0);
+            direct.extend(d);
+
+            let mut w = Samples::default();
+            let record = w
+                .time(|| replayed.execute_episode(&replay_group.handle, &items[k], &replay_ctx))
+                .unwrap();
+            replay_by_item[k].0.extend(&w.0);
+            replay_exec.extend(w);
+            let block = &record["replay"];
+            assert!(block.get("error").is_none(), "{block}");
+            let minutes = |key: &str| block[key].as_f64().expect("a replay duration");
+            let (r, e, s) = (
+                minutes("restore_minutes"),
+                minutes("equivalence_minutes"),
+                minutes("suffix_minutes"),
+            );
+            restore.push_minutes(r);
+            equivalence.push_minutes(e);
+            suffix.push_minutes(s);
+            replay_parts.push_minutes(r + e + s);
         }
-        plain.release_episode_group(prepared.handle, &ctx).unwrap();
+        after = ledger.snapshot();
+        plain
+            .release_episode_group(direct_group.handle, &direct_ctx)
+            .unwrap();
+        replayed
+            .release_episode_group(replay_group.handle, &replay_ctx)
+            .unwrap();
     }
+    let (restore_us, restore_n) =
+        ledger_mean_us(&before, &after, "restore_minutes", "restore_success_count");
+    let (equiv_us, _) = ledger_mean_us(
+        &before,
+        &after,
+        "equivalence_minutes",
+        "equivalence_attempt_count",
+    );
+    let (suffix_us, _) = ledger_mean_us(&before, &after, "suffix_minutes", "suffix_success_count");
+    let (wall_us, _) = ledger_mean_us(
+        &before,
+        &after,
+        "replay_wall_minutes",
+        "replay_success_count",
+    );
+    let verified = after["equivalence_verified_count"].as_u64().unwrap_or(0)
+        - before["equivalence_verified_count"].as_u64().unwrap_or(0);
+    let fidelity: Map<String, Value> = after["restored_fidelity_counts"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, count)| {
+            let earlier = before["restored_fidelity_counts"][name]
+                .as_u64()
+                .unwrap_or(0);
+            (
+                name.clone(),
+                Value::from(count.as_u64().unwrap_or(0) - earlier),
+            )
+        })
+        .collect();
 
     // 3. Capture, export, import, release, through a registry on the plain
     //    adapter (what `sandloop run` and `sandloop replay` do underneath).
@@ -311,9 +449,7 @@ fn main() {
             let cursor = agent_cursor(trace.events(), &format!("{ARM}\n{group}"));
             let mut c = Samples::default();
             let point = c
-                .time(|| {
-                    registry.capture_at_head(&mut plain, &mut trace, cursor, &id, group, None)
-                })
+                .time(|| registry.capture_at_head(&mut plain, &mut trace, cursor, &id, group, None))
                 .unwrap();
             let binding = registry.binding(&id).expect("a replayable point");
             let mut e = Samples::default();
@@ -356,7 +492,10 @@ fn main() {
                 })
                 .unwrap();
             if let Some(expected) = &direct_records[i % n_items] {
-                assert_eq!(&record, expected, "an imported point replays like the group");
+                assert_eq!(
+                    &record, expected,
+                    "an imported point replays like the group"
+                );
             }
             // A second import into the now warm instance.
             let request = CaptureRequest {
@@ -391,116 +530,12 @@ fn main() {
         plain.release_episode_group(prepared.handle, &ctx).unwrap();
     }
 
-    // 4. A replay-enabled adapter: prepare captures a point, every suffix
-    //    runs from it.
-    let ledger = Arc::new(ReplayMetricLedger::new());
-    let mut replayed = WasmAdapter::new(Arc::clone(&loaded), LANE, None).with_replay(ReplayOptions {
-        metrics: Arc::clone(&ledger),
-        store: None,
-        minimum_fidelity: Fidelity::SemanticEquivalent,
-    });
-    let mut prepare_replay = Samples::default();
-    let mut release_replay = Samples::default();
-    let mut capture_ledger = (f64::NAN, 0);
-    for i in 0..=prefixes {
-        let ctx = ctx(&format!("g-replay-prefix-{i}"));
-        let before = ledger.snapshot();
-        let mut p = Samples::default();
-        let prepared = p
-            .time(|| replayed.prepare_episode_group(&seed, &items, &ctx))
-            .unwrap()
-            .unwrap();
-        let record = prepared.prefix_record.as_ref().unwrap();
-        assert!(
-            record.get("replay_point_id").is_some(),
-            "prepare captured a point: {:?}",
-            record.get("replay_capture_error")
-        );
-        let mut r = Samples::default();
-        r.time(|| replayed.release_episode_group(prepared.handle, &ctx))
-            .unwrap();
-        if i == 0 {
-            continue;
-        }
-        prepare_replay.0.extend(p.0);
-        release_replay.0.extend(r.0);
-        let (mean, n) = ledger_mean_us(
-            &before,
-            &ledger.snapshot(),
-            "capture_minutes",
-            "capture_success_count",
-        );
-        // accumulate the ledger's per-capture mean across rounds
-        capture_ledger = if capture_ledger.1 == 0 {
-            (mean, n)
-        } else {
-            let total = capture_ledger.0 * capture_ledger.1 as f64 + mean * n as f64;
-            (total / (capture_ledger.1 + n) as f64, capture_ledger.1 + n)
-        };
-    }
-    let mut replay_exec = Samples::default();
-    let mut replay_by_item: Vec<Samples> = (0..n_items).map(|_| Samples::default()).collect();
-    let before;
-    let after;
-    {
-        let ctx = ctx("g-replay");
-        let prepared = replayed
-            .prepare_episode_group(&seed, &items, &ctx)
-            .unwrap()
-            .unwrap();
-        // one warm-up suffix per item, compared with the direct records
-        for (k, item) in items.iter().enumerate() {
-            let record = replayed
-                .execute_episode(&prepared.handle, item, &ctx)
-                .unwrap();
-            assert!(record.get("replay").is_some(), "the suffix ran from the point");
-            if let Some(expected) = &direct_records[k] {
-                assert_eq!(&without_replay(&record), expected, "replay == direct");
-            }
-        }
-        before = ledger.snapshot();
-        for i in 0..runs {
-            let k = i % n_items;
-            let mut s = Samples::default();
-            let record = s
-                .time(|| replayed.execute_episode(&prepared.handle, &items[k], &ctx))
-                .unwrap();
-            assert!(record["replay"].get("error").is_none(), "{record:?}");
-            replay_exec.0.extend(&s.0);
-            replay_by_item[k].0.extend(s.0);
-        }
-        after = ledger.snapshot();
-        replayed
-            .release_episode_group(prepared.handle, &ctx)
-            .unwrap();
-    }
-    let (restore_us, restore_n) =
-        ledger_mean_us(&before, &after, "restore_minutes", "restore_success_count");
-    let (equiv_us, equiv_n) = ledger_mean_us(
-        &before,
-        &after,
-        "equivalence_minutes",
-        "equivalence_attempt_count",
-    );
-    let (suffix_us, suffix_n) =
-        ledger_mean_us(&before, &after, "suffix_minutes", "suffix_success_count");
-    let (wall_us, wall_n) =
-        ledger_mean_us(&before, &after, "replay_wall_minutes", "replay_success_count");
-    let verified = after["equivalence_verified_count"].as_u64().unwrap_or(0)
-        - before["equivalence_verified_count"].as_u64().unwrap_or(0);
-    let fidelity: Map<String, Value> = after["restored_fidelity_counts"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(name, count)| {
-            let earlier = before["restored_fidelity_counts"][name].as_u64().unwrap_or(0);
-            (name.clone(), Value::from(count.as_u64().unwrap_or(0) - earlier))
-        })
-        .collect();
-
     // Figures.
     header("prefix (adapter without replay)");
-    row("prepare-episode-group (read + parse: the full prefix)", &prepare);
+    row(
+        "prepare-episode-group (read + parse: the full prefix)",
+        &prepare,
+    );
     row("release-episode-group", &release);
     header("suffix directly on the prepared group (no replay)");
     row("execute-episode, all items", &direct);
@@ -508,30 +543,39 @@ fn main() {
         row(&format!("  {id}"), &direct_by_item[k]);
     }
     header("capture (replay point after the prefix)");
-    row("capture_at_head (capture-replay-state + event), timed", &capture);
+    row("capture_at_head (capture-replay-state + event)", &capture);
     row_mean(
-        "capture, ledger capture_minutes / capture_success_count",
-        capture_ledger.0,
-        capture_ledger.1,
+        "  ledger: capture_minutes / capture_success_count",
+        capture_ledger_us,
+        capture_ledger_n,
     );
-    row("prepare-episode-group with replay (prefix + capture)", &prepare_replay);
+    row(
+        "prepare-episode-group with replay (prefix + capture)",
+        &prepare_replay,
+    );
     println!(
-        "  {:<62} {:>11.1} µs",
-        "  difference with replay vs without (means)",
-        prepare_replay.mean_us() - prepare.mean_us()
+        "  {:<62} {:>11.1} µs {:>11.1} µs",
+        "  with replay - without (mean, p50)",
+        prepare_replay.mean_us() - prepare.mean_us(),
+        prepare_replay.p50_us() - prepare.p50_us()
     );
-    row("release-episode-group with replay (+ release point)", &release_replay);
-    row("registry release of a point (release-replay-state)", &point_release);
+    row(
+        "release-episode-group with replay (+ release point)",
+        &release_replay,
+    );
+    row(
+        "registry release of a point (release-replay-state)",
+        &point_release,
+    );
     header("replay from the point (execute-episode on a replay-enabled group)");
-    row_mean("restore-replay-state (ledger)", restore_us, restore_n);
-    row_mean("validate-replay-equivalence (ledger)", equiv_us, equiv_n);
-    row_mean("run-replay-suffix + finalize (ledger)", suffix_us, suffix_n);
-    row_mean(
-        "restore + equivalence + suffix (sum of ledger means)",
-        restore_us + equiv_us + suffix_us,
-        restore_n,
+    row("restore-replay-state", &restore);
+    row("validate-replay-equivalence", &equivalence);
+    row("run-replay-suffix + finalize", &suffix);
+    row("restore + equivalence + suffix, per call", &replay_parts);
+    println!(
+        "  {:<62} {restore_us:.1} + {equiv_us:.1} + {suffix_us:.1} µs, wall {wall_us:.1} µs",
+        "  ledger means (cross-check)"
     );
-    row_mean("replay wall (ledger replay_wall_minutes)", wall_us, wall_n);
     row("execute-episode with replay, wall, all items", &replay_exec);
     for (k, id) in item_ids.iter().enumerate() {
         row(&format!("  {id}"), &replay_by_item[k]);
@@ -549,65 +593,81 @@ fn main() {
         text.len()
     );
     row("export-replay-state", &export);
-    row("import into a fresh WasmAdapter (incl. instantiation)", &import_cold);
+    row(
+        "import into a fresh WasmAdapter (incl. instantiation)",
+        &import_cold,
+    );
     row("import-replay-state into a warm instance", &import_warm);
-    row("first replay from the imported point (fresh instance)", &replay_after_import);
+    row(
+        "first replay from the imported point (fresh instance)",
+        &replay_after_import,
+    );
 
-    // Ratios, on means.
-    let prefix_us = prepare.mean_us();
-    let full_rerun = prefix_us + direct.mean_us() + release.mean_us();
-    let replay_parts = restore_us + equiv_us + suffix_us;
-    let replay_wall = replay_exec.mean_us();
-    header("ratios (means)");
-    println!(
-        "  {:<62} {:>11.1} µs",
-        "full re-run = prepare + direct suffix + release", full_rerun
+    // Ratios, on means and on p50s (a sum of p50s is not the p50 of the
+    // sum, but it is robust to the odd slow call).
+    let full_rerun =
+        |suffix: &Samples, at: fn(&Samples) -> f64| at(&prepare) + at(suffix) + at(&release);
+    let mean = Samples::mean_us as fn(&Samples) -> f64;
+    let p50 = Samples::p50_us as fn(&Samples) -> f64;
+    header(
+        "ratios                                                              mean            p50",
     );
     println!(
-        "  {:<62} {:>10.2}x",
+        "  {:<62} {:>11.1} µs {:>11.1} µs",
+        "full re-run = prepare + direct suffix + release",
+        full_rerun(&direct, mean),
+        full_rerun(&direct, p50)
+    );
+    let ratio = |label: &str, a: f64, b: f64| println!("  {label:<62} {a:>12.2}x {b:>12.2}x");
+    ratio(
         "speed-up: full re-run / (restore + equivalence + suffix)",
-        full_rerun / replay_parts
+        full_rerun(&direct, mean) / replay_parts.mean_us(),
+        full_rerun(&direct, p50) / replay_parts.p50_us(),
     );
-    println!(
-        "  {:<62} {:>10.2}x",
+    ratio(
         "speed-up: full re-run / execute-episode with replay (wall)",
-        full_rerun / replay_wall
+        full_rerun(&direct, mean) / replay_exec.mean_us(),
+        full_rerun(&direct, p50) / replay_exec.p50_us(),
     );
     for (k, id) in item_ids.iter().enumerate() {
-        let full = prefix_us + direct_by_item[k].mean_us() + release.mean_us();
-        println!(
-            "  {:<62} {:>10.2}x",
-            format!("  {id}: full re-run / replay wall"),
-            full / replay_by_item[k].mean_us()
+        ratio(
+            &format!("  {id}"),
+            full_rerun(&direct_by_item[k], mean) / replay_by_item[k].mean_us(),
+            full_rerun(&direct_by_item[k], p50) / replay_by_item[k].p50_us(),
         );
     }
-    println!(
-        "  {:<62} {:>10.3}  ({:.2}x cheaper)",
+    let fraction = |label: &str, a: f64, b: f64| println!("  {label:<62} {a:>13.3} {b:>14.3}");
+    fraction(
         "restore / prefix",
-        restore_us / prefix_us,
-        prefix_us / restore_us
+        restore.mean_us() / prepare.mean_us(),
+        restore.p50_us() / prepare.p50_us(),
     );
-    println!(
-        "  {:<62} {:>10.3}",
+    fraction(
         "(restore + equivalence) / prefix",
-        (restore_us + equiv_us) / prefix_us
+        (restore.mean_us() + equivalence.mean_us()) / prepare.mean_us(),
+        (restore.p50_us() + equivalence.p50_us()) / prepare.p50_us(),
     );
-    println!(
-        "  {:<62} {:>10.3}",
+    fraction(
         "capture / prefix",
-        capture.mean_us() / prefix_us
+        capture.mean_us() / prepare.mean_us(),
+        capture.p50_us() / prepare.p50_us(),
     );
-    let saved = full_rerun - replay_wall;
-    if saved > 0.0 {
-        println!(
-            "  {:<62} {:>10.2}",
-            "replays to pay back one capture (capture / saving)",
-            capture.mean_us() / saved
-        );
-    } else {
-        println!(
-            "  {:<62} {:>10}",
-            "replays to pay back one capture", "never"
-        );
-    }
+    fraction(
+        "import (warm) / prefix",
+        import_warm.mean_us() / prepare.mean_us(),
+        import_warm.p50_us() / prepare.p50_us(),
+    );
+    let payback = |at: fn(&Samples) -> f64| {
+        let saved = full_rerun(&direct, at) - at(&replay_exec);
+        if saved > 0.0 {
+            at(&capture) / saved
+        } else {
+            f64::INFINITY
+        }
+    };
+    fraction(
+        "replays to pay back one capture (capture / saving per replay)",
+        payback(mean),
+        payback(p50),
+    );
 }

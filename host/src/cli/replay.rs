@@ -100,7 +100,7 @@ fn find_record(run: &Path, item_id: &str) -> Result<ItemPosition, CliError> {
 }
 
 /// The run's last invocation options from `manifest.json`.
-fn manifest_options(run: &Path) -> Result<(Map<String, Value>, String), CliError> {
+fn manifest_options(run: &Path) -> Result<(Map<String, Value>, Option<PathBuf>, String), CliError> {
     let path = run.join("manifest.json");
     let text = std::fs::read_to_string(&path).map_err(|error| {
         input(format!(
@@ -110,21 +110,39 @@ fn manifest_options(run: &Path) -> Result<(Map<String, Value>, String), CliError
     })?;
     let manifest: Value = serde_json::from_str(&text)
         .map_err(|error| input(format!("{}: {error}", path.display())))?;
-    let options = manifest["invocations"]
+    let last = manifest["invocations"]
         .as_array()
-        .and_then(|all| all.last())
+        .and_then(|all| all.last());
+    let options = last
         .and_then(|last| last["options"].as_object())
         .cloned()
         .ok_or_else(|| input(format!("{}: no invocation options", path.display())))?;
+    let cwd = last
+        .and_then(|last| last["cwd"].as_str())
+        .map(PathBuf::from);
     let sha256 = manifest["adapter"]["sha256"]
         .as_str()
         .ok_or_else(|| input(format!("{}: adapter.sha256 is missing", path.display())))?
         .to_string();
-    Ok((options, sha256))
+    Ok((options, cwd, sha256))
 }
 
-/// The sandbox the run used, from its recorded options.
-fn sandbox_args(options: &Map<String, Value>, cache_dir: Option<PathBuf>) -> SandboxArgs {
+/// `path` as the run saw it: relative paths are taken from the directory
+/// the run was started in (`cwd` of its invocation), when recorded.
+fn as_run_saw_it(path: &str, cwd: Option<&Path>) -> PathBuf {
+    match cwd {
+        Some(cwd) if Path::new(path).is_relative() => cwd.join(path),
+        _ => PathBuf::from(path),
+    }
+}
+
+/// The sandbox the run used, from its recorded options; relative grant
+/// paths are resolved against the run's working directory.
+fn sandbox_args(
+    options: &Map<String, Value>,
+    cwd: Option<&Path>,
+    cache_dir: Option<PathBuf>,
+) -> SandboxArgs {
     let strings = |key: &str| -> Vec<String> {
         options[key]
             .as_array()
@@ -139,7 +157,15 @@ fn sandbox_args(options: &Map<String, Value>, cache_dir: Option<PathBuf>) -> San
         max_memory: options["max_memory_mib"].as_u64().unwrap_or(512),
         call_timeout: options["call_timeout_secs"].as_f64().unwrap_or(60.0),
         fuel: options["fuel"].as_u64(),
-        dirs: strings("dirs"),
+        dirs: strings("dirs")
+            .into_iter()
+            .map(|spec| match spec.split_once("::") {
+                Some((host, guest)) => {
+                    format!("{}::{guest}", as_run_saw_it(host, cwd).display())
+                }
+                None => spec,
+            })
+            .collect(),
         env: strings("env"),
         max_output: options["max_output_bytes"].as_u64().unwrap_or(8 << 20) as usize,
         cache_dir,
@@ -158,7 +184,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     if !run.is_dir() {
         return Err(input(format!("{} is not a directory", run.display())));
     }
-    let (options, run_sha256) = manifest_options(run)?;
+    let (options, run_cwd, run_sha256) = manifest_options(run)?;
     let points = load_points(run).map_err(|error| input(error.to_string()))?;
     let position = find_record(run, &args.item)?;
 
@@ -222,11 +248,14 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     // The adapter, in the sandbox the run used.
     let adapter_path = match &args.adapter {
         Some(path) => path.clone(),
-        None => PathBuf::from(options["adapter"].as_str().ok_or_else(|| {
-            input("manifest.json does not name the run's adapter; give --adapter")
-        })?),
+        None => as_run_saw_it(
+            options["adapter"].as_str().ok_or_else(|| {
+                input("manifest.json does not name the run's adapter; give --adapter")
+            })?,
+            run_cwd.as_deref(),
+        ),
     };
-    let sandbox = sandbox_args(&options, args.cache_dir.clone());
+    let sandbox = sandbox_args(&options, run_cwd.as_deref(), args.cache_dir.clone());
     let (engine, config) = open_sandbox(sandbox_config(&sandbox, 2)?)?;
     let loaded = Arc::new(load(&adapter_path, engine, config)?);
     if loaded.info.sha256 != run_sha256 {

@@ -468,6 +468,7 @@ fn write_manifest(args: &RunArgs, info: &crate::sandbox::ComponentInfo) -> Resul
     };
     invocations.push(json!({
         "resume": args.resume,
+        "cwd": std::env::current_dir().ok(),
         "started_unix_secs": std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())

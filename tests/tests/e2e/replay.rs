@@ -581,3 +581,36 @@ fn plan_ranks_positions_from_a_run_and_from_explicit_inputs() {
         stderr(&output)
     );
 }
+
+#[test]
+fn replay_finds_relative_inputs_from_another_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(REPLAY_PROBE, dir.path().join("probe.wasm")).unwrap();
+    write_items(dir.path(), "items.jsonl", &[probe_item("honest", &[])]);
+    let output = sandloop()
+        .current_dir(dir.path())
+        .args([
+            "run",
+            "--adapter",
+            "probe.wasm",
+            "--items",
+            "items.jsonl",
+            "--out",
+            "out",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let output = sandloop()
+        .current_dir("/")
+        .args([
+            "replay",
+            "--run",
+            s(&dir.path().join("out")),
+            "--item",
+            "honest",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+}
