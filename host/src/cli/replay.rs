@@ -99,8 +99,18 @@ fn find_record(run: &Path, item_id: &str) -> Result<ItemPosition, CliError> {
     })
 }
 
+/// What `sandloop replay` needs from a run's `manifest.json`.
+struct RunManifest {
+    /// The last invocation's options.
+    options: Map<String, Value>,
+    /// The directory the last invocation started in, when recorded.
+    cwd: Option<PathBuf>,
+    /// sha256 of the run's adapter.
+    sha256: String,
+}
+
 /// The run's last invocation options from `manifest.json`.
-fn manifest_options(run: &Path) -> Result<(Map<String, Value>, Option<PathBuf>, String), CliError> {
+fn manifest_options(run: &Path) -> Result<RunManifest, CliError> {
     let path = run.join("manifest.json");
     let text = std::fs::read_to_string(&path).map_err(|error| {
         input(format!(
@@ -124,7 +134,11 @@ fn manifest_options(run: &Path) -> Result<(Map<String, Value>, Option<PathBuf>, 
         .as_str()
         .ok_or_else(|| input(format!("{}: adapter.sha256 is missing", path.display())))?
         .to_string();
-    Ok((options, cwd, sha256))
+    Ok(RunManifest {
+        options,
+        cwd,
+        sha256,
+    })
 }
 
 /// `path` as the run saw it: relative paths are taken from the directory
@@ -184,7 +198,11 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     if !run.is_dir() {
         return Err(input(format!("{} is not a directory", run.display())));
     }
-    let (options, run_cwd, run_sha256) = manifest_options(run)?;
+    let RunManifest {
+        options,
+        cwd: run_cwd,
+        sha256: run_sha256,
+    } = manifest_options(run)?;
     let points = load_points(run).map_err(|error| input(error.to_string()))?;
     let position = find_record(run, &args.item)?;
 
