@@ -21,6 +21,9 @@ pub trait AgentStateStore {
     fn restore_agent_state(&mut self, key: &Self::Key) -> Result<(), String>;
     /// Forget the state under `key`.
     fn release_agent_state(&mut self, key: &Self::Key) -> Result<(), String>;
+    /// A child's own copy of the state under `key`, under a new key
+    /// (reference `IsolatedAgentStateStore.fork_agent_state`).
+    fn fork_agent_state(&mut self, key: &Self::Key, child_id: &str) -> Result<Self::Key, String>;
 }
 
 /// An in-memory [`AgentStateStore`]: each capture stores the cursor's
@@ -73,6 +76,17 @@ impl AgentStateStore for MemoryAgentStateStore {
             .remove(key)
             .map(|_| ())
             .ok_or_else(|| format!("no agent state under key {key}"))
+    }
+
+    fn fork_agent_state(&mut self, key: &u64, _child_id: &str) -> Result<u64, String> {
+        let state = self
+            .states
+            .get(key)
+            .cloned()
+            .ok_or_else(|| format!("no agent state under key {key}"))?;
+        self.next_key += 1;
+        self.states.insert(self.next_key, state);
+        Ok(self.next_key)
     }
 }
 

@@ -976,6 +976,13 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
     }
 }
 
+#[path = "children.rs"]
+mod children;
+pub use children::{
+    ChildConcurrency, ChildFailure, ChildFailureStage, ChildForker, ChildLease, ChildOutcome,
+    ChildResult, ChildSession, ChildTask, Disposition, ForkRequest, RISK_DENIED, RiskAssessment,
+};
+
 #[cfg(test)]
 #[path = "registry_tests.rs"]
 mod tests;

@@ -1,0 +1,817 @@
+//! Isolated child groups: every task of a group runs in a child forked from
+//! a replay point into its own session (for components: a fresh instance,
+//! its own store and linear memory), checked against the point, screened by
+//! the adapter's risk policy, run serially or in parallel, and always
+//! cleaned up. Mirrors `run_child_group_from` in the reference's
+//! `child_replay_runtime.py`; without isolated children the caller falls
+//! back to [`ReplayPointRegistry::run_from`] per task, as the reference does.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde_json::{Map, Value, json};
+
+use super::super::agent_state::AgentStateStore;
+use super::super::fidelity::Fidelity;
+use super::super::metrics::ReplayMetricLedger;
+use super::super::point::{
+    EquivalenceReport, Lifecycle, ReplayPoint, ReplayRestoreResult, RestoreReceipt,
+    validate_equivalence_contract,
+};
+use super::{ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage};
+use crate::episode::adapter::{AdapterError, Item, Record};
+use crate::trace::validate_public_payload;
+
+/// What a child's lease declares about running beside its siblings
+/// (reference `ReplayChildConcurrency`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChildConcurrency {
+    /// The group runs serially.
+    SerialOnly,
+    /// May run in parallel with siblings.
+    ThreadSafe,
+    /// May run in parallel; needs its own worker identity.
+    ProcessIsolated,
+}
+
+/// What a child is forked for (reference `ForkReplayChildRequest`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForkRequest {
+    /// The point forked from.
+    pub replay_point_id: String,
+    /// The child, unique within its group.
+    pub child_id: String,
+    /// The branch its task runs on.
+    pub target_branch_id: String,
+    /// Never `non_replayable`.
+    pub minimum_fidelity: Fidelity,
+}
+
+/// An assessment's verdict (reference `ReplayRiskDisposition`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    /// Go on.
+    Allow,
+    /// Stop: the intent never runs, or the outcome quarantines the point.
+    Deny,
+}
+
+/// The adapter's risk verdict on a child's intent or outcome (reference
+/// `ReplayRiskAssessment`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RiskAssessment {
+    /// Allow or deny.
+    pub disposition: Disposition,
+    /// Which policy decided (non-blank).
+    pub policy_id: String,
+    /// Public-safe reason.
+    pub sanitized_reason: Option<String>,
+}
+
+impl RiskAssessment {
+    /// The reference's `to_record` shape: `disposition`, `policy_id`,
+    /// `sanitized_reason`.
+    pub fn to_record(&self) -> Value {
+        json!({
+            "disposition": match self.disposition {
+                Disposition::Allow => "allow",
+                Disposition::Deny => "deny",
+            },
+            "policy_id": self.policy_id,
+            "sanitized_reason": self.sanitized_reason,
+        })
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.policy_id.trim().is_empty() {
+            return Err("policy_id must be non-empty".into());
+        }
+        if let Some(reason) = &self.sanitized_reason {
+            validate_public_payload(&json!({ "sanitized_reason": reason }))
+                .map_err(|error| error.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+/// A forked child (reference `ReplayChildLease`): its session, restore
+/// receipt and declared concurrency.
+pub struct ChildLease<S> {
+    /// The child's session (for components: its own instance).
+    pub session: S,
+    /// Its restore receipt.
+    pub receipt: RestoreReceipt,
+    /// What it declares about parallel execution.
+    pub concurrency: ChildConcurrency,
+    /// Identity of the worker it runs in; required for `ProcessIsolated`,
+    /// and siblings may not share one to run in parallel.
+    pub worker_identity: Option<u64>,
+    /// The adapter's key for the child; unique within a group.
+    pub child_key: u64,
+}
+
+/// One forked child, seen by the group runner.
+pub trait ChildSession: Send {
+    /// Compare the child's restored state with the captured point.
+    fn validate_equivalence(
+        &mut self,
+        receipt: &RestoreReceipt,
+    ) -> Result<EquivalenceReport, AdapterError>;
+    /// Assess the task's public intent before it runs.
+    fn assess_intent(
+        &mut self,
+        intent: &Map<String, Value>,
+    ) -> Result<RiskAssessment, AdapterError>;
+    /// Run the task.
+    fn run(&mut self, task: &Item) -> Result<Record, AdapterError>;
+    /// Assess what the task produced.
+    fn assess_outcome(
+        &mut self,
+        intent: &Map<String, Value>,
+        outcome: &Record,
+    ) -> Result<RiskAssessment, AdapterError>;
+    /// Release the child.
+    fn release(&mut self) -> Result<(), AdapterError>;
+}
+
+/// Forks children of one replay point (reference
+/// `IsolatedReplayChildAdapter.fork_replay_child`).
+pub trait ChildForker {
+    /// A forked child.
+    type Session: ChildSession;
+    /// Whether the adapter assesses intents and outcomes (`child-risk`).
+    fn has_risk_policy(&self) -> bool;
+    /// Fork one child.
+    fn fork(&mut self, request: &ForkRequest) -> Result<ChildLease<Self::Session>, AdapterError>;
+}
+
+/// One task of a child group (reference `ReplayChildTask`).
+#[derive(Clone, Debug)]
+pub struct ChildTask {
+    /// Unique within the group.
+    pub child_id: String,
+    /// The branch it runs on.
+    pub target_branch_id: String,
+    /// The fidelity its result needs to be promotion eligible.
+    pub minimum_fidelity: Fidelity,
+    /// What the child runs.
+    pub item: Item,
+    /// Its public-safe intent, shown to the risk policy.
+    pub intent: Map<String, Value>,
+}
+
+/// Where a settled child failed (reference `ReplayChildFailureStage`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChildFailureStage {
+    /// Its intent was denied (it never ran).
+    Intent,
+    /// Its task failed.
+    Suffix,
+}
+
+impl ChildFailureStage {
+    /// `intent` or `suffix`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChildFailureStage::Intent => "intent",
+            ChildFailureStage::Suffix => "suffix",
+        }
+    }
+}
+
+/// A child that ran to completion (reference `ReplayChildExecutionResult`).
+#[derive(Clone, Debug)]
+pub struct ChildResult {
+    /// The child.
+    pub child_id: String,
+    /// Its restore (fork) and timings.
+    pub restore: ReplayRestoreResult,
+    /// What its task returned.
+    pub outcome: Record,
+    /// True: it ran in its own session.
+    pub isolated: bool,
+    /// Whether the group ran in parallel.
+    pub parallel: bool,
+    /// The risk policy's verdict on its intent.
+    pub intent_assessment: Option<RiskAssessment>,
+    /// The risk policy's verdict on its outcome.
+    pub outcome_assessment: Option<RiskAssessment>,
+}
+
+/// A child that failed safely in a settled group (reference
+/// `ReplayChildExecutionFailure`).
+#[derive(Clone, Debug)]
+pub struct ChildFailure {
+    /// The child.
+    pub child_id: String,
+    /// Its restore (fork) and timings.
+    pub restore: ReplayRestoreResult,
+    /// Where it failed.
+    pub stage: ChildFailureStage,
+    /// The error's class (`adapter_error`, `trap`, `replay_risk_denied`, ...).
+    pub error_type: String,
+    /// The error itself.
+    pub error: AdapterError,
+    /// True: it ran in its own session.
+    pub isolated: bool,
+    /// Whether the group ran in parallel.
+    pub parallel: bool,
+    /// The denying assessment, for an intent denial.
+    pub risk_assessment: Option<RiskAssessment>,
+}
+
+/// A settled group's per-child outcome.
+#[derive(Clone, Debug)]
+pub enum ChildOutcome {
+    /// It ran.
+    Succeeded(ChildResult),
+    /// It failed safely; its siblings are unaffected.
+    Failed(ChildFailure),
+}
+
+impl ChildOutcome {
+    /// The child's id.
+    pub fn child_id(&self) -> &str {
+        match self {
+            ChildOutcome::Succeeded(result) => &result.child_id,
+            ChildOutcome::Failed(failure) => &failure.child_id,
+        }
+    }
+}
+
+/// Error type name of a risk denial.
+pub const RISK_DENIED: &str = "replay_risk_denied";
+
+/// Why one child's execution stopped.
+enum ExecutionError {
+    Denied(&'static str, RiskAssessment),
+    Adapter(AdapterError),
+    Contract(String),
+}
+
+impl ExecutionError {
+    fn into_replay_error(self) -> ReplayError {
+        match self {
+            ExecutionError::Denied(stage, assessment) => ReplayError::new(
+                ReplayStage::Suffix,
+                ReplayCause::Unavailable(format!(
+                    "replay child {stage} denied by {}",
+                    assessment.policy_id
+                )),
+            ),
+            ExecutionError::Adapter(error) => ReplayError::adapter(ReplayStage::Suffix, error),
+            ExecutionError::Contract(message) => {
+                ReplayError::contract(ReplayStage::Suffix, message)
+            }
+        }
+    }
+}
+
+struct Prepared<S, K> {
+    task: ChildTask,
+    lease: ChildLease<S>,
+    agent_key: Option<K>,
+    restore: Option<ReplayRestoreResult>,
+    cleaned: Option<Result<(), ReplayError>>,
+}
+
+fn minutes(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() / 60.0
+}
+
+/// Release a child and its agent state once; a failure is remembered.
+fn cleanup<S: ChildSession, K>(
+    prepared: &mut Prepared<S, K>,
+    store: &Mutex<&mut dyn AgentStateRelease<K>>,
+    metrics: &ReplayMetricLedger,
+    cleanup_failed: &AtomicBool,
+) -> Result<(), ReplayError> {
+    if let Some(done) = &prepared.cleaned {
+        return done.clone();
+    }
+    metrics.increment("child_session_release_attempt_count");
+    let mut result = prepared
+        .lease
+        .session
+        .release()
+        .map_err(|error| ReplayError::adapter(ReplayStage::Release, error));
+    if let Some(key) = &prepared.agent_key {
+        let released = store.lock().unwrap_or_else(|p| p.into_inner()).release(key);
+        if let (Ok(()), Err(message)) = (&result, released) {
+            result = Err(ReplayError::new(
+                ReplayStage::Release,
+                ReplayCause::AgentState(message),
+            ));
+        }
+    }
+    if result.is_ok() {
+        metrics.increment("child_session_release_success_count");
+    } else {
+        cleanup_failed.store(true, Ordering::SeqCst);
+        metrics.increment("child_session_release_failure_count");
+    }
+    prepared.cleaned = Some(result.clone());
+    result
+}
+
+/// The agent-state operations children need, object-safe so the group can
+/// share one store across worker threads.
+trait AgentStateRelease<K>: Send {
+    fn release(&mut self, key: &K) -> Result<(), String>;
+    fn restore(&mut self, key: &K) -> Result<(), String>;
+}
+
+impl<S: AgentStateStore + Send> AgentStateRelease<S::Key> for S {
+    fn release(&mut self, key: &S::Key) -> Result<(), String> {
+        self.release_agent_state(key)
+    }
+    fn restore(&mut self, key: &S::Key) -> Result<(), String> {
+        self.restore_agent_state(key)
+    }
+}
+
+impl<B, S> ReplayPointRegistry<B, S>
+where
+    S: AgentStateStore + Send,
+    S::Key: Send,
+{
+    /// Run `tasks` as isolated children of `replay_point_id` (reference
+    /// `run_child_group_from`, and `run_child_group_settled_from` when
+    /// `settle` is true).
+    ///
+    /// Every child is forked and validated first (a fork, receipt or
+    /// equivalence failure fails the whole group, after cleaning up every
+    /// child). Then each child's intent is assessed, its task run, its
+    /// outcome assessed, and it is always released. The group runs in
+    /// parallel on up to `workers` threads only when `workers > 1`, there is
+    /// more than one child, every lease allows it and no two
+    /// process-isolated leases share a worker identity; otherwise serially
+    /// (a requested parallel group that cannot be is counted as a
+    /// downgrade). A denied outcome or a failed cleanup quarantines the
+    /// point and fails the group. In settled mode any other child failure
+    /// (an intent denial, a failed task) is returned beside its siblings'
+    /// results; in strict mode the first one fails the group, after every
+    /// child was cleaned up.
+    pub fn run_child_group_from<F>(
+        &mut self,
+        forker: &mut F,
+        replay_point_id: &str,
+        tasks: Vec<ChildTask>,
+        workers: usize,
+        settle: bool,
+    ) -> Result<Vec<ChildOutcome>, ReplayError>
+    where
+        F: ChildForker,
+    {
+        if tasks.is_empty() {
+            return Err(ReplayError::unavailable(
+                "a child group needs at least one task",
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for task in &tasks {
+            if task.child_id.trim().is_empty() {
+                return Err(ReplayError::unavailable("child_id must be non-empty"));
+            }
+            if !seen.insert(task.child_id.as_str()) {
+                return Err(ReplayError::unavailable(format!(
+                    "child ids must be unique within a group: {:?} repeats",
+                    task.child_id
+                )));
+            }
+            if task.minimum_fidelity == Fidelity::NonReplayable {
+                return Err(ReplayError::unavailable(
+                    "isolated replay children need a replayable minimum fidelity",
+                ));
+            }
+            if let Err(error) = validate_public_payload(&Value::Object(task.intent.clone())) {
+                return Err(ReplayError::contract(
+                    ReplayStage::Lookup,
+                    format!(
+                        "the intent of child {:?} is not public-safe: {error}",
+                        task.child_id
+                    ),
+                ));
+            }
+        }
+        let metrics = Arc::clone(&self.metrics);
+        metrics.increment("child_group_attempt_count");
+        let result = self.child_group_inner(forker, replay_point_id, tasks, workers, settle);
+        if result.is_err() {
+            metrics.increment("child_group_failure_count");
+        }
+        result
+    }
+
+    fn child_group_inner<F: ChildForker>(
+        &mut self,
+        forker: &mut F,
+        replay_point_id: &str,
+        tasks: Vec<ChildTask>,
+        workers: usize,
+        settle: bool,
+    ) -> Result<Vec<ChildOutcome>, ReplayError> {
+        let metrics = Arc::clone(&self.metrics);
+        let slot = *self.index.get(replay_point_id).ok_or_else(|| {
+            ReplayError::unavailable(format!("unknown replay point {replay_point_id:?}"))
+        })?;
+        let Self { entries, store, .. } = self;
+        let entry = &mut entries[slot];
+        // Checked again right before forking, as the reference does under
+        // the point's lock (here `&mut self` is that lock).
+        if entry.point.lifecycle != Lifecycle::Ready {
+            return Err(ReplayError::unavailable(format!(
+                "the replay point must be ready before child replay, but it is {}",
+                entry.point.lifecycle.as_str()
+            )));
+        }
+        if entry.binding.is_none() {
+            return Err(ReplayError::unavailable(
+                "the replayable replay point has no adapter binding",
+            ));
+        }
+        let point = entry.point.clone();
+        let point_key = entry.agent_state_key.clone();
+        let has_risk = forker.has_risk_policy();
+        let cleanup_failed = AtomicBool::new(false);
+        let unsafe_outcome = AtomicBool::new(false);
+
+        // Fork and validate every child first.
+        let mut prepared: Vec<Prepared<F::Session, S::Key>> = Vec::with_capacity(tasks.len());
+        let mut fork_error: Option<ReplayError> = None;
+        for task in tasks {
+            metrics.increment("child_session_fork_attempt_count");
+            let started = Instant::now();
+            let request = ForkRequest {
+                replay_point_id: replay_point_id.to_string(),
+                child_id: task.child_id.clone(),
+                target_branch_id: task.target_branch_id.clone(),
+                minimum_fidelity: task.minimum_fidelity,
+            };
+            let lease = match forker.fork(&request) {
+                Ok(lease) => lease,
+                Err(error) => {
+                    fork_error = Some(ReplayError::adapter(ReplayStage::Restore, error));
+                    break;
+                }
+            };
+            let restore_minutes = minutes(started);
+            let duplicate = prepared
+                .iter()
+                .any(|other| other.lease.child_key == lease.child_key);
+            let missing_identity = lease.concurrency == ChildConcurrency::ProcessIsolated
+                && lease.worker_identity.is_none();
+            prepared.push(Prepared {
+                task,
+                lease,
+                agent_key: None,
+                restore: None,
+                cleaned: None,
+            });
+            let current = prepared.last_mut().expect("pushed above");
+            if duplicate {
+                fork_error = Some(ReplayError::contract(
+                    ReplayStage::Restore,
+                    "isolated replay child keys must be unique",
+                ));
+                break;
+            }
+            if missing_identity {
+                fork_error = Some(ReplayError::contract(
+                    ReplayStage::Restore,
+                    "a process-isolated child lease needs a worker identity",
+                ));
+                break;
+            }
+            match store.fork_agent_state(&point_key, &current.task.child_id) {
+                Ok(key) => current.agent_key = Some(key),
+                Err(message) => {
+                    fork_error = Some(ReplayError::new(
+                        ReplayStage::Restore,
+                        ReplayCause::AgentState(message),
+                    ));
+                    break;
+                }
+            }
+            let receipt = current.lease.receipt.clone();
+            if receipt.achieved_fidelity == Fidelity::NonReplayable {
+                fork_error = Some(ReplayError::contract(
+                    ReplayStage::Restore,
+                    "an isolated child reported non_replayable",
+                ));
+                break;
+            }
+            if !point.fidelity.meets(receipt.achieved_fidelity) {
+                fork_error = Some(ReplayError::contract(
+                    ReplayStage::Restore,
+                    format!(
+                        "the child's restore claims {} but the point was captured at {}",
+                        receipt.achieved_fidelity, point.fidelity
+                    ),
+                ));
+                break;
+            }
+            let equivalence_started = Instant::now();
+            let checked = current
+                .lease
+                .session
+                .validate_equivalence(&receipt)
+                .map_err(|error| ReplayError::adapter(ReplayStage::Equivalence, error))
+                .and_then(|report| {
+                    validate_equivalence_contract(
+                        &point,
+                        &receipt,
+                        &report,
+                        current.task.minimum_fidelity,
+                    )
+                    .map(|eligible| (report, eligible))
+                    .map_err(|message| ReplayError::contract(ReplayStage::Equivalence, message))
+                });
+            let (report, promotion_eligible) = match checked {
+                Ok(checked) => checked,
+                Err(error) => {
+                    fork_error = Some(error);
+                    break;
+                }
+            };
+            metrics.observe_fidelity(report.achieved_fidelity.as_str());
+            current.restore = Some(ReplayRestoreResult {
+                replay_point_id: replay_point_id.to_string(),
+                target_branch_id: current.task.target_branch_id.clone(),
+                achieved_fidelity: report.achieved_fidelity,
+                equivalent: report.equivalent,
+                promotion_eligible,
+                prefix_reused: receipt.prefix_reused,
+                report,
+                restore_minutes,
+                equivalence_minutes: minutes(equivalence_started),
+                suffix_minutes: 0.0,
+                replay_wall_minutes: 0.0,
+            });
+            metrics.increment("child_session_fork_success_count");
+        }
+
+        let store_dyn: &mut dyn AgentStateRelease<S::Key> = store;
+        let shared_store = Mutex::new(store_dyn);
+        let fail_group = |prepared: &mut Vec<Prepared<F::Session, S::Key>>,
+                          error: ReplayError,
+                          entry_point: &mut ReplayPoint| {
+            let mut cleanup_error = None;
+            for child in prepared.iter_mut() {
+                if let Err(error) = cleanup(child, &shared_store, &metrics, &cleanup_failed) {
+                    cleanup_error.get_or_insert(error);
+                }
+            }
+            let mut error = error;
+            if cleanup_failed.load(Ordering::SeqCst) || unsafe_outcome.load(Ordering::SeqCst) {
+                if entry_point.lifecycle != Lifecycle::Failed {
+                    entry_point.lifecycle = Lifecycle::Failed;
+                    metrics.increment("replay_point_quarantine_count");
+                }
+                error.quarantined = true;
+            }
+            if error.also.is_none() {
+                error.also = cleanup_error.filter(|c| *c != error).map(Box::new);
+            }
+            error
+        };
+        if let Some(error) = fork_error {
+            metrics.increment("child_session_fork_failure_count");
+            return Err(fail_group(&mut prepared, error, &mut entry.point));
+        }
+
+        // Decide how the group runs.
+        let requested = workers > 1 && prepared.len() > 1;
+        let identities: Vec<u64> = prepared
+            .iter()
+            .filter(|p| p.lease.concurrency == ChildConcurrency::ProcessIsolated)
+            .filter_map(|p| p.lease.worker_identity)
+            .collect();
+        let distinct = identities
+            .iter()
+            .enumerate()
+            .all(|(index, id)| !identities[..index].contains(id));
+        let parallel = requested
+            && distinct
+            && prepared
+                .iter()
+                .all(|p| p.lease.concurrency != ChildConcurrency::SerialOnly);
+        if parallel {
+            metrics.increment("child_parallel_group_count");
+            if !identities.is_empty() {
+                metrics.increment("child_process_isolated_parallel_group_count");
+            }
+        } else if requested {
+            metrics.increment("child_parallel_downgrade_group_count");
+        }
+
+        let execute =
+            |child: &mut Prepared<F::Session, S::Key>| -> Result<ChildOutcome, ReplayError> {
+                let started = Instant::now();
+                let intent = child.task.intent.clone();
+                let mut intent_assessment = None;
+                let mut outcome_assessment = None;
+                let session = &mut child.lease.session;
+                let ran: Result<Record, ExecutionError> = (|| {
+                    if has_risk {
+                        metrics.increment("child_intent_assessment_count");
+                        let assessment = session
+                            .assess_intent(&intent)
+                            .map_err(ExecutionError::Adapter)?;
+                        assessment.check().map_err(ExecutionError::Contract)?;
+                        intent_assessment = Some(assessment.clone());
+                        if assessment.disposition == Disposition::Deny {
+                            metrics.increment("child_intent_denied_count");
+                            return Err(ExecutionError::Denied("intent", assessment));
+                        }
+                        metrics.increment("child_intent_allowed_count");
+                    }
+                    if let Some(key) = &child.agent_key {
+                        shared_store
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .restore(key)
+                            .map_err(ExecutionError::Contract)?;
+                    }
+                    let outcome = session
+                        .run(&child.task.item)
+                        .map_err(ExecutionError::Adapter)?;
+                    if has_risk {
+                        metrics.increment("child_outcome_assessment_count");
+                        let assessment = session
+                            .assess_outcome(&intent, &outcome)
+                            .map_err(ExecutionError::Adapter)?;
+                        assessment.check().map_err(ExecutionError::Contract)?;
+                        outcome_assessment = Some(assessment.clone());
+                        if assessment.disposition == Disposition::Deny {
+                            metrics.increment("child_outcome_denied_count");
+                            unsafe_outcome.store(true, Ordering::SeqCst);
+                            return Err(ExecutionError::Denied("outcome", assessment));
+                        }
+                        metrics.increment("child_outcome_allowed_count");
+                    }
+                    Ok(outcome)
+                })();
+                let suffix_minutes = minutes(started);
+                let cleaned = cleanup(child, &shared_store, &metrics, &cleanup_failed);
+                let mut restore = child
+                    .restore
+                    .clone()
+                    .expect("every prepared child was validated");
+                restore.suffix_minutes = suffix_minutes;
+                restore.replay_wall_minutes =
+                    restore.restore_minutes + restore.equivalence_minutes + suffix_minutes;
+                match ran {
+                    Ok(outcome) => {
+                        cleaned?;
+                        Ok(ChildOutcome::Succeeded(ChildResult {
+                            child_id: child.task.child_id.clone(),
+                            restore,
+                            outcome,
+                            isolated: true,
+                            parallel,
+                            intent_assessment,
+                            outcome_assessment,
+                        }))
+                    }
+                    Err(error) => {
+                        if let Err(cleanup_error) = cleaned {
+                            return Err(error.into_replay_error().also(Some(cleanup_error)));
+                        }
+                        if !settle || unsafe_outcome.load(Ordering::SeqCst) {
+                            return Err(error.into_replay_error());
+                        }
+                        let (stage, error_type, adapter_error, assessment) = match error {
+                            ExecutionError::Denied(stage, assessment) => (
+                                if stage == "intent" {
+                                    ChildFailureStage::Intent
+                                } else {
+                                    ChildFailureStage::Suffix
+                                },
+                                RISK_DENIED.to_string(),
+                                AdapterError::new(
+                                    crate::episode::adapter::ErrorType::ReplayContract,
+                                    format!(
+                                        "replay child {stage} denied by {}",
+                                        assessment.policy_id
+                                    ),
+                                ),
+                                Some(assessment),
+                            ),
+                            ExecutionError::Adapter(error) => (
+                                ChildFailureStage::Suffix,
+                                error.error_type.as_str().to_string(),
+                                error,
+                                None,
+                            ),
+                            ExecutionError::Contract(message) => (
+                                ChildFailureStage::Suffix,
+                                "replay_contract".to_string(),
+                                AdapterError::new(
+                                    crate::episode::adapter::ErrorType::ReplayContract,
+                                    message,
+                                ),
+                                None,
+                            ),
+                        };
+                        Ok(ChildOutcome::Failed(ChildFailure {
+                            child_id: child.task.child_id.clone(),
+                            restore,
+                            stage,
+                            error_type,
+                            error: adapter_error,
+                            isolated: true,
+                            parallel,
+                            risk_assessment: assessment,
+                        }))
+                    }
+                }
+            };
+
+        let outcomes: Vec<Result<ChildOutcome, ReplayError>> = if parallel {
+            run_parallel(&mut prepared, workers, &execute)
+        } else {
+            prepared.iter_mut().map(&execute).collect()
+        };
+        let mut results = Vec::with_capacity(outcomes.len());
+        let mut first_error = None;
+        for outcome in outcomes {
+            match outcome {
+                Ok(outcome) => results.push(outcome),
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        if let Some(error) = first_error {
+            return Err(fail_group(&mut prepared, error, &mut entry.point));
+        }
+        if settle {
+            let failures = results
+                .iter()
+                .filter(|r| matches!(r, ChildOutcome::Failed(_)))
+                .count() as u64;
+            metrics.add(
+                "child_candidate_success_count",
+                results.len() as u64 - failures,
+            );
+            metrics.add("child_candidate_failure_count", failures);
+            metrics.increment(if failures > 0 {
+                "child_group_settled_count"
+            } else {
+                "child_group_success_count"
+            });
+        } else {
+            metrics.increment("child_group_success_count");
+        }
+        Ok(results)
+    }
+}
+
+/// Run `execute` over `children` on up to `workers` scoped threads, each
+/// taking the next child; outcomes come back in the children's order.
+fn run_parallel<C: Send, R: Send>(
+    children: &mut [C],
+    workers: usize,
+    execute: &(dyn Fn(&mut C) -> R + Sync),
+) -> Vec<R> {
+    let count = children.len();
+    let slots: Vec<Mutex<Option<&mut C>>> = children
+        .iter_mut()
+        .map(|child| Mutex::new(Some(child)))
+        .collect();
+    let results: Vec<Mutex<Option<R>>> = (0..count).map(|_| Mutex::new(None)).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..workers.min(count) {
+            scope.spawn(|| {
+                loop {
+                    let index = next.fetch_add(1, Ordering::SeqCst);
+                    if index >= count {
+                        break;
+                    }
+                    let child = slots[index]
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .take()
+                        .expect("each child is taken once");
+                    let result = execute(child);
+                    *results[index].lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+                }
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|slot| {
+            slot.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .expect("every child ran")
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "children_tests.rs"]
+mod tests;
