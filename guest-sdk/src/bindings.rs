@@ -10,7 +10,11 @@
 //! each export macro links in, which is exactly the chosen world.
 //!
 //! The imported interfaces (`types`, `log`, `trace`) are generated once in
-//! [`imports`] and shared by the export interfaces through `with`.
+//! [`imports`] and shared by the export interfaces through `with`: the
+//! shared protocol values (`fidelity`, `restore-receipt`,
+//! `equivalence-check`, `equivalence-report`, ...) live in `types`, so
+//! `replay::Fidelity` and `replay_children::Fidelity` are both
+//! re-exports of `imports::sandloop::adapter::types::Fidelity`.
 
 /// `types`, `log` and `trace`: the imports every world has.
 pub mod imports {
@@ -92,4 +96,22 @@ export_interface!(
     "sandloop:guest-replay/export-replay@0.1.0",
     "__sandloop_export_replay",
     "sandloop_guest::bindings::replay"
+);
+export_interface!(
+    /// The `replay-children` export.
+    replay_children,
+    "package sandloop:guest-replay-children@0.1.0;
+     world export-replay-children { export sandloop:adapter/replay-children@0.1.0; }",
+    "sandloop:guest-replay-children/export-replay-children@0.1.0",
+    "__sandloop_export_replay_children",
+    "sandloop_guest::bindings::replay_children"
+);
+export_interface!(
+    /// The `child-risk` export.
+    child_risk,
+    "package sandloop:guest-child-risk@0.1.0;
+     world export-child-risk { export sandloop:adapter/child-risk@0.1.0; }",
+    "sandloop:guest-child-risk/export-child-risk@0.1.0",
+    "__sandloop_export_child_risk",
+    "sandloop_guest::bindings::child_risk"
 );

@@ -12,15 +12,18 @@ use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::rc::{Rc, Weak};
 
+use crate::bindings::child_risk::exports::sandloop::adapter::child_risk as wit_risk;
 use crate::bindings::episode::exports::sandloop::adapter::episode as wit_episode;
 use crate::bindings::episode_groups::exports::sandloop::adapter::episode_groups as wit_groups;
 use crate::bindings::replay::exports::sandloop::adapter::replay as wit_replay;
+use crate::bindings::replay_children::exports::sandloop::adapter::replay_children as wit_children;
 use crate::bindings::seeds::exports::sandloop::adapter::seeds as wit_seeds;
 use crate::bindings::variants::exports::sandloop::adapter::variants as wit_variants;
-use crate::protocol::{Episode, EpisodeGroups, Replay, Seeds, Variants};
+use crate::protocol::{ChildRisk, Episode, EpisodeGroups, Replay, ReplayChildren, Seeds, Variants};
 use crate::types::{
-    CaptureRequest, Context, EquivalenceCheck, EquivalenceReport, Error, Fidelity, Item, Prepared,
-    RestoreReceipt, RestoreRequest, StateLease, VariantSpec,
+    CaptureRequest, ChildConcurrency, ChildLease, Context, Disposition, EquivalenceCheck,
+    EquivalenceReport, Error, Fidelity, ForkRequest, Item, Prepared, Record, RestoreReceipt,
+    RestoreRequest, RiskAssessment, StateLease, VariantSpec, parse_intent,
 };
 use crate::wit::types as wit_types;
 
@@ -50,60 +53,101 @@ impl<A: Default + 'static> Adapter<A> {
     }
 }
 
-/// The groups prepared in this instance, by the `execution_group_id` their
-/// prepare saw, so `capture-replay-state` (which gets only a request) can
-/// find one. Entries are weak: the `episode-group` resource owns the group,
-/// and dropping its [`GroupBox`] (at release, or when the host drops the
+/// Per-instance indexes of adapter values that live inside resources, by an
+/// id the host passes in calls that get no handle:
+///
+/// - [`GROUPS`](registry::GROUPS): the groups prepared in this instance, by
+///   the `execution_group_id` their prepare saw, so `capture-replay-state`
+///   (which gets only a request) can find one;
+/// - [`CHILDREN`](registry::CHILDREN): the replay children forked in this
+///   instance, by their fork request's `child-id`, so the `child-risk`
+///   calls (which get only that id) can find one.
+///
+/// Entries are weak: the resource owns the value, and dropping its box
+/// ([`GroupBox`], [`ChildBox`]; at release, or when the host drops the
 /// handle) removes the entry.
 mod registry {
     use super::*;
+    use std::thread::LocalKey;
+
+    pub(super) type Entries = RefCell<BTreeMap<String, Weak<dyn Any>>>;
 
     thread_local! {
-        static GROUPS: RefCell<BTreeMap<String, Weak<dyn Any>>> = const { RefCell::new(BTreeMap::new()) };
+        pub(super) static GROUPS: Entries = const { RefCell::new(BTreeMap::new()) };
+        pub(super) static CHILDREN: Entries = const { RefCell::new(BTreeMap::new()) };
     }
 
-    /// Register `group` under `id`, replacing an older group of that id.
-    pub(super) fn insert<G: 'static>(id: &str, group: &Rc<G>) {
-        let weak: Weak<dyn Any> = Rc::downgrade(group) as Weak<dyn Any>;
-        GROUPS.with(|groups| groups.borrow_mut().insert(id.to_owned(), weak));
+    /// Register `value` under `id`, replacing an older value of that id.
+    pub(super) fn insert<T: 'static>(
+        registry: &'static LocalKey<Entries>,
+        id: &str,
+        value: &Rc<T>,
+    ) {
+        let weak: Weak<dyn Any> = Rc::downgrade(value) as Weak<dyn Any>;
+        registry.with(|entries| entries.borrow_mut().insert(id.to_owned(), weak));
     }
 
-    /// Forget `id` if it still names `group` (a later prepare under the
-    /// same id keeps its own entry).
-    pub(super) fn remove<G: 'static>(id: &str, group: &Rc<G>) {
-        GROUPS.with(|groups| {
-            let mut groups = groups.borrow_mut();
-            let same = groups
+    /// Forget `id` if it still names `value` (a later registration under
+    /// the same id keeps its own entry).
+    pub(super) fn remove<T: 'static>(
+        registry: &'static LocalKey<Entries>,
+        id: &str,
+        value: &Rc<T>,
+    ) {
+        registry.with(|entries| {
+            let mut entries = entries.borrow_mut();
+            let same = entries
                 .get(id)
-                .is_some_and(|weak| std::ptr::addr_eq(weak.as_ptr(), Rc::as_ptr(group)));
+                .is_some_and(|weak| std::ptr::addr_eq(weak.as_ptr(), Rc::as_ptr(value)));
             if same {
-                groups.remove(id);
+                entries.remove(id);
             }
         });
     }
 
-    /// The live group registered under `id`, or an `unknown-group` error
-    /// naming `id`.
-    pub(super) fn get<G: 'static>(id: &str) -> Result<Rc<G>, Error> {
-        let found = GROUPS.with(|groups| groups.borrow().get(id).and_then(Weak::upgrade));
-        found
-            .and_then(|group| group.downcast::<G>().ok())
-            .ok_or_else(|| {
-                Error::new(
-                    "unknown-group",
-                    format!(
-                        "no episode group {id:?} is prepared in this instance; \
-                         capture-replay-state needs the execution-group-id of an \
-                         unreleased prepare-episode-group call"
-                    ),
-                )
-            })
+    /// The live value of type `T` registered under `id`.
+    pub(super) fn find<T: 'static>(
+        registry: &'static LocalKey<Entries>,
+        id: &str,
+    ) -> Option<Rc<T>> {
+        let found = registry.with(|entries| entries.borrow().get(id).and_then(Weak::upgrade));
+        found.and_then(|value| value.downcast::<T>().ok())
     }
 
-    /// Number of registered groups (tests).
+    /// The live group registered under `id`, or an `unknown-group` error
+    /// naming `id`.
+    pub(super) fn group<G: 'static>(id: &str) -> Result<Rc<G>, Error> {
+        find(&GROUPS, id).ok_or_else(|| {
+            Error::new(
+                "unknown-group",
+                format!(
+                    "no episode group {id:?} is prepared in this instance; \
+                     capture-replay-state needs the execution-group-id of an \
+                     unreleased prepare-episode-group call"
+                ),
+            )
+        })
+    }
+
+    /// The live child forked under `id`, or an `unknown-child` error naming
+    /// `id`.
+    pub(super) fn child<C: 'static>(id: &str) -> Result<Rc<C>, Error> {
+        find(&CHILDREN, id).ok_or_else(|| {
+            Error::new(
+                Error::UNKNOWN_CHILD,
+                format!(
+                    "no replay child {id:?} was forked in this instance; \
+                     child-risk calls need the child-id of the instance's \
+                     fork-replay-child call"
+                ),
+            )
+        })
+    }
+
+    /// Number of registered values (tests).
     #[cfg(test)]
-    pub(super) fn len() -> usize {
-        GROUPS.with(|groups| groups.borrow().len())
+    pub(super) fn len(registry: &'static LocalKey<Entries>) -> usize {
+        registry.with(|entries| entries.borrow().len())
     }
 }
 
@@ -123,7 +167,7 @@ impl<G: 'static> GroupBox<G> {
     pub fn new(group: G, execution_group_id: Option<&str>) -> Self {
         let group = Rc::new(group);
         if let Some(id) = execution_group_id {
-            registry::insert(id, &group);
+            registry::insert(&registry::GROUPS, id, &group);
         }
         GroupBox {
             group,
@@ -150,7 +194,7 @@ impl<G: 'static> GroupBox<G> {
 impl<G: 'static> Drop for GroupBox<G> {
     fn drop(&mut self) {
         if let Some(id) = self.registered_as.take() {
-            registry::remove(&id, &self.group);
+            registry::remove(&registry::GROUPS, &id, &self.group);
         }
     }
 }
@@ -168,6 +212,58 @@ impl<B: 'static> std::fmt::Debug for BindingBox<B> {
     /// Opaque, like the handle the host holds.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("BindingBox(..)")
+    }
+}
+
+/// A replay child's adapter state ([`ReplayChildren::Child`]) inside the
+/// `replay-child` resource.
+///
+/// The child sits behind an `Rc` shared with a weak per-instance index by
+/// its fork request's `child-id`, through which the `child-risk` calls find
+/// it; dropping the box (when the host drops the handle or the instance)
+/// removes its index entry and runs `C`'s `Drop`.
+pub struct ChildBox<C: 'static> {
+    child: Rc<C>,
+    child_id: String,
+}
+
+impl<C: 'static> ChildBox<C> {
+    /// Box `child` and register it under `child_id` (replacing an older
+    /// child of that id in this instance).
+    pub fn new(child: C, child_id: &str) -> Self {
+        let child = Rc::new(child);
+        registry::insert(&registry::CHILDREN, child_id, &child);
+        ChildBox {
+            child,
+            child_id: child_id.to_owned(),
+        }
+    }
+
+    /// The adapter's child value.
+    pub fn child(&self) -> &C {
+        &self.child
+    }
+
+    /// The `child-id` the child was forked with.
+    pub fn child_id(&self) -> &str {
+        &self.child_id
+    }
+}
+
+impl<C: 'static> Drop for ChildBox<C> {
+    fn drop(&mut self) {
+        registry::remove(&registry::CHILDREN, &self.child_id, &self.child);
+    }
+}
+
+impl<C: 'static> wit_children::GuestReplayChild for ChildBox<C> {}
+
+impl<C: 'static> std::fmt::Debug for ChildBox<C> {
+    /// Opaque; shows the child id.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChildBox")
+            .field("child_id", &self.child_id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -300,24 +396,24 @@ impl<A: EpisodeGroups + Default + 'static> wit_groups::Guest for Adapter<A> {
     }
 }
 
-impl From<wit_replay::Fidelity> for Fidelity {
-    fn from(fidelity: wit_replay::Fidelity) -> Self {
+impl From<wit_types::Fidelity> for Fidelity {
+    fn from(fidelity: wit_types::Fidelity) -> Self {
         match fidelity {
-            wit_replay::Fidelity::Exact => Fidelity::Exact,
-            wit_replay::Fidelity::SemanticEquivalent => Fidelity::SemanticEquivalent,
-            wit_replay::Fidelity::BestEffort => Fidelity::BestEffort,
-            wit_replay::Fidelity::NonReplayable => Fidelity::NonReplayable,
+            wit_types::Fidelity::Exact => Fidelity::Exact,
+            wit_types::Fidelity::SemanticEquivalent => Fidelity::SemanticEquivalent,
+            wit_types::Fidelity::BestEffort => Fidelity::BestEffort,
+            wit_types::Fidelity::NonReplayable => Fidelity::NonReplayable,
         }
     }
 }
 
-impl From<Fidelity> for wit_replay::Fidelity {
+impl From<Fidelity> for wit_types::Fidelity {
     fn from(fidelity: Fidelity) -> Self {
         match fidelity {
-            Fidelity::Exact => wit_replay::Fidelity::Exact,
-            Fidelity::SemanticEquivalent => wit_replay::Fidelity::SemanticEquivalent,
-            Fidelity::BestEffort => wit_replay::Fidelity::BestEffort,
-            Fidelity::NonReplayable => wit_replay::Fidelity::NonReplayable,
+            Fidelity::Exact => wit_types::Fidelity::Exact,
+            Fidelity::SemanticEquivalent => wit_types::Fidelity::SemanticEquivalent,
+            Fidelity::BestEffort => wit_types::Fidelity::BestEffort,
+            Fidelity::NonReplayable => wit_types::Fidelity::NonReplayable,
         }
     }
 }
@@ -368,8 +464,8 @@ impl From<RestoreRequest> for wit_replay::RestoreRequest {
     }
 }
 
-impl From<wit_replay::RestoreReceipt> for RestoreReceipt {
-    fn from(receipt: wit_replay::RestoreReceipt) -> Self {
+impl From<wit_types::RestoreReceipt> for RestoreReceipt {
+    fn from(receipt: wit_types::RestoreReceipt) -> Self {
         RestoreReceipt {
             achieved_fidelity: receipt.achieved_fidelity.into(),
             restored_projection_digest: receipt.restored_projection_digest,
@@ -378,9 +474,9 @@ impl From<wit_replay::RestoreReceipt> for RestoreReceipt {
     }
 }
 
-impl From<RestoreReceipt> for wit_replay::RestoreReceipt {
+impl From<RestoreReceipt> for wit_types::RestoreReceipt {
     fn from(receipt: RestoreReceipt) -> Self {
-        wit_replay::RestoreReceipt {
+        wit_types::RestoreReceipt {
             achieved_fidelity: receipt.achieved_fidelity.into(),
             restored_projection_digest: receipt.restored_projection_digest,
             prefix_reused: receipt.prefix_reused,
@@ -388,8 +484,8 @@ impl From<RestoreReceipt> for wit_replay::RestoreReceipt {
     }
 }
 
-impl From<wit_replay::EquivalenceCheck> for EquivalenceCheck {
-    fn from(check: wit_replay::EquivalenceCheck) -> Self {
+impl From<wit_types::EquivalenceCheck> for EquivalenceCheck {
+    fn from(check: wit_types::EquivalenceCheck) -> Self {
         EquivalenceCheck {
             check_id: check.check_id,
             passed: check.passed,
@@ -398,9 +494,9 @@ impl From<wit_replay::EquivalenceCheck> for EquivalenceCheck {
     }
 }
 
-impl From<EquivalenceCheck> for wit_replay::EquivalenceCheck {
+impl From<EquivalenceCheck> for wit_types::EquivalenceCheck {
     fn from(check: EquivalenceCheck) -> Self {
-        wit_replay::EquivalenceCheck {
+        wit_types::EquivalenceCheck {
             check_id: check.check_id,
             passed: check.passed,
             public_summary: check.public_summary,
@@ -408,8 +504,8 @@ impl From<EquivalenceCheck> for wit_replay::EquivalenceCheck {
     }
 }
 
-impl From<wit_replay::EquivalenceReport> for EquivalenceReport {
-    fn from(report: wit_replay::EquivalenceReport) -> Self {
+impl From<wit_types::EquivalenceReport> for EquivalenceReport {
+    fn from(report: wit_types::EquivalenceReport) -> Self {
         EquivalenceReport {
             achieved_fidelity: report.achieved_fidelity.into(),
             equivalent: report.equivalent,
@@ -421,9 +517,9 @@ impl From<wit_replay::EquivalenceReport> for EquivalenceReport {
     }
 }
 
-impl From<EquivalenceReport> for wit_replay::EquivalenceReport {
+impl From<EquivalenceReport> for wit_types::EquivalenceReport {
     fn from(report: EquivalenceReport) -> Self {
-        wit_replay::EquivalenceReport {
+        wit_types::EquivalenceReport {
             achieved_fidelity: report.achieved_fidelity.into(),
             equivalent: report.equivalent,
             expected_digest: report.expected_digest,
@@ -452,7 +548,7 @@ impl<A: Replay + Default + 'static> Adapter<A> {
     fn capture_point(
         request: &CaptureRequest,
     ) -> Result<StateLease<BindingBox<A::Binding>>, Error> {
-        let group = registry::get::<A::Group>(&request.execution_group_id)?;
+        let group = registry::group::<A::Group>(&request.execution_group_id)?;
         let lease = Self::instance().capture(&group, request)?;
         Ok(lease.map_binding(BindingBox))
     }
@@ -479,7 +575,7 @@ impl<A: Replay + Default + 'static> wit_replay::Guest for Adapter<A> {
     fn restore_replay_state(
         binding: wit_replay::ReplayBindingBorrow<'_>,
         request: wit_replay::RestoreRequest,
-    ) -> WitResult<wit_replay::RestoreReceipt> {
+    ) -> WitResult<wit_types::RestoreReceipt> {
         let binding: &BindingBox<A::Binding> = binding.get();
         let receipt = Self::instance().restore(&binding.0, &request.into())?;
         Ok(receipt.into())
@@ -487,8 +583,8 @@ impl<A: Replay + Default + 'static> wit_replay::Guest for Adapter<A> {
 
     fn validate_replay_equivalence(
         binding: wit_replay::ReplayBindingBorrow<'_>,
-        receipt: wit_replay::RestoreReceipt,
-    ) -> WitResult<wit_replay::EquivalenceReport> {
+        receipt: wit_types::RestoreReceipt,
+    ) -> WitResult<wit_types::EquivalenceReport> {
         let binding: &BindingBox<A::Binding> = binding.get();
         let report = Self::instance().validate(&binding.0, &receipt.into())?;
         Ok(report.into())
@@ -533,6 +629,195 @@ impl<A: Replay + Default + 'static> wit_replay::Guest for Adapter<A> {
         request: wit_replay::CaptureRequest,
     ) -> WitResult<wit_replay::StateLease> {
         Ok(Self::import_point(state, &request.into())?.into())
+    }
+}
+
+impl From<wit_children::ForkRequest> for ForkRequest {
+    fn from(request: wit_children::ForkRequest) -> Self {
+        ForkRequest {
+            replay_point_id: request.replay_point_id,
+            child_id: request.child_id,
+            target_branch_id: request.target_branch_id,
+            minimum_fidelity: request.minimum_fidelity.into(),
+        }
+    }
+}
+
+impl From<ForkRequest> for wit_children::ForkRequest {
+    fn from(request: ForkRequest) -> Self {
+        wit_children::ForkRequest {
+            replay_point_id: request.replay_point_id,
+            child_id: request.child_id,
+            target_branch_id: request.target_branch_id,
+            minimum_fidelity: request.minimum_fidelity.into(),
+        }
+    }
+}
+
+impl From<wit_children::ChildConcurrency> for ChildConcurrency {
+    fn from(concurrency: wit_children::ChildConcurrency) -> Self {
+        match concurrency {
+            wit_children::ChildConcurrency::SerialOnly => ChildConcurrency::SerialOnly,
+            wit_children::ChildConcurrency::ThreadSafe => ChildConcurrency::ThreadSafe,
+            wit_children::ChildConcurrency::ProcessIsolated => ChildConcurrency::ProcessIsolated,
+        }
+    }
+}
+
+impl From<ChildConcurrency> for wit_children::ChildConcurrency {
+    fn from(concurrency: ChildConcurrency) -> Self {
+        match concurrency {
+            ChildConcurrency::SerialOnly => wit_children::ChildConcurrency::SerialOnly,
+            ChildConcurrency::ThreadSafe => wit_children::ChildConcurrency::ThreadSafe,
+            ChildConcurrency::ProcessIsolated => wit_children::ChildConcurrency::ProcessIsolated,
+        }
+    }
+}
+
+impl<C: 'static> From<ChildLease<ChildBox<C>>> for wit_children::ChildLease {
+    /// Wraps the child into a `replay-child` resource (inside a component
+    /// only: natively, creating a resource panics).
+    fn from(lease: ChildLease<ChildBox<C>>) -> Self {
+        wit_children::ChildLease {
+            child: wit_children::ReplayChild::new(lease.child),
+            receipt: lease.receipt.into(),
+            concurrency: lease.concurrency.into(),
+        }
+    }
+}
+
+impl From<wit_risk::Disposition> for Disposition {
+    fn from(disposition: wit_risk::Disposition) -> Self {
+        match disposition {
+            wit_risk::Disposition::Allow => Disposition::Allow,
+            wit_risk::Disposition::Deny => Disposition::Deny,
+        }
+    }
+}
+
+impl From<Disposition> for wit_risk::Disposition {
+    fn from(disposition: Disposition) -> Self {
+        match disposition {
+            Disposition::Allow => wit_risk::Disposition::Allow,
+            Disposition::Deny => wit_risk::Disposition::Deny,
+        }
+    }
+}
+
+impl From<wit_risk::RiskAssessment> for RiskAssessment {
+    fn from(assessment: wit_risk::RiskAssessment) -> Self {
+        RiskAssessment {
+            disposition: assessment.disposition.into(),
+            policy_id: assessment.policy_id,
+            sanitized_reason: assessment.sanitized_reason,
+        }
+    }
+}
+
+impl From<RiskAssessment> for wit_risk::RiskAssessment {
+    fn from(assessment: RiskAssessment) -> Self {
+        wit_risk::RiskAssessment {
+            disposition: assessment.disposition.into(),
+            policy_id: assessment.policy_id,
+            sanitized_reason: assessment.sanitized_reason,
+        }
+    }
+}
+
+impl<A: ReplayChildren + Default + 'static> Adapter<A> {
+    /// `fork-replay-child` without the resource: fork, and box the child
+    /// (registering it under `request.child_id`).
+    fn fork_child_box(
+        state: Vec<u8>,
+        request: &ForkRequest,
+    ) -> Result<ChildLease<ChildBox<A::Child>>, Error> {
+        let lease = Self::instance().fork_child(state, request)?;
+        Ok(lease.map_child(|child| ChildBox::new(child, &request.child_id)))
+    }
+
+    /// `run-replay-child` without the resource: parse the task, run it.
+    fn run_child_box(
+        child: &ChildBox<A::Child>,
+        task: &str,
+        ctx: wit_types::Context,
+    ) -> Result<Record, Error> {
+        let task = Item::from_json(task)?;
+        Self::instance().run_child(child.child(), task, &ctx.into())
+    }
+}
+
+impl<A: ReplayChildren + Default + 'static> wit_children::Guest for Adapter<A> {
+    type ReplayChild = ChildBox<A::Child>;
+
+    fn fork_replay_child(
+        state: Vec<u8>,
+        request: wit_children::ForkRequest,
+    ) -> WitResult<wit_children::ChildLease> {
+        Ok(Self::fork_child_box(state, &request.into())?.into())
+    }
+
+    fn validate_replay_child_equivalence(
+        child: wit_children::ReplayChildBorrow<'_>,
+        receipt: wit_types::RestoreReceipt,
+    ) -> WitResult<wit_types::EquivalenceReport> {
+        let child: &ChildBox<A::Child> = child.get();
+        let report = Self::instance().validate_child(child.child(), &receipt.into())?;
+        Ok(report.into())
+    }
+
+    fn run_replay_child(
+        child: wit_children::ReplayChildBorrow<'_>,
+        task: String,
+        ctx: wit_types::Context,
+    ) -> WitResult<String> {
+        let child: &ChildBox<A::Child> = child.get();
+        Ok(Self::run_child_box(child, &task, ctx)?.to_json())
+    }
+
+    fn release_replay_child(child: wit_children::ReplayChildBorrow<'_>) -> WitResult<()> {
+        let child: &ChildBox<A::Child> = child.get();
+        Self::instance().release_child(child.child())?;
+        Ok(())
+    }
+}
+
+impl<A: ChildRisk + Default + 'static> Adapter<A> {
+    /// `assess-replay-child-intent` on plain strings: find the child by
+    /// id (`unknown-child`), parse the intent (`invalid-intent`), assess.
+    fn assess_intent_of(child_id: &str, intent: &str) -> Result<RiskAssessment, Error> {
+        let child = registry::child::<A::Child>(child_id)?;
+        let intent = parse_intent(intent)?;
+        Self::instance().assess_intent(&child, &intent)
+    }
+
+    /// `assess-replay-child-outcome` on plain strings; the outcome must be
+    /// a JSON object (`invalid-record`).
+    fn assess_outcome_of(
+        child_id: &str,
+        intent: &str,
+        outcome: &str,
+    ) -> Result<RiskAssessment, Error> {
+        let child = registry::child::<A::Child>(child_id)?;
+        let intent = parse_intent(intent)?;
+        let outcome = Record::from_json(outcome)?;
+        Self::instance().assess_outcome(&child, &intent, &outcome)
+    }
+}
+
+impl<A: ChildRisk + Default + 'static> wit_risk::Guest for Adapter<A> {
+    fn assess_replay_child_intent(
+        child_id: String,
+        intent: String,
+    ) -> WitResult<wit_risk::RiskAssessment> {
+        Ok(Self::assess_intent_of(&child_id, &intent)?.into())
+    }
+
+    fn assess_replay_child_outcome(
+        child_id: String,
+        intent: String,
+        outcome: String,
+    ) -> WitResult<wit_risk::RiskAssessment> {
+        Ok(Self::assess_outcome_of(&child_id, &intent, &outcome)?.into())
     }
 }
 
@@ -777,10 +1062,10 @@ mod tests {
     #[test]
     fn capture_finds_the_group_prepared_under_its_id() {
         type A = Adapter<Counter>;
-        let before = registry::len();
+        let before = registry::len(&registry::GROUPS);
         let first = prepare("seed-a", group_ctx("g-a"));
         let second = prepare("seed-b", group_ctx("g-b"));
-        assert_eq!(registry::len(), before + 2);
+        assert_eq!(registry::len(&registry::GROUPS), before + 2);
         assert_eq!(first.group().seed, "seed-a");
 
         let lease = A::capture_point(&capture_request("g-b")).unwrap();
@@ -800,7 +1085,7 @@ mod tests {
             A::capture_point(&capture_request("g-b")).unwrap_err().kind,
             "unknown-group"
         );
-        assert_eq!(registry::len(), before);
+        assert_eq!(registry::len(&registry::GROUPS), before);
     }
 
     #[test]
@@ -816,9 +1101,9 @@ mod tests {
         assert!(!err.retryable);
 
         // a prepare without an execution group id is not capturable
-        let before = registry::len();
+        let before = registry::len(&registry::GROUPS);
         let plain = prepare("seed-c", ctx());
-        assert_eq!(registry::len(), before);
+        assert_eq!(registry::len(&registry::GROUPS), before);
         assert_eq!(plain.group().items, 2);
         // an opt-out registers nothing
         let none = A::prepare_group(r#"{"item_id":"opt-out"}"#, &[], group_ctx("g-none")).unwrap();
@@ -868,7 +1153,7 @@ mod tests {
         let receipt =
             <A as wit_replay::Guest>::restore_replay_state(borrow(), request.clone().into())
                 .unwrap();
-        assert_eq!(receipt.achieved_fidelity, wit_replay::Fidelity::Exact);
+        assert_eq!(receipt.achieved_fidelity, wit_types::Fidelity::Exact);
         assert_eq!(receipt.prefix_reused, Some(true));
         let report =
             <A as wit_replay::Guest>::validate_replay_equivalence(borrow(), receipt.clone())
@@ -924,12 +1209,12 @@ mod tests {
         request.replay_point_id = "marker".into();
         let lease: wit_replay::StateLease = A::capture_point(&request).unwrap().into();
         assert!(lease.binding.is_none());
-        assert_eq!(lease.fidelity, wit_replay::Fidelity::NonReplayable);
+        assert_eq!(lease.fidelity, wit_types::Fidelity::NonReplayable);
         assert_eq!(lease.projection_digest, None);
         drop(group);
 
         for fidelity in Fidelity::ALL {
-            let wit: wit_replay::Fidelity = fidelity.into();
+            let wit: wit_types::Fidelity = fidelity.into();
             assert_eq!(Fidelity::from(wit), fidelity);
         }
         let request = capture_request("g-x");
@@ -939,8 +1224,8 @@ mod tests {
         assert_eq!(CaptureRequest::from(wit), request);
 
         let receipt = RestoreReceipt::new(Fidelity::BestEffort).with_digest("d");
-        let wit: wit_replay::RestoreReceipt = receipt.clone().into();
-        assert_eq!(wit.achieved_fidelity, wit_replay::Fidelity::BestEffort);
+        let wit: wit_types::RestoreReceipt = receipt.clone().into();
+        assert_eq!(wit.achieved_fidelity, wit_types::Fidelity::BestEffort);
         assert_eq!(wit.restored_projection_digest.as_deref(), Some("d"));
         assert_eq!(wit.prefix_reused, None);
         assert_eq!(RestoreReceipt::from(wit), receipt);
@@ -948,15 +1233,284 @@ mod tests {
         let report = EquivalenceReport::new(Fidelity::SemanticEquivalent, true)
             .with_check(EquivalenceCheck::new("rows", true).with_summary("3 rows"))
             .with_reason("checked");
-        let wit: wit_replay::EquivalenceReport = report.clone().into();
+        let wit: wit_types::EquivalenceReport = report.clone().into();
         assert_eq!(
             wit.achieved_fidelity,
-            wit_replay::Fidelity::SemanticEquivalent
+            wit_types::Fidelity::SemanticEquivalent
         );
         assert_eq!(wit.checks.len(), 1);
         assert_eq!(wit.checks[0].check_id, "rows");
         assert_eq!(wit.checks[0].public_summary.as_deref(), Some("3 rows"));
         assert_eq!(wit.sanitized_reason.as_deref(), Some("checked"));
         assert_eq!(EquivalenceReport::from(wit), report);
+    }
+
+    /// A child of `Counter`: the exported state it was forked from.
+    struct Fork {
+        child_id: String,
+        state: String,
+        runs: Cell<u32>,
+    }
+
+    impl ReplayChildren for Counter {
+        type Child = Fork;
+
+        fn fork_child(
+            &self,
+            state: Vec<u8>,
+            request: &ForkRequest,
+        ) -> Result<ChildLease<Fork>, Error> {
+            let state = String::from_utf8(state)?;
+            if state.is_empty() {
+                return Err(Error::new("invalid-state", "no state"));
+            }
+            let receipt = RestoreReceipt::new(Fidelity::Exact)
+                .with_digest(digest(&state))
+                .with_prefix_reused(true);
+            let fork = Fork {
+                child_id: request.child_id.clone(),
+                state,
+                runs: Cell::new(0),
+            };
+            let lease = ChildLease::thread_safe(fork, receipt);
+            Ok(if request.child_id.starts_with("serial") {
+                lease.with_concurrency(ChildConcurrency::SerialOnly)
+            } else {
+                lease
+            })
+        }
+
+        fn validate_child(
+            &self,
+            child: &Fork,
+            _receipt: &RestoreReceipt,
+        ) -> Result<EquivalenceReport, Error> {
+            Ok(EquivalenceReport::exact_digests(
+                digest(&child.state),
+                digest(&child.state),
+            ))
+        }
+
+        fn run_child(&self, child: &Fork, task: Item, _ctx: &Context) -> Result<Record, Error> {
+            child.runs.set(child.runs.get() + 1);
+            let mut record =
+                Record::with_keys([format!("child:{}:{}", child.state, task.item_id())]);
+            record.set("child_id", child.child_id.as_str());
+            if task.item_id() == "reject" {
+                record.set_accepted(false);
+            }
+            Ok(record)
+        }
+    }
+
+    impl ChildRisk for Counter {
+        fn assess_intent(
+            &self,
+            child: &Fork,
+            intent: &crate::Object,
+        ) -> Result<RiskAssessment, Error> {
+            if intent.get("danger") == Some(&serde_json::Value::Bool(true)) {
+                return Ok(RiskAssessment::deny(
+                    "danger-flag",
+                    format!("{} asks for danger", child.child_id),
+                ));
+            }
+            Ok(RiskAssessment::allow("danger-flag"))
+        }
+
+        fn assess_outcome(
+            &self,
+            child: &Fork,
+            _intent: &crate::Object,
+            outcome: &Record,
+        ) -> Result<RiskAssessment, Error> {
+            if !outcome.is_accepted() {
+                return Ok(RiskAssessment::deny(
+                    "accepted-outcome",
+                    format!(
+                        "{} was not accepted after {} run(s)",
+                        child.child_id,
+                        child.runs.get()
+                    ),
+                ));
+            }
+            Ok(RiskAssessment::allow("accepted-outcome").with_reason("accepted"))
+        }
+    }
+
+    fn fork_request(child_id: &str) -> ForkRequest {
+        ForkRequest {
+            replay_point_id: "rp-c".into(),
+            child_id: child_id.into(),
+            target_branch_id: child_id.into(),
+            minimum_fidelity: Fidelity::Exact,
+        }
+    }
+
+    #[test]
+    fn children_fork_validate_run_and_release_through_the_wit_shell() {
+        type A = Adapter<Counter>;
+        let before = registry::len(&registry::CHILDREN);
+        let lease = A::fork_child_box(b"seed-c/2".to_vec(), &fork_request("c~v")).unwrap();
+        assert_eq!(registry::len(&registry::CHILDREN), before + 1);
+        assert_eq!(lease.concurrency, ChildConcurrency::ThreadSafe);
+        assert_eq!(lease.child.child_id(), "c~v");
+        assert_eq!(lease.receipt.check_against(Fidelity::Exact), Ok(()));
+        let receipt = lease.receipt.clone();
+
+        // Natively a resource cannot be created, but a borrow is a pointer
+        // to the resource's representation (`Option<T>`).
+        let mut rep: Option<ChildBox<Fork>> = Some(lease.child);
+        let rep_ptr = &mut rep as *mut Option<ChildBox<Fork>> as usize;
+        let borrow = || unsafe { wit_children::ReplayChildBorrow::lift(rep_ptr) };
+
+        let report = <A as wit_children::Guest>::validate_replay_child_equivalence(
+            borrow(),
+            receipt.clone().into(),
+        )
+        .unwrap();
+        let report = EquivalenceReport::from(report);
+        assert_eq!(
+            report.check_contract(&receipt, Some("digest:seed-c/2"), Fidelity::Exact),
+            Ok(true)
+        );
+
+        // intent, run, outcome, release: the order the host uses
+        let intent = <A as wit_risk::Guest>::assess_replay_child_intent(
+            "c~v".into(),
+            r#"{"spec_id":"v"}"#.into(),
+        )
+        .unwrap();
+        assert_eq!(intent.disposition, wit_risk::Disposition::Allow);
+        assert_eq!(intent.policy_id, "danger-flag");
+        assert_eq!(intent.sanitized_reason, None);
+        let record = <A as wit_children::Guest>::run_replay_child(
+            borrow(),
+            r#"{"item_id":"c~v"}"#.into(),
+            ctx(),
+        )
+        .unwrap();
+        let value: serde_json::Value = serde_json::from_str(&record).unwrap();
+        assert_eq!(
+            value["observation_keys"],
+            serde_json::json!(["child:seed-c/2:c~v"])
+        );
+        assert_eq!(value["child_id"], "c~v");
+        let outcome = <A as wit_risk::Guest>::assess_replay_child_outcome(
+            "c~v".into(),
+            r#"{"spec_id":"v"}"#.into(),
+            record,
+        )
+        .unwrap();
+        assert_eq!(
+            RiskAssessment::from(outcome),
+            RiskAssessment::allow("accepted-outcome").with_reason("accepted")
+        );
+        let err =
+            <A as wit_children::Guest>::run_replay_child(borrow(), "[]".into(), ctx()).unwrap_err();
+        assert_eq!(err.kind, "invalid-item");
+        <A as wit_children::Guest>::release_replay_child(borrow()).unwrap();
+
+        // the host drops the handle: the child is gone from the index
+        drop(rep);
+        assert_eq!(registry::len(&registry::CHILDREN), before);
+        let err = <A as wit_risk::Guest>::assess_replay_child_intent("c~v".into(), "{}".into())
+            .unwrap_err();
+        assert_eq!(err.kind, "unknown-child");
+    }
+
+    #[test]
+    fn risk_calls_find_the_child_by_its_id() {
+        type A = Adapter<Counter>;
+        let serial = A::fork_child_box(b"s".to_vec(), &fork_request("serial-1")).unwrap();
+        assert_eq!(serial.concurrency, ChildConcurrency::SerialOnly);
+        let other = A::fork_child_box(b"o".to_vec(), &fork_request("other")).unwrap();
+
+        let denied = A::assess_intent_of("serial-1", r#"{"danger":true}"#).unwrap();
+        assert!(denied.is_denied());
+        assert_eq!(denied.policy_id, "danger-flag");
+        assert_eq!(
+            denied.sanitized_reason.as_deref(),
+            Some("serial-1 asks for danger"),
+            "the reason names the child the id resolved to"
+        );
+        let denied =
+            A::assess_outcome_of("other", "{}", r#"{"observation_keys":[],"accepted":false}"#)
+                .unwrap();
+        assert_eq!(denied.disposition, Disposition::Deny);
+        assert!(denied.sanitized_reason.unwrap().starts_with("other "));
+
+        // an id this instance never forked
+        let err = A::assess_intent_of("never", "{}").unwrap_err();
+        assert_eq!(err.kind, Error::UNKNOWN_CHILD);
+        assert!(err.message.contains("\"never\""), "{}", err.message);
+        assert!(!err.retryable);
+        let err = A::assess_outcome_of("never", "{}", "{}").unwrap_err();
+        assert_eq!(err.kind, "unknown-child");
+        // malformed intent and outcome
+        assert_eq!(
+            A::assess_intent_of("other", "[1]").unwrap_err().kind,
+            "invalid-intent"
+        );
+        assert_eq!(
+            A::assess_outcome_of("other", "{", "{}").unwrap_err().kind,
+            "invalid-intent"
+        );
+        assert_eq!(
+            A::assess_outcome_of("other", "{}", "7").unwrap_err().kind,
+            "invalid-record"
+        );
+        // the adapter's own fork error crosses unchanged
+        assert_eq!(
+            A::fork_child_box(Vec::new(), &fork_request("empty"))
+                .unwrap_err()
+                .kind,
+            "invalid-state"
+        );
+        let err = <A as wit_risk::Guest>::assess_replay_child_intent("empty".into(), "{}".into())
+            .unwrap_err();
+        assert_eq!(err.kind, "unknown-child", "a failed fork registers nothing");
+
+        // a later fork under the same id wins; dropping the older keeps it
+        let newer = A::fork_child_box(b"n".to_vec(), &fork_request("other")).unwrap();
+        drop(other);
+        let denied = A::assess_intent_of("other", r#"{"danger":true}"#).unwrap();
+        assert!(denied.is_denied());
+        assert_eq!(newer.child.child().state, "n");
+        drop(newer);
+        drop(serial);
+        assert_eq!(
+            A::assess_intent_of("other", "{}").unwrap_err().kind,
+            "unknown-child"
+        );
+    }
+
+    #[test]
+    fn child_values_convert() {
+        let request = fork_request("c");
+        let wit: wit_children::ForkRequest = request.clone().into();
+        assert_eq!(wit.child_id, "c");
+        assert_eq!(wit.minimum_fidelity, wit_types::Fidelity::Exact);
+        assert_eq!(ForkRequest::from(wit), request);
+        for concurrency in [
+            ChildConcurrency::SerialOnly,
+            ChildConcurrency::ThreadSafe,
+            ChildConcurrency::ProcessIsolated,
+        ] {
+            let wit: wit_children::ChildConcurrency = concurrency.into();
+            assert_eq!(ChildConcurrency::from(wit), concurrency);
+        }
+        for assessment in [
+            RiskAssessment::allow("p"),
+            RiskAssessment::deny("p", "too big"),
+        ] {
+            let wit: wit_risk::RiskAssessment = assessment.clone().into();
+            assert_eq!(wit.policy_id, "p");
+            assert_eq!(RiskAssessment::from(wit), assessment);
+        }
+        assert_eq!(
+            wit_risk::Disposition::from(Disposition::Deny),
+            wit_risk::Disposition::Deny
+        );
     }
 }

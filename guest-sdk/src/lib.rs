@@ -67,7 +67,8 @@
 //! | `grouped` | `episode`, `episode-groups` | [`Episode`], [`EpisodeGroups`] |
 //! | `grouped_only` | `episode-groups` | [`EpisodeGroups`] |
 //! | `explorer` | `episode`, `seeds`, `variants`, `episode-groups` | all four |
-//! | `replayable` (or `full`) | `explorer`'s four and `replay` | all four and [`Replay`] |
+//! | `replayable` | `explorer`'s four and `replay` | all four and [`Replay`] |
+//! | `isolated` (or `full`) | `replayable`'s five, `replay-children` and `child-risk` | all five, [`ReplayChildren`] and [`ChildRisk`] |
 //!
 //! ```ignore
 //! sandloop_guest::export_adapter!(MyAdapter, world = explorer);
@@ -108,6 +109,18 @@
 //!   [`Replay::export_state`] / [`Replay::import_state`] carry it to another
 //!   instance. The host checks every receipt and report against the
 //!   reference contract ([`EquivalenceReport::check_contract`]).
+//! - [`ReplayChildren`] (world `isolated`): the host forks each task of a
+//!   point into a fresh instance, where [`ReplayChildren::fork_child`] is
+//!   the first call (with the bytes [`Replay::export_state`] produced in
+//!   the parent) and returns a [`ChildLease`] (your `Child`, a
+//!   [`RestoreReceipt`] and a [`ChildConcurrency`]); then
+//!   [`ReplayChildren::validate_child`] (an [`EquivalenceReport`]),
+//!   [`ReplayChildren::run_child`] (a [`Record`]) and
+//!   [`ReplayChildren::release_child`]. [`ChildRisk`] assesses the task's
+//!   intent before the run and its record after it, each a
+//!   [`RiskAssessment::allow`] or [`RiskAssessment::deny`] naming a policy;
+//!   the sdk finds the child by the call's `child-id` (else the error kind
+//!   `unknown-child`).
 //!
 //! Records and items are JSON objects ([`Object`]) wrapped in thin
 //! newtypes that deref to the map and add accessors and builders.
@@ -158,11 +171,12 @@ pub mod trace;
 mod types;
 pub mod worlds;
 
-pub use glue::{Adapter, BindingBox, GroupBox};
-pub use protocol::{Episode, EpisodeGroups, Replay, Seeds, Variants};
+pub use glue::{Adapter, BindingBox, ChildBox, GroupBox};
+pub use protocol::{ChildRisk, Episode, EpisodeGroups, Replay, ReplayChildren, Seeds, Variants};
 pub use types::{
-    CaptureRequest, Context, EquivalenceCheck, EquivalenceReport, Error, Fidelity, Item, Object,
-    Prepared, Record, RestoreReceipt, RestoreRequest, ResultExt, StateLease, VariantSpec,
+    CaptureRequest, ChildConcurrency, ChildLease, Context, Disposition, EquivalenceCheck,
+    EquivalenceReport, Error, Fidelity, ForkRequest, Item, Object, Prepared, Record,
+    RestoreReceipt, RestoreRequest, ResultExt, RiskAssessment, StateLease, VariantSpec,
 };
 
 /// Re-exported so adapters need no direct dependency to build JSON values.
@@ -182,12 +196,12 @@ pub mod wit {
 /// ```
 ///
 /// `world` is one of `plain`, `grouped`, `grouped_only`, `explorer`,
-/// `replayable`, `full` (see [`worlds`]). The type must implement `Default`
-/// (it is built once per instance, on the first call) and the protocol
-/// traits of the world. The macro implements the generated `Guest` traits
-/// on [`Adapter<MyAdapter>`], parsing and serialising JSON at the boundary,
-/// and emits the component's exports and type information. Use it once per
-/// component.
+/// `replayable`, `isolated`, `full` (see [`worlds`]). The type must
+/// implement `Default` (it is built once per instance, on the first call)
+/// and the protocol traits of the world. The macro implements the
+/// generated `Guest` traits on [`Adapter<MyAdapter>`], parsing and
+/// serialising JSON at the boundary, and emits the component's exports and
+/// type information. Use it once per component.
 #[macro_export]
 macro_rules! export_adapter {
     ($ty:ty, world = $world:ident $(,)?) => {

@@ -9,14 +9,14 @@
 //! tools for interior mutability.
 
 use crate::types::{
-    CaptureRequest, Context, EquivalenceReport, Error, Item, Prepared, Record, RestoreReceipt,
-    RestoreRequest, StateLease, VariantSpec,
+    CaptureRequest, ChildLease, Context, EquivalenceReport, Error, ForkRequest, Item, Object,
+    Prepared, Record, RestoreReceipt, RestoreRequest, RiskAssessment, StateLease, VariantSpec,
 };
 
 /// `episode.execute`: run one work item and return its observation record
 /// (reference mode `legacy`). Required by the `plain`, `grouped`,
-/// `explorer`, `replayable` and `full` worlds; the host also uses it as the
-/// fallback when [`EpisodeGroups::prepare`] returns `None`.
+/// `explorer`, `replayable`, `isolated` and `full` worlds; the host also
+/// uses it as the fallback when [`EpisodeGroups::prepare`] returns `None`.
 pub trait Episode {
     /// Run `item`; return `observation_keys`, `weighted_flags`, `accepted`
     /// and any private fields. `ctx.execution_group_id` is `None` here.
@@ -79,8 +79,8 @@ pub trait EpisodeGroups {
 
 /// `replay`: replay points over prepared episode groups (reference
 /// `ReplayAdapterV2`, plus its optional `finalize_replay_suffix` and
-/// sandloop's export/import). Required by the `replayable` and `full`
-/// worlds.
+/// sandloop's export/import). Required by the `replayable`, `isolated` and
+/// `full` worlds.
 ///
 /// A replay point binds a prepared group's prefix state to a trace
 /// position, so each suffix can start again from that state. Per seed the
@@ -194,4 +194,90 @@ pub trait Replay: EpisodeGroups {
             "this adapter cannot import replay state (it exports none)",
         ))
     }
+}
+
+/// `replay-children`: isolated replay children (reference
+/// `IsolatedReplayChildAdapter`). Required by the `isolated` and `full`
+/// worlds.
+///
+/// Instead of restoring a point's working copy in the parent's instance,
+/// the host forks each task of a group into a *fresh instance* of the
+/// component (its own store and linear memory) and, in that instance:
+///
+/// 1. [`fork_child`](Self::fork_child) is the first call, with the bytes
+///    the parent's [`Replay::export_state`] produced (a point whose export
+///    is `None` cannot have children); build the child from them as
+///    [`Replay::import_state`] would;
+/// 2. [`validate_child`](Self::validate_child) with the lease's receipt;
+/// 3. with [`ChildRisk`]: [`ChildRisk::assess_intent`] (a denied intent
+///    never runs);
+/// 4. [`run_child`](Self::run_child) with the task item;
+/// 5. with [`ChildRisk`]: [`ChildRisk::assess_outcome`] (a denied outcome
+///    quarantines the point);
+/// 6. [`release_child`](Self::release_child); then the host drops the
+///    instance (and with it the child and anything the child scribbled).
+///
+/// The receipt and report follow the same rules as a restore's
+/// ([`RestoreReceipt::check_against`], [`EquivalenceReport::check_contract`]
+/// against the point's captured fidelity and digest).
+pub trait ReplayChildren: Replay {
+    /// Adapter-owned state of one child inside its instance (WIT resource
+    /// `replay-child`); the host only holds a handle.
+    type Child: 'static;
+
+    /// Adopt `state` (from [`Replay::export_state`]) as this instance's
+    /// child for `request.child_id`. The receipt may not claim more than
+    /// the point's captured fidelity; the lease's concurrency says whether
+    /// the child may run beside its siblings.
+    fn fork_child(
+        &self,
+        state: Vec<u8>,
+        request: &ForkRequest,
+    ) -> Result<ChildLease<Self::Child>, Error>;
+
+    /// Compare the child's restored state with the captured point: the
+    /// report repeats the receipt's fidelity and the captured digest as
+    /// `expected_digest`, like [`Replay::validate`].
+    fn validate_child(
+        &self,
+        child: &Self::Child,
+        receipt: &RestoreReceipt,
+    ) -> Result<EquivalenceReport, Error>;
+
+    /// Run the child's task (a seed or variant item) and return its
+    /// observation record, as [`Replay::run_suffix`] would on a restored
+    /// working copy.
+    fn run_child(&self, child: &Self::Child, task: Item, ctx: &Context) -> Result<Record, Error>;
+
+    /// Release the child; an error quarantines the point. The host drops
+    /// the child with its instance afterwards. The default does nothing.
+    fn release_child(&self, child: &Self::Child) -> Result<(), Error> {
+        let _ = child;
+        Ok(())
+    }
+}
+
+/// `child-risk`: risk interception for isolated children (reference
+/// `RiskAwareReplayChildAdapter`). Required by the `isolated` and `full`
+/// worlds.
+///
+/// Both calls run in the child's own instance; the sdk finds the child by
+/// the WIT call's `child-id` (the [`ForkRequest::child_id`] it was forked
+/// with) and answers `unknown-child` for any other id. The host's intent is
+/// the task's public intent: a variant's `variant_spec` object, or
+/// `{"item_id": ...}` for a seed.
+pub trait ChildRisk: ReplayChildren {
+    /// Assess the child's intent before it runs. A
+    /// [`RiskAssessment::deny`] keeps the task from running (the host
+    /// records the denial with its policy id and reason).
+    fn assess_intent(&self, child: &Self::Child, intent: &Object) -> Result<RiskAssessment, Error>;
+
+    /// Assess what the child produced (its record) for `intent`. A
+    /// [`RiskAssessment::deny`] quarantines the point.
+    fn assess_outcome(
+        &self,
+        child: &Self::Child,
+        intent: &Object,
+        outcome: &Record,
+    ) -> Result<RiskAssessment, Error>;
 }

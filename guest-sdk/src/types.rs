@@ -357,7 +357,7 @@ impl<G> Prepared<G> {
 }
 
 /// How faithfully a restore reproduces a captured replay point (WIT
-/// `replay.fidelity`, reference `ReplayFidelity`), strongest first.
+/// `types.fidelity`, reference `ReplayFidelity`), strongest first.
 ///
 /// Serialises as the reference's values: `"exact"`, `"semantic_equivalent"`,
 /// `"best_effort"`, `"non_replayable"`. Compare strengths with
@@ -521,7 +521,7 @@ pub struct RestoreRequest {
     pub minimum_fidelity: Fidelity,
 }
 
-/// What a restore achieved (WIT `replay.restore-receipt`, reference
+/// What a restore achieved (WIT `types.restore-receipt`, reference
 /// `RestoreReceipt`).
 ///
 /// The host refuses a receipt whose `achieved_fidelity` is
@@ -571,7 +571,7 @@ impl RestoreReceipt {
     }
 }
 
-/// One explicit equivalence check (WIT `replay.equivalence-check`,
+/// One explicit equivalence check (WIT `types.equivalence-check`,
 /// reference `EquivalenceCheck`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EquivalenceCheck {
@@ -600,7 +600,7 @@ impl EquivalenceCheck {
 }
 
 /// How the restored working copy compares with the captured state (WIT
-/// `replay.equivalence-report`, reference `EquivalenceReport`).
+/// `types.equivalence-report`, reference `EquivalenceReport`).
 ///
 /// The host enforces the reference's `_validate_equivalence_contract`; see
 /// [`EquivalenceReport::check_contract`] for the same rules in Rust.
@@ -715,6 +715,194 @@ impl EquivalenceReport {
     }
 }
 
+/// The request to fork one isolated replay child (WIT
+/// `replay-children.fork-request`, reference `ForkReplayChildRequest`).
+///
+/// The host forks every child into a fresh component instance; the child's
+/// state arrives next to this request as the bytes the parent's
+/// [`Replay::export_state`](crate::Replay::export_state) produced.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkRequest {
+    /// The replay point the child is forked from.
+    pub replay_point_id: String,
+    /// Unique within the group; sandloop uses the task item's `item_id`.
+    /// The [`ChildRisk`](crate::ChildRisk) calls name the child by it.
+    pub child_id: String,
+    /// The branch the child's task runs on.
+    pub target_branch_id: String,
+    /// The weakest fidelity the host will promote (never
+    /// [`Fidelity::NonReplayable`]).
+    pub minimum_fidelity: Fidelity,
+}
+
+/// What the adapter declares about running a child beside its siblings
+/// (WIT `replay-children.child-concurrency`, reference
+/// `ReplayChildConcurrency`).
+///
+/// Every child is its own sandbox, so [`ThreadSafe`](Self::ThreadSafe) and
+/// [`ProcessIsolated`](Self::ProcessIsolated) both let the host run it in
+/// parallel; one [`SerialOnly`](Self::SerialOnly) child makes the whole
+/// group serial. The default is `SerialOnly`, as in the reference.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChildConcurrency {
+    /// The child must not run beside its siblings.
+    #[default]
+    SerialOnly,
+    /// The child may run beside its siblings.
+    ThreadSafe,
+    /// The child runs in its own process (sandloop: its own instance).
+    ProcessIsolated,
+}
+
+impl ChildConcurrency {
+    /// The reference's spelling (`"serial_only"`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChildConcurrency::SerialOnly => "serial_only",
+            ChildConcurrency::ThreadSafe => "thread_safe",
+            ChildConcurrency::ProcessIsolated => "process_isolated",
+        }
+    }
+
+    /// True when the host may run the child in parallel with its siblings.
+    pub fn allows_parallel(self) -> bool {
+        !matches!(self, ChildConcurrency::SerialOnly)
+    }
+}
+
+impl fmt::Display for ChildConcurrency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A forked child and its restore receipt (WIT
+/// `replay-children.child-lease`, reference `ReplayChildLease`).
+///
+/// The host checks the receipt like a restore's
+/// ([`RestoreReceipt::check_against`] the point's captured fidelity) and
+/// then asks [`ReplayChildren::validate_child`](crate::ReplayChildren::validate_child)
+/// for the report.
+#[derive(Debug)]
+pub struct ChildLease<C> {
+    /// Adapter-owned state of the child (WIT resource `replay-child`).
+    pub child: C,
+    /// What the fork achieved; at most the captured fidelity.
+    pub receipt: RestoreReceipt,
+    /// Whether the child may run beside its siblings.
+    pub concurrency: ChildConcurrency,
+}
+
+impl<C> ChildLease<C> {
+    /// A lease of `child` with `receipt` and `concurrency`.
+    pub fn new(child: C, receipt: RestoreReceipt, concurrency: ChildConcurrency) -> Self {
+        ChildLease {
+            child,
+            receipt,
+            concurrency,
+        }
+    }
+    /// A [`ChildConcurrency::ThreadSafe`] lease.
+    pub fn thread_safe(child: C, receipt: RestoreReceipt) -> Self {
+        ChildLease::new(child, receipt, ChildConcurrency::ThreadSafe)
+    }
+    /// Builder: set the concurrency.
+    pub fn with_concurrency(mut self, concurrency: ChildConcurrency) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+    /// The same lease around another child (the glue wraps children into
+    /// resources with it).
+    pub fn map_child<D>(self, f: impl FnOnce(C) -> D) -> ChildLease<D> {
+        ChildLease {
+            child: f(self.child),
+            receipt: self.receipt,
+            concurrency: self.concurrency,
+        }
+    }
+}
+
+/// A risk policy's verdict (WIT `child-risk.disposition`, reference
+/// `ReplayRiskDisposition`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disposition {
+    /// The child may go on.
+    Allow,
+    /// A denied intent never runs; a denied outcome quarantines the point.
+    Deny,
+}
+
+impl Disposition {
+    /// `"allow"` or `"deny"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Disposition::Allow => "allow",
+            Disposition::Deny => "deny",
+        }
+    }
+}
+
+impl fmt::Display for Disposition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One risk assessment of a child's intent or outcome (WIT
+/// `child-risk.risk-assessment`, reference `ReplayRiskAssessment`).
+///
+/// `policy_id` must be non-empty and `sanitized_reason` public-safe (no
+/// absolute paths); the host validates both.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RiskAssessment {
+    /// The verdict.
+    pub disposition: Disposition,
+    /// Which policy decided, e.g. `edit-size-budget`.
+    pub policy_id: String,
+    /// Public-safe reason.
+    pub sanitized_reason: Option<String>,
+}
+
+impl RiskAssessment {
+    /// `policy` allows, without a reason.
+    pub fn allow(policy: impl Into<String>) -> Self {
+        RiskAssessment {
+            disposition: Disposition::Allow,
+            policy_id: policy.into(),
+            sanitized_reason: None,
+        }
+    }
+    /// `policy` denies, saying why.
+    pub fn deny(policy: impl Into<String>, reason: impl Into<String>) -> Self {
+        RiskAssessment {
+            disposition: Disposition::Deny,
+            policy_id: policy.into(),
+            sanitized_reason: Some(reason.into()),
+        }
+    }
+    /// Builder: set the sanitized reason.
+    pub fn with_reason(mut self, reason: impl Into<String>) -> Self {
+        self.sanitized_reason = Some(reason.into());
+        self
+    }
+    /// True for [`Disposition::Allow`].
+    pub fn is_allowed(&self) -> bool {
+        self.disposition == Disposition::Allow
+    }
+    /// True for [`Disposition::Deny`].
+    pub fn is_denied(&self) -> bool {
+        self.disposition == Disposition::Deny
+    }
+}
+
+/// Parse a child's intent (JSON object text); anything else is an
+/// `invalid-intent` error.
+pub(crate) fn parse_intent(text: &str) -> Result<Object, Error> {
+    parse_object(text, "child intent", Error::INVALID_INTENT)
+}
+
 /// An error the adapter reports on purpose (WIT `types.adapter-error`).
 ///
 /// The host records it as `adapter_error.type = "adapter_error"` with this
@@ -737,6 +925,11 @@ impl Error {
     pub const INVALID_ITEM: &'static str = "invalid-item";
     /// Kind used when an incoming variant spec is not a JSON object.
     pub const INVALID_SPEC: &'static str = "invalid-spec";
+    /// Kind used when a child's intent (`child-risk`) is not a JSON object.
+    pub const INVALID_INTENT: &'static str = "invalid-intent";
+    /// Kind used when a `child-risk` call names a child this instance
+    /// never forked (or already dropped).
+    pub const UNKNOWN_CHILD: &'static str = "unknown-child";
 
     /// A non-retryable error of `kind`.
     pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Self {
@@ -1023,5 +1216,62 @@ mod tests {
             report.check_contract(&semantic, None, SemanticEquivalent),
             Ok(true)
         );
+    }
+
+    #[test]
+    fn child_leases_and_risk_assessments() {
+        assert_eq!(ChildConcurrency::default(), ChildConcurrency::SerialOnly);
+        assert!(!ChildConcurrency::SerialOnly.allows_parallel());
+        assert!(ChildConcurrency::ThreadSafe.allows_parallel());
+        assert!(ChildConcurrency::ProcessIsolated.allows_parallel());
+        for (concurrency, name) in [
+            (ChildConcurrency::SerialOnly, "serial_only"),
+            (ChildConcurrency::ThreadSafe, "thread_safe"),
+            (ChildConcurrency::ProcessIsolated, "process_isolated"),
+        ] {
+            assert_eq!(concurrency.to_string(), name);
+            assert_eq!(
+                serde_json::to_string(&concurrency).unwrap(),
+                format!("\"{name}\"")
+            );
+        }
+
+        let receipt = RestoreReceipt::new(Fidelity::Exact).with_prefix_reused(true);
+        let lease = ChildLease::thread_safe(7u8, receipt.clone());
+        assert_eq!(lease.concurrency, ChildConcurrency::ThreadSafe);
+        let lease = lease
+            .with_concurrency(ChildConcurrency::ProcessIsolated)
+            .map_child(u32::from);
+        assert_eq!(lease.child, 7u32);
+        assert_eq!(lease.receipt, receipt);
+        assert_eq!(lease.concurrency, ChildConcurrency::ProcessIsolated);
+
+        let allow = RiskAssessment::allow("edit-size-budget");
+        assert!(allow.is_allowed() && !allow.is_denied());
+        assert_eq!(allow.sanitized_reason, None);
+        let deny = RiskAssessment::deny("document-growth", "grew 9x");
+        assert!(deny.is_denied());
+        assert_eq!(deny.disposition.to_string(), "deny");
+        assert_eq!(
+            serde_json::to_value(&deny).unwrap(),
+            serde_json::json!({"disposition": "deny", "policy_id": "document-growth", "sanitized_reason": "grew 9x"})
+        );
+        assert_eq!(
+            allow.with_reason("small").sanitized_reason.as_deref(),
+            Some("small")
+        );
+
+        let request = ForkRequest {
+            replay_point_id: "rp".into(),
+            child_id: "a~b".into(),
+            target_branch_id: "a~b".into(),
+            minimum_fidelity: Fidelity::SemanticEquivalent,
+        };
+        assert_eq!(
+            serde_json::to_value(&request).unwrap()["minimum_fidelity"],
+            "semantic_equivalent"
+        );
+        assert_eq!(parse_intent(r#"{"item_id":"a"}"#).unwrap()["item_id"], "a");
+        assert_eq!(parse_intent("[]").unwrap_err().kind, Error::INVALID_INTENT);
     }
 }

@@ -11,7 +11,8 @@
 //! | [`grouped_only`] | `episode-groups` | [`EpisodeGroups`](crate::EpisodeGroups) |
 //! | [`explorer`] | `episode`, `seeds`, `variants`, `episode-groups` | all four |
 //! | [`replayable`] | `explorer`'s four and `replay` | all four and [`Replay`](crate::Replay) |
-//! | [`full`] | same as `replayable` (the host's world) | all five |
+//! | [`isolated`] | `replayable`'s five, `replay-children` and `child-risk` | all five, [`ReplayChildren`](crate::ReplayChildren) and [`ChildRisk`](crate::ChildRisk) |
+//! | [`full`] | same as `isolated` (the host's world) | all seven |
 //!
 //! Every world imports `log` and `trace` (see [`crate::log`],
 //! [`crate::trace`]).
@@ -81,13 +82,29 @@ pub mod replayable {
     pub use crate::bindings::variants::exports::sandloop::adapter::variants;
 }
 
-/// Every export the host knows; the same exports as [`replayable`].
-pub mod full {
+/// A replayable explorer whose variants run as isolated children, with a
+/// risk policy over each child's intent and outcome.
+pub mod isolated {
     #[doc(inline)]
-    pub use crate::__sandloop_world_replayable as export;
+    pub use crate::__sandloop_world_isolated as export;
+    pub use crate::bindings::child_risk::exports::sandloop::adapter::child_risk;
     pub use crate::bindings::episode::exports::sandloop::adapter::episode;
     pub use crate::bindings::episode_groups::exports::sandloop::adapter::episode_groups;
     pub use crate::bindings::replay::exports::sandloop::adapter::replay;
+    pub use crate::bindings::replay_children::exports::sandloop::adapter::replay_children;
+    pub use crate::bindings::seeds::exports::sandloop::adapter::seeds;
+    pub use crate::bindings::variants::exports::sandloop::adapter::variants;
+}
+
+/// Every export the host knows; the same exports as [`isolated`].
+pub mod full {
+    #[doc(inline)]
+    pub use crate::__sandloop_world_full as export;
+    pub use crate::bindings::child_risk::exports::sandloop::adapter::child_risk;
+    pub use crate::bindings::episode::exports::sandloop::adapter::episode;
+    pub use crate::bindings::episode_groups::exports::sandloop::adapter::episode_groups;
+    pub use crate::bindings::replay::exports::sandloop::adapter::replay;
+    pub use crate::bindings::replay_children::exports::sandloop::adapter::replay_children;
     pub use crate::bindings::seeds::exports::sandloop::adapter::seeds;
     pub use crate::bindings::variants::exports::sandloop::adapter::variants;
 }
@@ -109,6 +126,12 @@ macro_rules! __sandloop_export_interface {
     };
     (replay, $ty:ident) => {
         $crate::bindings::replay::__sandloop_export_replay!($ty with_types_in $crate::bindings::replay);
+    };
+    (replay_children, $ty:ident) => {
+        $crate::bindings::replay_children::__sandloop_export_replay_children!($ty with_types_in $crate::bindings::replay_children);
+    };
+    (child_risk, $ty:ident) => {
+        $crate::bindings::child_risk::__sandloop_export_child_risk!($ty with_types_in $crate::bindings::child_risk);
     };
 }
 
@@ -156,7 +179,7 @@ macro_rules! __sandloop_world_explorer {
 }
 
 /// Export `$ty` (implementing all five `Guest` traits) as a `replayable`
-/// component (also the `full` world).
+/// component.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __sandloop_world_replayable {
@@ -166,5 +189,27 @@ macro_rules! __sandloop_world_replayable {
         $crate::__sandloop_export_interface!(variants, $ty);
         $crate::__sandloop_export_interface!(episode_groups, $ty);
         $crate::__sandloop_export_interface!(replay, $ty);
+    };
+}
+
+/// Export `$ty` (implementing all seven `Guest` traits) as an `isolated`
+/// component.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __sandloop_world_isolated {
+    ($ty:ident) => {
+        $crate::__sandloop_world_replayable!($ty);
+        $crate::__sandloop_export_interface!(replay_children, $ty);
+        $crate::__sandloop_export_interface!(child_risk, $ty);
+    };
+}
+
+/// Export `$ty` (implementing all seven `Guest` traits) as a `full`
+/// component: the same exports as `isolated`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __sandloop_world_full {
+    ($ty:ident) => {
+        $crate::__sandloop_world_isolated!($ty);
     };
 }

@@ -98,6 +98,8 @@ impl EpisodeAdapter for Native {
             variants: false,
             episode_groups: true,
             replay: false,
+            replay_children: false,
+            child_risk: false,
         }
     }
     fn execute(&mut self, _item: &Item, _ctx: &CallContext) -> Result<Record, AdapterError> {

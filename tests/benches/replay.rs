@@ -261,6 +261,7 @@ fn main() {
             metrics: Arc::clone(&ledger),
             store: None,
             minimum_fidelity: Fidelity::SemanticEquivalent,
+            child_workers: 0,
         });
 
     // 1. The prefix, without replay (prepare + release) and with replay

@@ -1,5 +1,5 @@
 //! markdown-explorer: a full exploration adapter over a directory of
-//! markdown documents (world `replayable`).
+//! markdown documents (world `isolated`).
 //!
 //! - `list_seed_items(arm, epoch)`: the `*.md` files under the read-only
 //!   directory the host grants at `/docs` (`--dir HOST::/docs:ro`), walked
@@ -19,6 +19,10 @@
 //!   document and its digest; every suffix runs, exactly like
 //!   `execute_episode`, on a fresh working copy restored from it (exact
 //!   fidelity). The state exports as JSON and imports in a fresh instance.
+//! - isolated children (see [`children`]): a child forks from the exported
+//!   state in a fresh instance and runs one task like a suffix; two risk
+//!   policies guard it: `edit-size-budget` over the variant spec before the
+//!   run, `document-growth` over the record after it.
 //!
 //! Items and trace payloads carry relative paths only, never absolute ones.
 
@@ -32,6 +36,7 @@ use sandloop_guest::{
 };
 
 pub mod analysis;
+pub mod children;
 pub mod corpus;
 pub mod ops;
 pub mod replay;
@@ -404,7 +409,7 @@ impl Episode for MarkdownExplorer {
     }
 }
 
-sandloop_guest::export_adapter!(MarkdownExplorer, world = replayable);
+sandloop_guest::export_adapter!(MarkdownExplorer, world = isolated);
 
 #[cfg(test)]
 mod tests {

@@ -93,8 +93,9 @@ pub fn digest(doc: &Doc) -> String {
     hex::encode(Sha256::digest(canonical_bytes(doc)))
 }
 
-/// Rebuild a document from [`Replay::export_state`] bytes.
-fn parse_state(state: &[u8]) -> Result<Doc, Error> {
+/// Rebuild a document from [`Replay::export_state`] bytes (also what a
+/// replay child is forked from).
+pub(crate) fn parse_state(state: &[u8]) -> Result<Doc, Error> {
     let invalid = |message: String| Error::new("invalid-state", message);
     let value: Value = serde_json::from_slice(state)
         .map_err(|err| invalid(format!("replay state is not JSON: {err}")))?;

@@ -60,6 +60,38 @@ pub enum Fault {
     ImportFails,
     /// The imported lease's projection digest is not the captured one.
     ImportDigestWrong,
+    /// `fork-replay-child` returns an adapter error.
+    ForkFails,
+    /// `fork-replay-child` panics (a trap).
+    ForkTraps,
+    /// The child's receipt claims `exact` whatever the captured fidelity.
+    ForkStronger,
+    /// The child lease says `serial-only`.
+    ChildSerialOnly,
+    /// The child lease says `process-isolated`.
+    ChildProcessIsolated,
+    /// The child's state really differs from the capture, yet its report
+    /// claims equivalence (observed digest != expected digest).
+    ChildValidateLies,
+    /// `run-replay-child` fills a large heap buffer with garbage and
+    /// corrupts the child's state, then returns a normal record.
+    ChildScribbles,
+    /// `run-replay-child` never returns (the host's deadline stops it).
+    ChildLoops,
+    /// `run-replay-child` allocates until the memory limit.
+    ChildMemoryBomb,
+    /// `run-replay-child` returns an adapter error.
+    ChildFails,
+    /// `run-replay-child` panics (a trap).
+    ChildTraps,
+    /// `release-replay-child` returns an adapter error.
+    ChildReleaseFails,
+    /// `assess-replay-child-intent` denies (policy `probe-policy`).
+    IntentDenied,
+    /// `assess-replay-child-outcome` denies (policy `probe-policy`).
+    OutcomeDenied,
+    /// `assess-replay-child-intent` returns an adapter error.
+    IntentFails,
 }
 
 impl Fault {
@@ -90,6 +122,21 @@ impl Fault {
         (Fault::TrapInRestore, "trap_in_restore"),
         (Fault::ImportFails, "import_fails"),
         (Fault::ImportDigestWrong, "import_digest_wrong"),
+        (Fault::ForkFails, "fork_fails"),
+        (Fault::ForkTraps, "fork_traps"),
+        (Fault::ForkStronger, "fork_stronger"),
+        (Fault::ChildSerialOnly, "child_serial_only"),
+        (Fault::ChildProcessIsolated, "child_process_isolated"),
+        (Fault::ChildValidateLies, "child_validate_lies"),
+        (Fault::ChildScribbles, "child_scribbles"),
+        (Fault::ChildLoops, "child_loops"),
+        (Fault::ChildMemoryBomb, "child_memory_bomb"),
+        (Fault::ChildFails, "child_fails"),
+        (Fault::ChildTraps, "child_traps"),
+        (Fault::ChildReleaseFails, "child_release_fails"),
+        (Fault::IntentDenied, "intent_denied"),
+        (Fault::OutcomeDenied, "outcome_denied"),
+        (Fault::IntentFails, "intent_fails"),
     ];
 
     /// The fault's name in items (`capture_fails`, ...).
@@ -174,6 +221,11 @@ impl Faults {
         self.0.is_empty()
     }
 
+    /// The faults named by `self` or `other`.
+    pub fn union(&self, other: &Faults) -> Faults {
+        Faults(self.0.union(&other.0).copied().collect())
+    }
+
     /// `Err(fault.error(call))` when `fault` is named.
     pub fn check(&self, fault: Fault, call: &str) -> Result<(), Error> {
         if self.has(fault) {
@@ -202,7 +254,7 @@ mod tests {
 
     #[test]
     fn every_name_round_trips() {
-        assert_eq!(Fault::ALL.len(), 22);
+        assert_eq!(Fault::ALL.len(), 37);
         for (fault, name) in Fault::ALL {
             assert_eq!(fault.name(), *name);
             assert_eq!(Fault::from_name(name), Some(*fault));
@@ -273,5 +325,65 @@ mod tests {
         let trapped = std::panic::catch_unwind(|| faults.trap(Fault::TrapInRestore, "restore"));
         assert!(trapped.is_err());
         faults.trap(Fault::SuffixTraps, "run");
+    }
+
+    #[test]
+    fn child_faults_parse_and_combine() {
+        let child_names = [
+            "fork_fails",
+            "fork_traps",
+            "fork_stronger",
+            "child_serial_only",
+            "child_process_isolated",
+            "child_validate_lies",
+            "child_scribbles",
+            "child_loops",
+            "child_memory_bomb",
+            "child_fails",
+            "child_traps",
+            "child_release_fails",
+            "intent_denied",
+            "outcome_denied",
+            "intent_fails",
+        ];
+        let faults =
+            Faults::parse(&object(json!({ "faults": child_names })), "invalid-item").unwrap();
+        assert_eq!(faults.names(), child_names, "README order");
+        for name in child_names {
+            assert!(faults.has(Fault::from_name(name).unwrap()), "{name}");
+        }
+        assert!(!faults.has(Fault::SuffixFails));
+        let err = faults
+            .check(Fault::ForkFails, "fork-replay-child")
+            .unwrap_err();
+        assert_eq!(
+            err.message,
+            "injected fault `fork_fails` in fork-replay-child"
+        );
+        let trapped =
+            std::panic::catch_unwind(|| faults.trap(Fault::ChildTraps, "run-replay-child"));
+        assert!(trapped.is_err());
+
+        // a child's faults are its state entry's plus its task's own
+        let from_state = Faults::parse(
+            &object(json!({"faults": ["intent_denied", "capture_semantic"]})),
+            "invalid-state",
+        )
+        .unwrap();
+        let from_task =
+            Faults::parse(&object(json!({"faults": ["child_fails"]})), "invalid-item").unwrap();
+        let both = from_state.union(&from_task);
+        assert_eq!(
+            both.names(),
+            ["capture_semantic", "child_fails", "intent_denied"]
+        );
+        assert_eq!(Faults::default().union(&from_task), from_task);
+
+        // near-miss spellings are refused
+        for typo in ["child_loop", "fork-fails", "Intent_Denied", "outcome_deny"] {
+            let err =
+                Faults::parse(&object(json!({"faults": [typo]})), "invalid-item").unwrap_err();
+            assert!(err.message.contains("child_memory_bomb"), "{}", err.message);
+        }
     }
 }

@@ -1,5 +1,6 @@
-//! replay-probe: a `replayable` adapter that breaks each replay rule on
-//! command, for sandloop's end-to-end tests (see `README.md`).
+//! replay-probe: an `isolated` adapter that breaks each replay and replay
+//! child rule on command, for sandloop's end-to-end tests (see
+//! `README.md`).
 //!
 //! Items come from an items file (`--items`); each names its faults in a
 //! `"faults"` array (see [`faults`]). Without faults every call is honest:
@@ -8,15 +9,18 @@
 //! - State: the group holds a [`ProbeState`] (the seed's id and text and a
 //!   counter, starting at 0); its projection digest is [`digest`] (FNV-1a
 //!   64 over canonical bytes, 16 hex characters).
-//! - Every item run (`execute`, `execute-episode`, `run-replay-suffix`)
-//!   emits one `action_outcome` trace event and returns
+//! - Every item run (`execute`, `execute-episode`, `run-replay-suffix`,
+//!   `run-replay-child`) emits one `action_outcome` trace event and returns
 //!   `observation_keys: ["probe:<item_id>"]` with `counter_before` (the
 //!   counter it found, then incremented) and `via` (`execute`, `episode`,
-//!   `replay`). A correct restore gives every suffix `counter_before` 0.
+//!   `replay`, `child`). A correct restore or fork gives every suffix and
+//!   child `counter_before` 0.
 //! - Faults of the seed (the group's first item) apply to the whole point:
 //!   capture, export, import, release. Faults of an item apply when it is
 //!   the restore's target (`target-branch-id` = its `item_id`): restore,
 //!   validate, finalize; and when `run-replay-suffix` runs it.
+//! - Isolated children (see [`children`]) fork from the exported state; an
+//!   item's faults apply to the child whose `child-id` is its `item_id`.
 //! - `list_seed_items` returns no seeds; `compile_variant` makes
 //!   `{seed_item_id}~{spec_id}` carrying the spec's own `"faults"`.
 
@@ -30,6 +34,7 @@ use sandloop_guest::{
     Value, VariantSpec, Variants, json, log,
 };
 
+pub mod children;
 pub mod faults;
 
 use faults::{Fault, Faults};
@@ -266,6 +271,78 @@ impl EpisodeGroups for ReplayProbe {
         item_faults(&item)?;
         Ok(run_item(&mut group.state.borrow_mut(), &item, "episode"))
     }
+
+    /// Traces the group's digest as it is released, so a test can check
+    /// that nothing its children did reached the parent's state.
+    fn release(&self, group: ProbeGroup, _ctx: &Context) -> Result<(), Error> {
+        emit(
+            EventKind::Lifecycle,
+            json!({"stage": "group_released", "state_digest": digest(&group.state.borrow())}),
+        );
+        Ok(())
+    }
+}
+
+/// The honest report on `state` against the captured `expected` digest, for
+/// the fidelity a restore (or fork) claimed.
+fn honest_report(achieved: Fidelity, expected: &str, state: &ProbeState) -> EquivalenceReport {
+    let observed = digest(state);
+    let equal = observed == expected;
+    match achieved {
+        Fidelity::Exact => EquivalenceReport::exact_digests(expected, observed),
+        Fidelity::SemanticEquivalent => EquivalenceReport::new(achieved, equal)
+            .with_digests(expected, observed)
+            .with_check(
+                EquivalenceCheck::new("probe-state", equal)
+                    .with_summary("seed id, seed text and counter compared"),
+            ),
+        Fidelity::BestEffort | Fidelity::NonReplayable => {
+            let mut report = EquivalenceReport::new(achieved, false)
+                .with_reason("best-effort restore: nothing verified");
+            report.expected_digest = Some(expected.to_owned());
+            report
+        }
+    }
+}
+
+/// What exported state carries: the captured state, the seed's faults and
+/// every item's.
+#[derive(Debug)]
+struct Decoded {
+    captured: ProbeState,
+    seed_faults: Faults,
+    item_faults: BTreeMap<String, Faults>,
+}
+
+/// Decode [`Replay::export_state`] bytes (for an import or a child fork).
+fn decode_state(state: &[u8]) -> Result<Decoded, Error> {
+    let invalid = |message: &str| Error::new("invalid-state", message.to_owned());
+    let value: Value =
+        serde_json::from_slice(state).map_err(|_| invalid("replay state is not JSON"))?;
+    if value.get("schema").and_then(Value::as_str) != Some(STATE_SCHEMA) {
+        return Err(invalid("replay state has another schema"));
+    }
+    let captured = value
+        .get("state")
+        .and_then(ProbeState::from_json)
+        .ok_or_else(|| invalid("replay state has no valid \"state\""))?;
+    let faults_of = |value: Option<&Value>| -> Result<Faults, Error> {
+        let mut object = sandloop_guest::Object::new();
+        object.insert("faults".into(), value.cloned().unwrap_or(Value::Null));
+        Faults::parse(&object, "invalid-state")
+    };
+    let seed_faults = faults_of(value.get("seed_faults"))?;
+    let mut item_faults = BTreeMap::new();
+    if let Some(map) = value.get("item_faults").and_then(Value::as_object) {
+        for (id, names) in map {
+            item_faults.insert(id.clone(), faults_of(Some(names))?);
+        }
+    }
+    Ok(Decoded {
+        captured,
+        seed_faults,
+        item_faults,
+    })
 }
 
 impl Replay for ReplayProbe {
@@ -337,25 +414,9 @@ impl Replay for ReplayProbe {
         let working = point.working.borrow();
         let working = working.as_ref().ok_or_else(not_restored)?;
         let faults = &working.faults;
-        let observed = digest(&working.state);
-        let equal = observed == point.digest;
 
         // The honest report for the fidelity the restore claimed.
-        let mut report = match working.achieved {
-            Fidelity::Exact => EquivalenceReport::exact_digests(point.digest.clone(), observed),
-            Fidelity::SemanticEquivalent => EquivalenceReport::new(working.achieved, equal)
-                .with_digests(point.digest.clone(), observed)
-                .with_check(
-                    EquivalenceCheck::new("probe-state", equal)
-                        .with_summary("seed id, seed text and counter compared"),
-                ),
-            Fidelity::BestEffort | Fidelity::NonReplayable => {
-                let mut report = EquivalenceReport::new(working.achieved, false)
-                    .with_reason("best-effort restore: nothing verified");
-                report.expected_digest = Some(point.digest.clone());
-                report
-            }
-        };
+        let mut report = honest_report(working.achieved, &point.digest, &working.state);
 
         // Then the lies the target item asked for.
         if faults.has(Fault::DigestMismatch) {
@@ -447,31 +508,17 @@ impl Replay for ReplayProbe {
         state: Vec<u8>,
         _request: &CaptureRequest,
     ) -> Result<StateLease<ProbePoint>, Error> {
-        let invalid = |message: &str| Error::new("invalid-state", message.to_owned());
-        let value: Value =
-            serde_json::from_slice(&state).map_err(|_| invalid("replay state is not JSON"))?;
-        if value.get("schema").and_then(Value::as_str) != Some(STATE_SCHEMA) {
-            return Err(invalid("replay state has another schema"));
-        }
-        let captured = value
-            .get("state")
-            .and_then(ProbeState::from_json)
-            .ok_or_else(|| invalid("replay state has no valid \"state\""))?;
-        let faults_of = |value: Option<&Value>| -> Result<Faults, Error> {
-            let mut object = sandloop_guest::Object::new();
-            object.insert("faults".into(), value.cloned().unwrap_or(Value::Null));
-            Faults::parse(&object, "invalid-state")
-        };
-        let seed_faults = faults_of(value.get("seed_faults"))?;
-        let mut item_faults = BTreeMap::new();
-        if let Some(map) = value.get("item_faults").and_then(Value::as_object) {
-            for (id, names) in map {
-                item_faults.insert(id.clone(), faults_of(Some(names))?);
-            }
-        }
+        let Decoded {
+            captured,
+            seed_faults,
+            item_faults,
+        } = decode_state(&state)?;
         seed_faults.check(Fault::ImportFails, "import-replay-state")?;
         let Some(fidelity) = captured_fidelity(&seed_faults) else {
-            return Err(invalid("a non-replayable point has no state to import"));
+            return Err(Error::new(
+                "invalid-state",
+                "a non-replayable point has no state to import",
+            ));
         };
         let digest = digest(&captured);
         let lease_digest = if seed_faults.has(Fault::ImportDigestWrong) {
@@ -499,7 +546,7 @@ fn not_restored() -> Error {
     )
 }
 
-sandloop_guest::export_adapter!(ReplayProbe, world = replayable);
+sandloop_guest::export_adapter!(ReplayProbe, world = isolated);
 
 #[cfg(test)]
 mod tests;

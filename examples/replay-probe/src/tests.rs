@@ -360,3 +360,283 @@ fn variants_carry_spec_faults_and_typos_fail() {
     assert_eq!(err.kind, "invalid-item");
     assert!(probe.list_seed_items("main", 1).unwrap().is_empty());
 }
+
+// ---- isolated children ----
+
+use crate::children::{PROBE_POLICY, ProbeChild, SCRIBBLE_BYTES, memory_bomb, scribble};
+use sandloop_guest::{ChildConcurrency, ChildRisk, ForkRequest, ReplayChildren};
+
+fn fork_request(child_id: &str) -> ForkRequest {
+    ForkRequest {
+        replay_point_id: "rp-1".into(),
+        child_id: child_id.into(),
+        target_branch_id: child_id.into(),
+        minimum_fidelity: Fidelity::BestEffort,
+    }
+}
+
+/// The state a parent exports for `seed` and `others`, with its digest.
+fn exported(seed: Item, others: &[Item]) -> (Vec<u8>, StateLease<ProbePoint>) {
+    let (_, lease) = point(seed, others);
+    let state = ReplayProbe
+        .export_state(lease.binding.as_ref().unwrap())
+        .unwrap()
+        .unwrap();
+    trace::take_recorded();
+    (state, lease)
+}
+
+fn fork(state: &[u8], child_id: &str) -> sandloop_guest::ChildLease<ProbeChild> {
+    ReplayProbe
+        .fork_child(state.to_vec(), &fork_request(child_id))
+        .unwrap()
+}
+
+/// The host's verdict on a child's receipt and report.
+fn child_verdict(
+    lease: &sandloop_guest::ChildLease<ProbeChild>,
+    point: &StateLease<ProbePoint>,
+) -> Result<bool, &'static str> {
+    lease.receipt.check_against(point.fidelity)?;
+    let report = ReplayProbe
+        .validate_child(&lease.child, &lease.receipt)
+        .unwrap();
+    report.check_contract(
+        &lease.receipt,
+        point.projection_digest.as_deref(),
+        Fidelity::BestEffort,
+    )
+}
+
+#[test]
+fn an_honest_child_forks_validates_runs_and_releases() {
+    let probe = ReplayProbe;
+    let items = [item("s", &[]), item("s~v", &[])];
+    let (state, point) = exported(items[0].clone(), &items[1..]);
+    for task in &items {
+        let lease = fork(&state, task.item_id());
+        assert_eq!(lease.concurrency, ChildConcurrency::ThreadSafe);
+        assert_eq!(lease.receipt.achieved_fidelity, Fidelity::Exact);
+        assert_eq!(lease.receipt.prefix_reused, Some(true));
+        assert_eq!(child_verdict(&lease, &point), Ok(true));
+        let child = lease.child;
+        assert_eq!(child.child_id(), task.item_id());
+        assert!(child.faults().is_empty());
+
+        let intent = json!({"item_id": task.item_id()})
+            .as_object()
+            .unwrap()
+            .clone();
+        let allowed = probe.assess_intent(&child, &intent).unwrap();
+        assert!(allowed.is_allowed());
+        assert_eq!(allowed.policy_id, PROBE_POLICY);
+        let record = probe
+            .run_child(&child, task.clone(), &Context::default())
+            .unwrap();
+        assert_eq!(record["via"], "child");
+        assert_eq!(
+            record["counter_before"], 0,
+            "a correct fork starts restored"
+        );
+        assert_eq!(record["child_id"], task.item_id());
+        assert_eq!(record["seed_item_id"], "s");
+        assert_eq!(
+            record.observation_keys(),
+            vec![format!("probe:{}", task.item_id())]
+        );
+        let events = trace::take_recorded();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].payload["via"], "child");
+        assert!(
+            probe
+                .assess_outcome(&child, &intent, &record)
+                .unwrap()
+                .is_allowed()
+        );
+        probe.release_child(&child).unwrap();
+    }
+    // the seed's point-wide fidelity carries over; bad state is refused
+    let (state, point) = exported(item("s", &["capture_semantic"]), &[]);
+    let lease = fork(&state, "s");
+    assert_eq!(
+        lease.receipt.achieved_fidelity,
+        Fidelity::SemanticEquivalent
+    );
+    assert_eq!(child_verdict(&lease, &point), Ok(true));
+    let err = probe
+        .fork_child(b"{}".to_vec(), &fork_request("s"))
+        .unwrap_err();
+    assert_eq!(err.kind, "invalid-state");
+}
+
+#[test]
+fn fork_faults_fail_trap_or_claim_too_much() {
+    let probe = ReplayProbe;
+    let others = [
+        item("fails", &["fork_fails"]),
+        item("traps", &["fork_traps"]),
+        item("stronger", &["fork_stronger"]),
+        item("serial", &["child_serial_only"]),
+        item("process", &["child_process_isolated"]),
+        item("lies", &["child_validate_lies"]),
+    ];
+    let (state, point) = exported(item("s", &["capture_best_effort"]), &others);
+
+    let err = probe
+        .fork_child(state.clone(), &fork_request("fails"))
+        .unwrap_err();
+    assert_eq!(err.kind, "injected-fault");
+    assert!(err.message.contains("fork_fails"), "{}", err.message);
+    let trapped = catch_unwind(AssertUnwindSafe(|| {
+        probe.fork_child(state.clone(), &fork_request("traps"))
+    }));
+    assert!(trapped.is_err());
+
+    let stronger = fork(&state, "stronger");
+    assert_eq!(stronger.receipt.achieved_fidelity, Fidelity::Exact);
+    assert!(
+        child_verdict(&stronger, &point)
+            .unwrap_err()
+            .contains("stronger than the captured")
+    );
+    // the same point's honest child is valid, never promoted
+    assert_eq!(child_verdict(&fork(&state, "s"), &point), Ok(false));
+
+    assert_eq!(
+        fork(&state, "serial").concurrency,
+        ChildConcurrency::SerialOnly
+    );
+    assert_eq!(
+        fork(&state, "process").concurrency,
+        ChildConcurrency::ProcessIsolated
+    );
+
+    // lies break the exact digest rule on an exact point
+    let (state, point) = exported(item("s", &[]), &others);
+    let lies = fork(&state, "lies");
+    let report = probe.validate_child(&lies.child, &lies.receipt).unwrap();
+    assert!(report.equivalent);
+    assert_ne!(report.expected_digest, report.observed_digest);
+    assert!(
+        child_verdict(&lies, &point)
+            .unwrap_err()
+            .contains("equal non-empty state digests")
+    );
+    let record = probe
+        .run_child(&lies.child, others[5].clone(), &Context::default())
+        .unwrap();
+    assert_eq!(
+        record["counter_before"], 1,
+        "the lying child really differs"
+    );
+    trace::take_recorded();
+}
+
+#[test]
+fn run_faults_fail_trap_scribble_or_bomb() {
+    let probe = ReplayProbe;
+    let ctx = Context::default();
+    let others = [
+        item("fails", &["child_fails"]),
+        item("traps", &["child_traps"]),
+        item("scribbles", &["child_scribbles"]),
+        item("release", &["child_release_fails"]),
+        item("ok", &[]),
+    ];
+    let (state, _) = exported(item("s", &[]), &others);
+
+    let child = fork(&state, "fails").child;
+    let err = probe
+        .run_child(&child, others[0].clone(), &ctx)
+        .unwrap_err();
+    assert_eq!(err.kind, "injected-fault");
+    assert_eq!(trace::take_recorded().len(), 1, "the failing child traced");
+
+    let child = fork(&state, "traps").child;
+    let trapped = catch_unwind(AssertUnwindSafe(|| {
+        probe.run_child(&child, others[1].clone(), &ctx)
+    }));
+    assert!(trapped.is_err());
+    trace::take_recorded();
+
+    // a scribbling child returns a normal record, with its state garbage
+    let scribbler = fork(&state, "scribbles").child;
+    let sibling = fork(&state, "ok").child;
+    let record = probe
+        .run_child(&scribbler, others[2].clone(), &ctx)
+        .unwrap();
+    assert!(record.is_accepted());
+    assert_eq!(record["counter_before"], 0);
+    assert_eq!(record["scribbled_bytes"], SCRIBBLE_BYTES);
+    assert_ne!(scribbler.state().seed_item_id, "s", "the state is garbage");
+    let sibling_record = probe.run_child(&sibling, others[4].clone(), &ctx).unwrap();
+    assert_eq!(sibling_record["counter_before"], 0);
+    assert_eq!(sibling_record["seed_item_id"], "s");
+    assert!(sibling_record.get("scribbled_bytes").is_none());
+    trace::take_recorded();
+
+    // a task's own faults apply even when the state lacks its item
+    let stranger = fork(&state, "not-in-state").child;
+    assert!(stranger.faults().is_empty());
+    let err = probe
+        .run_child(&stranger, item("not-in-state", &["child_fails"]), &ctx)
+        .unwrap_err();
+    assert_eq!(err.kind, "injected-fault");
+    let err = probe
+        .run_child(&stranger, item("x", &["typo"]), &ctx)
+        .unwrap_err();
+    assert_eq!(err.kind, "invalid-item");
+    trace::take_recorded();
+
+    let child = fork(&state, "release").child;
+    assert_eq!(
+        probe.release_child(&child).unwrap_err().kind,
+        "injected-fault"
+    );
+    probe.release_child(&sibling).unwrap();
+
+    // the helpers behind child_scribbles and child_memory_bomb
+    let mut garbage = ProbeState::of(&item("s", &[]));
+    assert_eq!(scribble(&mut garbage), SCRIBBLE_BYTES);
+    assert_ne!(
+        super::digest(&garbage),
+        super::digest(&ProbeState::of(&item("s", &[])))
+    );
+    assert_eq!(memory_bomb(3 << 20), 3 << 20);
+}
+
+#[test]
+fn risk_faults_deny_or_fail() {
+    let probe = ReplayProbe;
+    let others = [
+        item("intent-denied", &["intent_denied"]),
+        item("outcome-denied", &["outcome_denied"]),
+        item("intent-fails", &["intent_fails"]),
+    ];
+    let (state, _) = exported(item("s", &[]), &others);
+    let intent = json!({"spec_id": "v"}).as_object().unwrap().clone();
+    let outcome = Record::with_keys(["probe:x"]);
+
+    let child = fork(&state, "intent-denied").child;
+    let denied = probe.assess_intent(&child, &intent).unwrap();
+    assert!(denied.is_denied());
+    assert_eq!(denied.policy_id, "probe-policy");
+    assert!(denied.sanitized_reason.unwrap().contains("intent_denied"));
+    assert!(
+        probe
+            .assess_outcome(&child, &intent, &outcome)
+            .unwrap()
+            .is_allowed()
+    );
+
+    let child = fork(&state, "outcome-denied").child;
+    assert!(probe.assess_intent(&child, &intent).unwrap().is_allowed());
+    let denied = probe.assess_outcome(&child, &intent, &outcome).unwrap();
+    assert!(denied.is_denied());
+    assert_eq!(denied.policy_id, PROBE_POLICY);
+
+    let child = fork(&state, "intent-fails").child;
+    let err = probe.assess_intent(&child, &intent).unwrap_err();
+    assert_eq!(err.kind, "injected-fault");
+    assert!(err.message.contains("assess-replay-child-intent"));
+}

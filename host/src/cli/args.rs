@@ -168,6 +168,10 @@ pub struct RunArgs {
     /// Fidelity a replayed suffix needs to be promotion eligible.
     #[arg(long, value_name = "FIDELITY", default_value = "semantic_equivalent")]
     pub replay_min_fidelity: String,
+    /// Threads per lane for a group's isolated children (adapters exporting
+    /// `replay-children`); 0 runs each suffix from the replay point instead.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub child_workers: usize,
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
     pub resume: bool,

@@ -204,7 +204,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         sha256: run_sha256,
     } = manifest_options(run)?;
     let points = load_points(run).map_err(|error| input(error.to_string()))?;
-    let position = find_record(run, &args.item)?;
+    let mut position = find_record(run, &args.item)?;
 
     // Points a later process can restore: durable and not quarantined.
     let durable: Vec<PointLine> = points
@@ -219,6 +219,22 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
             line
         })
         .collect();
+    // A child ran on its own branch, forked from a point on its parent's:
+    // its lineage goes through that branch.
+    let on_own_branch = durable.iter().any(|line| {
+        line.point.cursor.trace_id == position.trace_id
+            && line.point.cursor.branch_id == position.branch_id
+    });
+    if !on_own_branch
+        && let Some(parent) = position
+            .record
+            .get("replay")
+            .and_then(|replay| replay.get("replay_point_id"))
+            .and_then(Value::as_str)
+            .and_then(|id| durable.iter().find(|line| line.point.replay_point_id == id))
+    {
+        position.branch_id = parent.point.cursor.branch_id.clone();
+    }
     let first_affected = args
         .from_sequence
         .or(position.first_sequence)

@@ -131,7 +131,14 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     check_out_dir(&args.out, args.resume)?;
 
     // Every input is checked before anything is written.
-    let slots = (args.workers as u32 + 2) * 2;
+    // Each lane may hold a chunk of forked children besides its own
+    // instance.
+    let child_slots = if args.child_workers > 0 {
+        crate::sandbox::adapter::MAX_CHILDREN_PER_FORK as u32
+    } else {
+        0
+    };
+    let slots = (args.workers as u32 + 2) * 2 + args.workers as u32 * child_slots;
     let (engine, config) = open_sandbox(sandbox_config(&args.sandbox, slots)?)?;
     let loaded = Arc::new(load(&args.adapter, engine, config)?);
     let protocols = loaded.protocols;
@@ -207,6 +214,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         metrics: Arc::new(ReplayMetricLedger::new()),
         store: Some(Arc::new(ReplayStore::new(&args.out))),
         minimum_fidelity: replay_minimum,
+        child_workers: args.child_workers,
     });
     let factory = |lane: usize| {
         let adapter = WasmAdapter::new(
@@ -493,6 +501,7 @@ fn write_manifest(args: &RunArgs, info: &crate::sandbox::ComponentInfo) -> Resul
             "cache": !args.sandbox.no_cache,
             "no_replay": args.no_replay,
             "replay_min_fidelity": args.replay_min_fidelity,
+            "child_workers": args.child_workers,
         },
     }));
     let manifest = json!({

@@ -41,12 +41,18 @@ pub struct Protocols {
     /// `replay` (reference mode `replayable-v2`): prefixes can be captured
     /// as replay points.
     pub replay: bool,
+    /// `replay-children` (reference mode `isolated-child-v0`): variants
+    /// run as children forked into fresh instances.
+    pub replay_children: bool,
+    /// `child-risk` (reference mode `child-risk-v0`): each child's intent
+    /// and outcome are assessed.
+    pub child_risk: bool,
 }
 
 impl Protocols {
     /// The names reported in `summary.json` and by `sandloop inspect`, in a
-    /// fixed order: `legacy`, `recoverable-v0`, `replayable-v2`, `seeds`,
-    /// `variants`.
+    /// fixed order: `legacy`, `recoverable-v0`, `replayable-v2`,
+    /// `isolated-child-v0`, `child-risk-v0`, `seeds`, `variants`.
     pub fn names(&self) -> Vec<&'static str> {
         let mut names = Vec::new();
         if self.execute {
@@ -57,6 +63,12 @@ impl Protocols {
         }
         if self.replay {
             names.push(crate::replay::REPLAYABLE_EPISODE_MODE);
+        }
+        if self.replay_children {
+            names.push(crate::replay::ISOLATED_CHILD_MODE);
+        }
+        if self.child_risk {
+            names.push(crate::replay::CHILD_RISK_MODE);
         }
         if self.seeds {
             names.push("seeds");
@@ -174,6 +186,9 @@ pub enum ErrorType {
     /// fidelity than was captured, digests that disagree, ...) or the
     /// replay point could not be used.
     ReplayContract,
+    /// The adapter's risk policy denied an isolated child's intent (it
+    /// never ran) or outcome.
+    RiskDenied,
 }
 
 impl ErrorType {
@@ -193,6 +208,7 @@ impl ErrorType {
             ErrorType::InstanceLost => "instance_lost",
             ErrorType::Instantiation => "instantiation",
             ErrorType::ReplayContract => "replay_contract",
+            ErrorType::RiskDenied => "replay_risk_denied",
         }
     }
 }
@@ -249,6 +265,22 @@ pub trait EpisodeAdapter {
         handle: Self::Handle,
         ctx: &CallContext,
     ) -> Result<(), AdapterError>;
+
+    /// Run every item of a prepared group at once (for components with
+    /// isolated replay children: each item a child forked from the group's
+    /// replay point, run in parallel). `None`, the default, means the
+    /// runtime calls [`EpisodeAdapter::execute_episode`] for each item;
+    /// otherwise one result per item, in order, each with the minutes it
+    /// took.
+    fn execute_episode_batch(
+        &mut self,
+        handle: &Self::Handle,
+        items: &[Item],
+        ctx: &CallContext,
+    ) -> Option<Vec<(Result<Record, AdapterError>, f64)>> {
+        let _ = (handle, items, ctx);
+        None
+    }
 }
 
 /// The control-plane calls of an adapter: seeds and variant compilation,

@@ -223,10 +223,24 @@ fn run_group<A: EpisodeAdapter + ?Sized>(
     let mut records = Vec::with_capacity(1 + group.items.len());
     records.push(prefix);
     let mut fatal_error: Option<AdapterError> = None;
+    let mut batch = adapter
+        .execute_episode_batch(&handle, &group.items, &ctx)
+        .map(Vec::into_iter);
     for item in &group.items {
         let started = clock.now();
-        let outcome = adapter.execute_episode(&handle, item, &ctx);
-        let minutes = clock.minutes_since(started);
+        let (outcome, minutes) = match batch.as_mut() {
+            Some(batch) => batch.next().unwrap_or_else(|| {
+                let missing = AdapterError::new(
+                    ErrorType::InvalidOutput,
+                    "the batch returned fewer results than the group has items",
+                );
+                (Err(missing), 0.0)
+            }),
+            None => {
+                let outcome = adapter.execute_episode(&handle, item, &ctx);
+                (outcome, clock.minutes_since(started))
+            }
+        };
         let mut record = match settle_item(outcome, item, minutes, policy, stage::EXECUTE) {
             Ok(record) => record,
             Err(error) => {
@@ -615,6 +629,8 @@ mod tests {
             execute: false,
             episode_groups: true,
             replay: false,
+            replay_children: false,
+            child_risk: false,
             ..Protocols::default()
         };
         script.prepare.insert("s".into(), PrepareScript::ReturnNone);

@@ -74,6 +74,8 @@ impl Script {
                 variants: true,
                 episode_groups: true,
                 replay: false,
+                replay_children: false,
+                child_risk: false,
             },
             execute_errors: HashMap::new(),
             prepare: HashMap::new(),
@@ -94,6 +96,8 @@ impl Script {
                 variants: true,
                 episode_groups: false,
                 replay: false,
+                replay_children: false,
+                child_risk: false,
             },
             ..Self::episode()
         }

@@ -133,6 +133,11 @@ pub trait ChildSession: Send {
     ) -> Result<RiskAssessment, AdapterError>;
     /// Release the child.
     fn release(&mut self) -> Result<(), AdapterError>;
+    /// Sequence after the last trace event the child appended, if it keeps
+    /// a trace.
+    fn trace_end(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Forks children of one replay point (reference
@@ -197,6 +202,8 @@ pub struct ChildResult {
     pub intent_assessment: Option<RiskAssessment>,
     /// The risk policy's verdict on its outcome.
     pub outcome_assessment: Option<RiskAssessment>,
+    /// Sequence after its last trace event, if it keeps a trace.
+    pub trace_end: Option<u64>,
 }
 
 /// A child that failed safely in a settled group (reference
@@ -219,6 +226,8 @@ pub struct ChildFailure {
     pub parallel: bool,
     /// The denying assessment, for an intent denial.
     pub risk_assessment: Option<RiskAssessment>,
+    /// Sequence after its last trace event, if it keeps a trace.
+    pub trace_end: Option<u64>,
 }
 
 /// A settled group's per-child outcome.
@@ -240,7 +249,7 @@ impl ChildOutcome {
     }
 }
 
-/// Error type name of a risk denial.
+/// Error type name of a risk denial (`ErrorType::RiskDenied`'s name).
 pub const RISK_DENIED: &str = "replay_risk_denied";
 
 /// Why one child's execution stopped.
@@ -255,7 +264,7 @@ impl ExecutionError {
         match self {
             ExecutionError::Denied(stage, assessment) => ReplayError::new(
                 ReplayStage::Suffix,
-                ReplayCause::Unavailable(format!(
+                ReplayCause::RiskDenied(format!(
                     "replay child {stage} denied by {}",
                     assessment.policy_id
                 )),
@@ -654,6 +663,7 @@ where
                     Ok(outcome)
                 })();
                 let suffix_minutes = minutes(started);
+                let trace_end = child.lease.session.trace_end();
                 let cleaned = cleanup(child, &shared_store, &metrics, &cleanup_failed);
                 let mut restore = child
                     .restore
@@ -673,6 +683,7 @@ where
                             parallel,
                             intent_assessment,
                             outcome_assessment,
+                            trace_end,
                         }))
                     }
                     Err(error) => {
@@ -691,7 +702,7 @@ where
                                 },
                                 RISK_DENIED.to_string(),
                                 AdapterError::new(
-                                    crate::episode::adapter::ErrorType::ReplayContract,
+                                    crate::episode::adapter::ErrorType::RiskDenied,
                                     format!(
                                         "replay child {stage} denied by {}",
                                         assessment.policy_id
@@ -724,6 +735,7 @@ where
                             isolated: true,
                             parallel,
                             risk_assessment: assessment,
+                            trace_end,
                         }))
                     }
                 }

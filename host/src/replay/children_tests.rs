@@ -537,6 +537,8 @@ fn a_denied_intent_never_runs_and_settles_beside_its_siblings() {
     };
     assert_eq!(denied.stage, ChildFailureStage::Intent);
     assert_eq!(denied.error_type, RISK_DENIED);
+    assert_eq!(denied.error.error_type, ErrorType::RiskDenied);
+    assert_eq!(ErrorType::RiskDenied.as_str(), RISK_DENIED);
     assert_eq!(
         denied.risk_assessment.as_ref().unwrap().policy_id,
         "size-budget"

@@ -52,7 +52,6 @@ fn mean(sum: f64, count: usize) -> f64 {
 }
 
 struct Failure {
-    branch_id: String,
     first: u64,
     end: u64,
     minutes: f64,
@@ -92,7 +91,8 @@ pub fn run_evidence(
 ) -> Result<(Vec<TraceEvidence>, RunCosts), DurableError> {
     let points = load_points(root)?;
     let mut costs = RunCosts::default();
-    let mut fidelity_by_trace: BTreeMap<(String, String), Fidelity> = BTreeMap::new();
+    // Best fidelity and capture position of the points on each branch.
+    let mut fidelity_by_trace: BTreeMap<(String, String), (Fidelity, u64)> = BTreeMap::new();
     let mut capture_sum = 0.0;
     for line in &points {
         capture_sum += line.capture_minutes;
@@ -101,16 +101,18 @@ pub fn run_evidence(
             line.point.cursor.trace_id.clone(),
             line.point.cursor.branch_id.clone(),
         );
-        let best = fidelity_by_trace.entry(key).or_insert(line.point.fidelity);
-        if line.point.fidelity.rank() > best.rank() {
-            *best = line.point.fidelity;
+        let best = fidelity_by_trace
+            .entry(key)
+            .or_insert((line.point.fidelity, line.point.cursor.next_sequence));
+        if line.point.fidelity.rank() > best.0.rank() {
+            *best = (line.point.fidelity, line.point.cursor.next_sequence);
         }
     }
     costs.capture_minutes = mean(capture_sum, costs.capture_samples);
 
     let mut prefix_minutes: BTreeMap<String, f64> = BTreeMap::new();
     let mut restore_sum = 0.0;
-    let mut failures: BTreeMap<String, Vec<Failure>> = BTreeMap::new();
+    let mut failures: BTreeMap<(String, String), Vec<Failure>> = BTreeMap::new();
     read_jsonl(&root.join("records.jsonl"), |record| {
         let group = record
             .get("execution_group_id")
@@ -144,14 +146,14 @@ pub fn run_evidence(
             field("end_sequence").and_then(Value::as_u64),
         ) {
             (Some(trace), Some(first), Some(end)) if end > first && !trace.is_empty() => {
+                let branch = field("branch_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("main")
+                    .to_string();
                 failures
-                    .entry(trace.to_string())
+                    .entry((trace.to_string(), branch))
                     .or_default()
                     .push(Failure {
-                        branch_id: field("branch_id")
-                            .and_then(Value::as_str)
-                            .unwrap_or("main")
-                            .to_string(),
                         first,
                         end,
                         minutes,
@@ -171,7 +173,7 @@ pub fn run_evidence(
         for file in files {
             read_jsonl(&file, |event| {
                 let text = |key: &str| event.get(key).and_then(Value::as_str).unwrap_or_default();
-                if !failures.contains_key(text("trace_id")) {
+                if !failures.keys().any(|(trace, _)| trace == text("trace_id")) {
                     return;
                 }
                 if let Some(sequence) = event.get("sequence").and_then(Value::as_u64) {
@@ -185,14 +187,47 @@ pub fn run_evidence(
     }
 
     let mut evidence = Vec::new();
-    for (trace_id, failed) in failures {
-        let branch_id = failed[0].branch_id.clone();
-        let key = (trace_id.clone(), branch_id.clone());
-        let Some(fidelity) = fidelity_by_trace.get(&key).copied() else {
-            costs.unplaced_failures += failed.len();
-            continue;
+    for ((trace_id, branch_id), failed) in failures {
+        // A failure on a point's own branch plans over that branch; one on a
+        // child's branch over its lineage: the point's branch up to and
+        // including the capture event, then the child's events.
+        let own = fidelity_by_trace.get(&(trace_id.clone(), branch_id.clone()));
+        let parent = fidelity_by_trace
+            .iter()
+            .find(|((trace, _), _)| *trace == trace_id)
+            .map(|((_, branch), point)| (branch.clone(), *point));
+        let (fidelity, mut branch) = match (own, parent) {
+            (Some(&(fidelity, _)), _) => (
+                fidelity,
+                events
+                    .get(&(trace_id.clone(), branch_id.clone()))
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+            (None, Some((parent_branch, (fidelity, at)))) => {
+                let mut lineage: Vec<(String, u64)> = events
+                    .get(&(trace_id.clone(), parent_branch))
+                    .map(|events| {
+                        events
+                            .iter()
+                            .filter(|(_, seq)| *seq <= at)
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                lineage.extend(
+                    events
+                        .get(&(trace_id.clone(), branch_id.clone()))
+                        .cloned()
+                        .unwrap_or_default(),
+                );
+                (fidelity, lineage)
+            }
+            (None, None) => {
+                costs.unplaced_failures += failed.len();
+                continue;
+            }
         };
-        let mut branch = events.remove(&key).unwrap_or_default();
         branch.sort_by_key(|(_, sequence)| *sequence);
         branch.dedup_by_key(|(_, sequence)| *sequence);
         let Ok(boundaries) = TraceBoundaries::from_sequences(branch.iter().cloned()) else {

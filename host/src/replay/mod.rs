@@ -8,6 +8,12 @@ pub mod fidelity;
 /// Protocol name of an adapter exporting `replay` (reference
 /// `REPLAYABLE_EPISODE_V2_MODE`).
 pub const REPLAYABLE_EPISODE_MODE: &str = "replayable-v2";
+/// Protocol name of an adapter exporting `replay-children` (reference
+/// `isolated_replay_child_mode`).
+pub const ISOLATED_CHILD_MODE: &str = "isolated-child-v0";
+/// Protocol name of an adapter exporting `child-risk` (reference
+/// `replay_child_risk_mode`).
+pub const CHILD_RISK_MODE: &str = "child-risk-v0";
 
 pub use fidelity::Fidelity;
 pub mod agent_state;
@@ -25,6 +31,8 @@ pub use point::{
     ReplayRestoreResult, RestoreReceipt, RestoreRequest, StateLease, TraceCursor,
 };
 pub use registry::{
-    ReplayAdapter, ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage, Selection,
+    ChildConcurrency, ChildFailure, ChildFailureStage, ChildForker, ChildLease, ChildOutcome,
+    ChildResult, ChildSession, ChildTask, Disposition, ForkRequest, RISK_DENIED, ReplayAdapter,
+    ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage, RiskAssessment, Selection,
     select_before,
 };

@@ -108,6 +108,8 @@ pub enum ReplayCause {
     Unavailable(String),
     /// The host's agent-state store failed.
     AgentState(String),
+    /// The adapter's risk policy denied a child's intent or outcome.
+    RiskDenied(String),
 }
 
 impl std::fmt::Display for ReplayCause {
@@ -117,6 +119,7 @@ impl std::fmt::Display for ReplayCause {
             ReplayCause::Contract(message) => write!(f, "replay contract violated: {message}"),
             ReplayCause::Unavailable(message) => f.write_str(message),
             ReplayCause::AgentState(message) => write!(f, "agent state: {message}"),
+            ReplayCause::RiskDenied(message) => f.write_str(message),
         }
     }
 }

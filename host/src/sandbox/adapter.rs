@@ -15,7 +15,8 @@ use wasmtime::component::ResourceAny;
 
 use super::bindings::exports::sandloop::adapter::episode_groups::Prepared as PreparedGroup;
 use super::bindings::exports::sandloop::adapter::{
-    episode, episode_groups, replay as replay_wit, seeds, variants,
+    child_risk as child_risk_wit, episode, episode_groups, replay as replay_wit,
+    replay_children as replay_children_wit, seeds, variants,
 };
 use super::bindings::sandloop::adapter::types as wit;
 use super::classify::classify;
@@ -29,7 +30,9 @@ use crate::episode::adapter::{
 };
 use crate::trace::{TraceEvent, TraceLog};
 
+mod children;
 mod replay;
+pub use children::{MAX_CHILDREN_PER_FORK, WasmChild, WasmChildForker};
 pub use replay::{BindingHandle, ReplayOptions, adopt_durable_point, point_id_for};
 use replay::{GroupPoint, ReplayLane};
 
@@ -85,6 +88,8 @@ struct Live {
     variants: Option<variants::Guest>,
     groups: Option<episode_groups::Guest>,
     replay: Option<replay_wit::Guest>,
+    replay_children: Option<replay_children_wit::Guest>,
+    child_risk: Option<child_risk_wit::Guest>,
 }
 
 /// One sandboxed adapter instance (replaced when poisoned).
@@ -194,6 +199,18 @@ impl WasmAdapter {
                 .map_err(fail)?,
             replay: indices
                 .replay
+                .as_ref()
+                .map(|i| i.load(&mut store, &instance))
+                .transpose()
+                .map_err(fail)?,
+            replay_children: indices
+                .replay_children
+                .as_ref()
+                .map(|i| i.load(&mut store, &instance))
+                .transpose()
+                .map_err(fail)?,
+            child_risk: indices
+                .child_risk
                 .as_ref()
                 .map(|i| i.load(&mut store, &instance))
                 .transpose()
@@ -573,6 +590,18 @@ impl EpisodeAdapter for WasmAdapter {
             record.insert("prefix_reprepared".into(), serde_json::Value::Bool(true));
         }
         Ok(record)
+    }
+
+    fn execute_episode_batch(
+        &mut self,
+        handle: &GroupHandle,
+        items: &[Item],
+        ctx: &CallContext,
+    ) -> Option<Vec<(Result<Record, AdapterError>, f64)>> {
+        if handle.generation.get() != self.generation || self.live.is_none() {
+            return None;
+        }
+        self.run_children(handle, items, ctx)
     }
 
     fn release_episode_group(

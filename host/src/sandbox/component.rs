@@ -10,7 +10,7 @@ use serde::Serialize;
 use wasmtime::component::{HasSelf, InstancePre, Linker, types::ComponentItem};
 
 use super::bindings::exports::sandloop::adapter::{
-    episode, episode_groups, replay, seeds, variants,
+    child_risk, episode, episode_groups, replay, replay_children, seeds, variants,
 };
 use super::bindings::sandloop::adapter::{log, trace, types};
 use super::cache::{CacheOutcome, load_or_compile, sha256_hex};
@@ -86,6 +86,8 @@ pub(crate) struct ExportIndices {
     pub variants: Option<variants::GuestIndices>,
     pub groups: Option<episode_groups::GuestIndices>,
     pub replay: Option<replay::GuestIndices>,
+    pub replay_children: Option<replay_children::GuestIndices>,
+    pub child_risk: Option<child_risk::GuestIndices>,
 }
 
 /// A compiled, linked adapter ready to be instantiated many times.
@@ -191,6 +193,14 @@ pub fn load(
         replay: has("replay")
             .then(|| replay::GuestIndices::new(&pre).map_err(|e| shape("replay", e)))
             .transpose()?,
+        replay_children: has("replay-children")
+            .then(|| {
+                replay_children::GuestIndices::new(&pre).map_err(|e| shape("replay-children", e))
+            })
+            .transpose()?,
+        child_risk: has("child-risk")
+            .then(|| child_risk::GuestIndices::new(&pre).map_err(|e| shape("child-risk", e)))
+            .transpose()?,
     };
     let protocols = Protocols {
         execute: indices.episode.is_some(),
@@ -198,6 +208,8 @@ pub fn load(
         variants: indices.variants.is_some(),
         episode_groups: indices.groups.is_some(),
         replay: indices.replay.is_some(),
+        replay_children: indices.replay_children.is_some(),
+        child_risk: indices.child_risk.is_some(),
     };
     check_dependencies(&shown, &protocols, &exports)?;
     let info = ComponentInfo {
@@ -257,6 +269,31 @@ fn check_dependencies(
     protocols: &Protocols,
     exports: &[String],
 ) -> Result<(), LoadError> {
+    for (has, needs, name, needed) in [
+        (
+            protocols.child_risk,
+            protocols.replay_children,
+            "child-risk",
+            "replay-children",
+        ),
+        (
+            protocols.replay_children,
+            protocols.replay,
+            "replay-children",
+            "replay",
+        ),
+    ] {
+        if has && !needs {
+            return Err(LoadError::Contract {
+                path: path.to_string(),
+                message: format!(
+                    "exports `{}` without `{}`, which it builds on; export both or neither",
+                    interface_name(name),
+                    interface_name(needed)
+                ),
+            });
+        }
+    }
     if protocols.replay && !protocols.episode_groups {
         return Err(LoadError::Contract {
             path: path.to_string(),
@@ -311,6 +348,8 @@ mod tests {
             variants,
             episode_groups,
             replay: false,
+            replay_children: false,
+            child_risk: false,
         }
     }
 
@@ -328,6 +367,29 @@ mod tests {
         let mut both = protocols(false, false, false, true);
         both.replay = true;
         assert!(check_dependencies("a.wasm", &both, &[]).is_ok());
+        let mut risk_only = both;
+        risk_only.child_risk = true;
+        let message = check_dependencies("a.wasm", &risk_only, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("exports `sandloop:adapter/child-risk@0.1.0` without `sandloop:adapter/replay-children@0.1.0`"),
+            "{message}"
+        );
+        let mut children_only = protocols(false, false, false, true);
+        children_only.replay_children = true;
+        let message = check_dependencies("a.wasm", &children_only, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains(
+                "`sandloop:adapter/replay-children@0.1.0` without `sandloop:adapter/replay@0.1.0`"
+            ),
+            "{message}"
+        );
+        children_only.replay = true;
+        children_only.child_risk = true;
+        assert!(check_dependencies("a.wasm", &children_only, &[]).is_ok());
     }
 
     #[test]

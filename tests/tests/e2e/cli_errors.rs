@@ -17,6 +17,8 @@ fn inspect_reports_protocols_from_exports() {
                 "legacy",
                 "recoverable-v0",
                 "replayable-v2",
+                "isolated-child-v0",
+                "child-risk-v0",
                 "seeds",
                 "variants"
             ]),

@@ -26,6 +26,8 @@ fn markdown_run(out: &Path) {
         "2",
         "--workers",
         "2",
+        "--child-workers",
+        "0",
         "--out",
         s(out),
     ]);
@@ -195,6 +197,8 @@ fn probe_run(
         "2",
         "--call-timeout",
         "5",
+        "--child-workers",
+        "0",
     ]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     let records = records(&out);

@@ -182,23 +182,36 @@ fn markdown_explorer_shares_each_prefix_across_its_variants() {
             "{event}"
         );
     }
-    // Each trace branch is contiguous from 0 with parents chained.
-    let mut by_trace: std::collections::BTreeMap<&str, Vec<&Value>> = Default::default();
+    // Each trace branch is contiguous with parents chained; a branch that
+    // starts past 0 is a child forked after an event of the same trace.
+    let mut by_branch: std::collections::BTreeMap<(&str, &str), Vec<&Value>> = Default::default();
     for event in &traces {
-        by_trace
-            .entry(event["trace_id"].as_str().unwrap())
+        by_branch
+            .entry((
+                event["trace_id"].as_str().unwrap(),
+                event["branch_id"].as_str().unwrap(),
+            ))
             .or_default()
             .push(event);
     }
-    for events in by_trace.values() {
+    for ((trace, _), events) in &by_branch {
+        let start = events[0]["sequence"].as_u64().unwrap();
         for (index, event) in events.iter().enumerate() {
-            assert_eq!(event["sequence"], index);
-            let parent = if index == 0 {
-                Value::Null
-            } else {
-                events[index - 1]["event_id"].clone()
-            };
-            assert_eq!(event["parent_event_id"], parent);
+            assert_eq!(event["sequence"].as_u64().unwrap(), start + index as u64);
+            if index > 0 {
+                assert_eq!(event["parent_event_id"], events[index - 1]["event_id"]);
+            }
+        }
+        let parent = &events[0]["parent_event_id"];
+        if start == 0 {
+            assert_eq!(*parent, Value::Null);
+        } else {
+            assert!(
+                traces.iter().any(|e| e["trace_id"] == *trace
+                    && e["event_id"] == *parent
+                    && e["sequence"].as_u64() == Some(start - 1)),
+                "a fork starts right after an event of its trace: {parent}"
+            );
         }
     }
 }

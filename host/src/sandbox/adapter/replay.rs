@@ -43,12 +43,16 @@ pub struct ReplayOptions {
     pub store: Option<Arc<ReplayStore>>,
     /// Fidelity a restored suffix needs to be promotion eligible.
     pub minimum_fidelity: Fidelity,
+    /// Threads a group's isolated children run on (`--child-workers`);
+    /// 0 keeps the serial `run_from` per suffix even when the adapter
+    /// exports `replay-children`.
+    pub child_workers: usize,
 }
 
 /// The replay state of one lane: its registry and settings.
 pub(super) struct ReplayLane {
-    registry: ReplayPointRegistry<BindingHandle, MemoryAgentStateStore>,
-    options: ReplayOptions,
+    pub(super) registry: ReplayPointRegistry<BindingHandle, MemoryAgentStateStore>,
+    pub(super) options: ReplayOptions,
 }
 
 impl ReplayLane {
@@ -65,8 +69,10 @@ impl ReplayLane {
 
 /// What a group keeps about its replay point.
 pub(super) struct GroupPoint {
-    id: String,
+    pub(super) id: String,
     line: PointLine,
+    /// The exported state, kept when children are forked from it.
+    pub(super) state: Option<Arc<Vec<u8>>>,
 }
 
 /// A deterministic, file-name-safe point id for a group of an arm and
@@ -78,7 +84,7 @@ pub fn point_id_for(arm: &str, epoch: u32, execution_group_id: &str) -> String {
     format!("rp-{hex}")
 }
 
-fn to_wit_fidelity(fidelity: Fidelity) -> wit::Fidelity {
+pub(super) fn to_wit_fidelity(fidelity: Fidelity) -> wit::Fidelity {
     match fidelity {
         Fidelity::Exact => wit::Fidelity::Exact,
         Fidelity::SemanticEquivalent => wit::Fidelity::SemanticEquivalent,
@@ -87,12 +93,50 @@ fn to_wit_fidelity(fidelity: Fidelity) -> wit::Fidelity {
     }
 }
 
-fn from_wit_fidelity(fidelity: wit::Fidelity) -> Fidelity {
+pub(super) fn from_wit_fidelity(fidelity: wit::Fidelity) -> Fidelity {
     match fidelity {
         wit::Fidelity::Exact => Fidelity::Exact,
         wit::Fidelity::SemanticEquivalent => Fidelity::SemanticEquivalent,
         wit::Fidelity::BestEffort => Fidelity::BestEffort,
         wit::Fidelity::NonReplayable => Fidelity::NonReplayable,
+    }
+}
+
+/// A receipt the guest returned, in the host's terms.
+pub(super) fn receipt_from_wit(receipt: wit::RestoreReceipt) -> RestoreReceipt {
+    RestoreReceipt {
+        achieved_fidelity: from_wit_fidelity(receipt.achieved_fidelity),
+        restored_projection_digest: receipt.restored_projection_digest,
+        prefix_reused: receipt.prefix_reused,
+    }
+}
+
+/// A receipt handed back to the guest.
+pub(super) fn receipt_to_wit(receipt: &RestoreReceipt) -> wit::RestoreReceipt {
+    wit::RestoreReceipt {
+        achieved_fidelity: to_wit_fidelity(receipt.achieved_fidelity),
+        restored_projection_digest: receipt.restored_projection_digest.clone(),
+        prefix_reused: receipt.prefix_reused,
+    }
+}
+
+/// An equivalence report the guest returned, in the host's terms.
+pub(super) fn report_from_wit(report: wit::EquivalenceReport) -> EquivalenceReport {
+    EquivalenceReport {
+        achieved_fidelity: from_wit_fidelity(report.achieved_fidelity),
+        equivalent: report.equivalent,
+        expected_digest: report.expected_digest,
+        observed_digest: report.observed_digest,
+        checks: report
+            .checks
+            .into_iter()
+            .map(|check| EquivalenceCheck {
+                check_id: check.check_id,
+                passed: check.passed,
+                public_summary: check.public_summary,
+            })
+            .collect(),
+        sanitized_reason: report.sanitized_reason,
     }
 }
 
@@ -259,18 +303,26 @@ impl WasmAdapter {
             durable_error: None,
             quarantined: false,
         };
-        if let (Some(store), Some(binding)) =
-            (&lane.options.store, lane.registry.binding(&point_id))
+        let forks_children =
+            lane.options.child_workers > 0 && self.loaded.indices.replay_children.is_some();
+        let mut state = None;
+        if let Some(binding) = lane.registry.binding(&point_id)
+            && (lane.options.store.is_some() || forks_children)
         {
             let binding = BindingHandle {
                 resource: binding.resource,
                 generation: binding.generation,
             };
             match self.export_replay_state(&binding) {
-                Ok(Some(bytes)) => match store.write_state(&point_id, &bytes, items) {
-                    Ok(durable) => line.durable_state = Some(durable),
-                    Err(error) => line.durable_error = Some(error.to_string()),
-                },
+                Ok(Some(bytes)) => {
+                    if let Some(store) = &lane.options.store {
+                        match store.write_state(&point_id, &bytes, items) {
+                            Ok(durable) => line.durable_state = Some(durable),
+                            Err(error) => line.durable_error = Some(error.to_string()),
+                        }
+                    }
+                    state = forks_children.then(|| Arc::new(bytes));
+                }
                 Ok(None) => {}
                 Err(error) => line.durable_error = Some(error.to_string()),
             }
@@ -283,7 +335,11 @@ impl WasmAdapter {
             "replay_fidelity".into(),
             Value::from(point.fidelity.as_str()),
         );
-        *handle.point.borrow_mut() = Some(GroupPoint { id: point_id, line });
+        *handle.point.borrow_mut() = Some(GroupPoint {
+            id: point_id,
+            line,
+            state,
+        });
         Some(fields)
     }
 
@@ -396,12 +452,13 @@ impl WasmAdapter {
 }
 
 /// The `{stage, type, message}` block describing a replay failure.
-fn error_block(error: &ReplayError) -> Value {
+pub(super) fn error_block(error: &ReplayError) -> Value {
     let (error_type, message) = match &error.cause {
         ReplayCause::Adapter(adapter) => (adapter.error_type.as_str(), adapter.message.clone()),
         ReplayCause::Contract(message) => ("replay_contract", message.clone()),
         ReplayCause::Unavailable(message) => ("replay_unavailable", message.clone()),
         ReplayCause::AgentState(message) => ("agent_state", message.clone()),
+        ReplayCause::RiskDenied(message) => ("replay_risk_denied", message.clone()),
     };
     json!({
         "stage": error.stage.as_str(),
@@ -414,7 +471,7 @@ fn error_block(error: &ReplayError) -> Value {
 
 /// The error record's `adapter_error` for a failed replayed suffix: the
 /// adapter's own error when the adapter failed, else `replay_contract`.
-fn adapter_error_of(error: &ReplayError) -> AdapterError {
+pub(super) fn adapter_error_of(error: &ReplayError) -> AdapterError {
     match &error.cause {
         ReplayCause::Adapter(adapter) if error.stage == crate::replay::ReplayStage::Suffix => {
             let mut adapter = adapter.clone();
@@ -431,6 +488,7 @@ fn adapter_error_of(error: &ReplayError) -> AdapterError {
             ),
             ..adapter.clone()
         },
+        ReplayCause::RiskDenied(_) => AdapterError::new(ErrorType::RiskDenied, error.to_string()),
         _ => AdapterError::new(ErrorType::ReplayContract, error.to_string()),
     }
 }
@@ -469,12 +527,7 @@ impl ReplayAdapter for WasmAdapter {
             let guest = live.replay.as_ref().expect("a binding implies the export");
             guest.call_restore_replay_state(&mut live.store, resource, &request)
         });
-        let receipt = result?.map_err(declared)?;
-        Ok(RestoreReceipt {
-            achieved_fidelity: from_wit_fidelity(receipt.achieved_fidelity),
-            restored_projection_digest: receipt.restored_projection_digest,
-            prefix_reused: receipt.prefix_reused,
-        })
+        Ok(receipt_from_wit(result?.map_err(declared)?))
     }
 
     fn validate_replay_equivalence(
@@ -485,33 +538,13 @@ impl ReplayAdapter for WasmAdapter {
         if !self.binding_alive(binding) {
             return Err(instance_lost("validate it"));
         }
-        let receipt = wit::RestoreReceipt {
-            achieved_fidelity: to_wit_fidelity(receipt.achieved_fidelity),
-            restored_projection_digest: receipt.restored_projection_digest.clone(),
-            prefix_reused: receipt.prefix_reused,
-        };
+        let receipt = receipt_to_wit(receipt);
         let resource = binding.resource;
         let (result, _) = self.call("validate-replay-equivalence", None, None, |live| {
             let guest = live.replay.as_ref().expect("a binding implies the export");
             guest.call_validate_replay_equivalence(&mut live.store, resource, &receipt)
         });
-        let report = result?.map_err(declared)?;
-        Ok(EquivalenceReport {
-            achieved_fidelity: from_wit_fidelity(report.achieved_fidelity),
-            equivalent: report.equivalent,
-            expected_digest: report.expected_digest,
-            observed_digest: report.observed_digest,
-            checks: report
-                .checks
-                .into_iter()
-                .map(|check| EquivalenceCheck {
-                    check_id: check.check_id,
-                    passed: check.passed,
-                    public_summary: check.public_summary,
-                })
-                .collect(),
-            sanitized_reason: report.sanitized_reason,
-        })
+        Ok(report_from_wit(result?.map_err(declared)?))
     }
 
     fn finalize_replay_suffix(

@@ -1,0 +1,450 @@
+//! Isolated replay children of a [`WasmAdapter`]: every variant of a group
+//! forked from the group's replay point into a fresh instance of the
+//! component — its own store and linear memory — that adopts the exported
+//! state, is validated against the point, screened by the adapter's
+//! `child-risk` policy, runs its item, is released and dropped. A child
+//! that traps, loops or exhausts its memory takes only its own instance
+//! down; the parent's instance is never touched.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{Map, Value};
+use wasmtime::component::ResourceAny;
+
+use super::replay::{
+    GroupPoint, adapter_error_of, error_block, receipt_from_wit, receipt_to_wit, report_from_wit,
+    to_wit_fidelity,
+};
+use super::{GroupHandle, WasmAdapter, declared, item_id, parse_record, to_json};
+use crate::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
+use crate::replay::{
+    ChildConcurrency, ChildForker, ChildLease, ChildOutcome, ChildSession, ChildTask, Disposition,
+    EquivalenceReport, ForkRequest, Lifecycle, RestoreReceipt, RiskAssessment,
+};
+use crate::sandbox::bindings::exports::sandloop::adapter::{child_risk, replay_children};
+use crate::trace::TraceLog;
+
+/// Most children forked at once per lane; a larger group runs as several
+/// child groups of this size from the same point (the instance pool is
+/// sized for it).
+pub const MAX_CHILDREN_PER_FORK: usize = 32;
+
+/// Unique identity of every child instance of the process (its worker
+/// identity and child key).
+static NEXT_CHILD: AtomicU64 = AtomicU64::new(1);
+
+/// One forked child in its own instance.
+pub struct WasmChild {
+    adapter: WasmAdapter,
+    child: ResourceAny,
+    child_id: String,
+    ctx: CallContext,
+    trace: Option<TraceLog>,
+    released: bool,
+}
+
+/// Forks children of one point from its exported state.
+pub struct WasmChildForker<'a> {
+    parent: &'a WasmAdapter,
+    state: Arc<Vec<u8>>,
+    ctx: CallContext,
+    /// The trace position the point sits at: `(trace_id, created_event_id,
+    /// next sequence after the capture event)`.
+    fork_at: (String, String, u64),
+}
+
+fn wit_concurrency(concurrency: replay_children::ChildConcurrency) -> ChildConcurrency {
+    match concurrency {
+        replay_children::ChildConcurrency::SerialOnly => ChildConcurrency::SerialOnly,
+        replay_children::ChildConcurrency::ThreadSafe => ChildConcurrency::ThreadSafe,
+        replay_children::ChildConcurrency::ProcessIsolated => ChildConcurrency::ProcessIsolated,
+    }
+}
+
+fn assessment_from_wit(assessment: child_risk::RiskAssessment) -> RiskAssessment {
+    RiskAssessment {
+        disposition: match assessment.disposition {
+            child_risk::Disposition::Allow => Disposition::Allow,
+            child_risk::Disposition::Deny => Disposition::Deny,
+        },
+        policy_id: assessment.policy_id,
+        sanitized_reason: assessment.sanitized_reason,
+    }
+}
+
+fn object_json(map: &Map<String, Value>) -> String {
+    serde_json::to_string(map).expect("a JSON map always serialises")
+}
+
+impl ChildForker for WasmChildForker<'_> {
+    type Session = WasmChild;
+
+    fn has_risk_policy(&self) -> bool {
+        self.parent.loaded.indices.child_risk.is_some()
+    }
+
+    fn fork(&mut self, request: &ForkRequest) -> Result<ChildLease<WasmChild>, AdapterError> {
+        let identity = NEXT_CHILD.fetch_add(1, Ordering::Relaxed);
+        let mut adapter = WasmAdapter::new(
+            Arc::clone(&self.parent.loaded),
+            format!("{}:child:{}", self.parent.branch_id, request.child_id),
+            self.parent.observer.clone(),
+        );
+        adapter.epoch = self.ctx.epoch;
+        let wit_request = replay_children::ForkRequest {
+            replay_point_id: request.replay_point_id.clone(),
+            child_id: request.child_id.clone(),
+            target_branch_id: request.target_branch_id.clone(),
+            minimum_fidelity: to_wit_fidelity(request.minimum_fidelity),
+        };
+        let state = Arc::clone(&self.state);
+        let (result, _) =
+            adapter.call("fork-replay-child", Some(&request.child_id), None, |live| {
+                let guest = live
+                    .replay_children
+                    .as_ref()
+                    .expect("forkers exist only for components exporting replay-children");
+                guest.call_fork_replay_child(&mut live.store, &state, &wit_request)
+            });
+        let lease = result?.map_err(declared)?;
+        let (trace_id, after, next) = &self.fork_at;
+        Ok(ChildLease {
+            receipt: receipt_from_wit(lease.receipt),
+            concurrency: wit_concurrency(lease.concurrency),
+            worker_identity: Some(identity),
+            child_key: identity,
+            session: WasmChild {
+                adapter,
+                child: lease.child,
+                child_id: request.child_id.clone(),
+                ctx: self.ctx.clone(),
+                trace: TraceLog::fork(trace_id, &request.target_branch_id, Some(after), *next).ok(),
+                released: false,
+            },
+        })
+    }
+}
+
+impl WasmChild {
+    fn lost(&self, what: &str) -> Option<AdapterError> {
+        (self.adapter.live.is_none()).then(|| {
+            AdapterError::new(
+                ErrorType::InstanceLost,
+                format!("the child's instance was dropped after an earlier failure; cannot {what}"),
+            )
+        })
+    }
+}
+
+impl ChildSession for WasmChild {
+    fn validate_equivalence(
+        &mut self,
+        receipt: &RestoreReceipt,
+    ) -> Result<EquivalenceReport, AdapterError> {
+        if let Some(lost) = self.lost("validate it") {
+            return Err(lost);
+        }
+        let receipt = receipt_to_wit(receipt);
+        let child = self.child;
+        let (result, _) = self.adapter.call(
+            "validate-replay-child-equivalence",
+            Some(&self.child_id),
+            None,
+            |live| {
+                let guest = live
+                    .replay_children
+                    .as_ref()
+                    .expect("a child implies the export");
+                guest.call_validate_replay_child_equivalence(&mut live.store, child, &receipt)
+            },
+        );
+        Ok(report_from_wit(result?.map_err(declared)?))
+    }
+
+    fn assess_intent(
+        &mut self,
+        intent: &Map<String, Value>,
+    ) -> Result<RiskAssessment, AdapterError> {
+        if let Some(lost) = self.lost("assess its intent") {
+            return Err(lost);
+        }
+        let intent = object_json(intent);
+        let child_id = self.child_id.clone();
+        let (result, _) = self.adapter.call(
+            "assess-replay-child-intent",
+            Some(&self.child_id),
+            None,
+            |live| {
+                let guest = live
+                    .child_risk
+                    .as_ref()
+                    .expect("asked only with child-risk");
+                guest.call_assess_replay_child_intent(&mut live.store, &child_id, &intent)
+            },
+        );
+        Ok(assessment_from_wit(result?.map_err(declared)?))
+    }
+
+    fn run(&mut self, task: &Item) -> Result<Record, AdapterError> {
+        if let Some(lost) = self.lost("run its task") {
+            return Err(lost);
+        }
+        let json = to_json(task);
+        let wit_ctx = self.adapter.context(&self.ctx);
+        let child = self.child;
+        let trace = self.trace.take();
+        let (result, trace) = self
+            .adapter
+            .call("run-replay-child", item_id(task), trace, |live| {
+                let guest = live
+                    .replay_children
+                    .as_ref()
+                    .expect("a child implies the export");
+                guest.call_run_replay_child(&mut live.store, child, &json, &wit_ctx)
+            });
+        self.trace = trace;
+        let text = result?.map_err(declared)?;
+        parse_record(
+            &text,
+            self.adapter.max_output(),
+            "the child's observation record",
+        )
+    }
+
+    fn assess_outcome(
+        &mut self,
+        intent: &Map<String, Value>,
+        outcome: &Record,
+    ) -> Result<RiskAssessment, AdapterError> {
+        if let Some(lost) = self.lost("assess its outcome") {
+            return Err(lost);
+        }
+        let intent = object_json(intent);
+        let outcome = object_json(outcome);
+        let child_id = self.child_id.clone();
+        let (result, _) = self.adapter.call(
+            "assess-replay-child-outcome",
+            Some(&self.child_id),
+            None,
+            |live| {
+                let guest = live
+                    .child_risk
+                    .as_ref()
+                    .expect("asked only with child-risk");
+                guest.call_assess_replay_child_outcome(
+                    &mut live.store,
+                    &child_id,
+                    &intent,
+                    &outcome,
+                )
+            },
+        );
+        Ok(assessment_from_wit(result?.map_err(declared)?))
+    }
+
+    fn trace_end(&self) -> Option<u64> {
+        self.trace.as_ref().map(TraceLog::next_sequence)
+    }
+
+    fn release(&mut self) -> Result<(), AdapterError> {
+        if self.released || self.adapter.live.is_none() {
+            // A dropped instance took the child with it.
+            self.released = true;
+            return Ok(());
+        }
+        let child = self.child;
+        let (result, _) =
+            self.adapter
+                .call("release-replay-child", Some(&self.child_id), None, |live| {
+                    let guest = live
+                        .replay_children
+                        .as_ref()
+                        .expect("a child implies the export");
+                    guest.call_release_replay_child(&mut live.store, child)
+                });
+        result?.map_err(declared)?;
+        self.released = true;
+        // The instance, and with it the child's memory, goes with the session.
+        Ok(())
+    }
+}
+
+/// The public intent of an item: its variant spec, or its id for a seed.
+fn intent_of(item: &Item) -> Map<String, Value> {
+    match item.get("variant_spec") {
+        Some(Value::Object(spec)) => spec.clone(),
+        _ => {
+            let mut intent = Map::new();
+            intent.insert(
+                "item_id".into(),
+                item.get("item_id").cloned().unwrap_or(Value::Null),
+            );
+            intent
+        }
+    }
+}
+
+impl WasmAdapter {
+    /// Run every item of `handle`'s group as an isolated child of its
+    /// replay point, when the component exports `replay-children` and the
+    /// point's state was exported. `None` otherwise (the items then run one
+    /// by one from the point).
+    pub(super) fn run_children(
+        &mut self,
+        handle: &GroupHandle,
+        items: &[Item],
+        ctx: &CallContext,
+    ) -> Option<Vec<(Result<Record, AdapterError>, f64)>> {
+        let (point_id, state) = {
+            let point = handle.point.borrow();
+            let GroupPoint { id, state, .. } = point.as_ref()?;
+            (id.clone(), Arc::clone(state.as_ref()?))
+        };
+        let mut lane = self.replay.take()?;
+        let workers = lane.options.child_workers;
+        let minimum = lane.options.minimum_fidelity;
+        let usable = lane
+            .registry
+            .get(&point_id)
+            .filter(|point| point.lifecycle == Lifecycle::Ready)
+            .cloned();
+        let Some(point) = usable.filter(|_| workers > 0) else {
+            self.replay = Some(lane);
+            return None;
+        };
+        let mut results = Vec::with_capacity(items.len());
+        for chunk in items.chunks(MAX_CHILDREN_PER_FORK) {
+            let tasks: Vec<ChildTask> = chunk
+                .iter()
+                .map(|item| {
+                    let id = item_id(item).unwrap_or("child").to_string();
+                    ChildTask {
+                        child_id: id.clone(),
+                        target_branch_id: id,
+                        minimum_fidelity: minimum,
+                        item: item.clone(),
+                        intent: intent_of(item),
+                    }
+                })
+                .collect();
+            let mut forker = WasmChildForker {
+                parent: self,
+                state: Arc::clone(&state),
+                ctx: ctx.clone(),
+                fork_at: (
+                    point.cursor.trace_id.clone(),
+                    point.created_event_id.clone(),
+                    point.cursor.next_sequence + 1,
+                ),
+            };
+            let outcome =
+                lane.registry
+                    .run_child_group_from(&mut forker, &point_id, tasks, workers, true);
+            let next = point.cursor.next_sequence + 1;
+            match outcome {
+                Ok(outcomes) => {
+                    results.extend(
+                        outcomes
+                            .into_iter()
+                            .map(|outcome| child_result(outcome, &point, next)),
+                    );
+                }
+                Err(error) => {
+                    let failure = adapter_error_of(&error);
+                    for item in chunk {
+                        let mut block = Map::new();
+                        block.insert("replay_point_id".into(), Value::from(point_id.clone()));
+                        block.insert("fidelity".into(), Value::from(point.fidelity.as_str()));
+                        block.insert("isolated".into(), Value::Bool(true));
+                        block.insert(
+                            "child_id".into(),
+                            item.get("item_id").cloned().unwrap_or(Value::Null),
+                        );
+                        block.insert("error".into(), error_block(&error));
+                        let mut fields = Record::new();
+                        fields.insert("replay".into(), Value::Object(block));
+                        let mut failure = failure.clone();
+                        failure.record_fields = Some(Box::new(fields));
+                        results.push((Err(failure), 0.0));
+                    }
+                }
+            }
+        }
+        self.replay = Some(lane);
+        Some(results)
+    }
+}
+
+/// One child's outcome as an item result with its `replay` block.
+fn child_result(
+    outcome: ChildOutcome,
+    point: &crate::replay::ReplayPoint,
+    first_sequence: u64,
+) -> (Result<Record, AdapterError>, f64) {
+    let (restore, child_id, mut extra) = match &outcome {
+        ChildOutcome::Succeeded(result) => {
+            let mut extra = Map::new();
+            extra.insert("parallel".into(), Value::Bool(result.parallel));
+            extra.insert(
+                "intent_assessment".into(),
+                result
+                    .intent_assessment
+                    .as_ref()
+                    .map_or(Value::Null, RiskAssessment::to_record),
+            );
+            extra.insert(
+                "outcome_assessment".into(),
+                result
+                    .outcome_assessment
+                    .as_ref()
+                    .map_or(Value::Null, RiskAssessment::to_record),
+            );
+            (&result.restore, &result.child_id, extra)
+        }
+        ChildOutcome::Failed(failure) => {
+            let mut extra = Map::new();
+            extra.insert("parallel".into(), Value::Bool(failure.parallel));
+            extra.insert("stage".into(), Value::from(failure.stage.as_str()));
+            extra.insert("error_type".into(), Value::from(failure.error_type.clone()));
+            extra.insert(
+                "risk_assessment".into(),
+                failure
+                    .risk_assessment
+                    .as_ref()
+                    .map_or(Value::Null, RiskAssessment::to_record),
+            );
+            (&failure.restore, &failure.child_id, extra)
+        }
+    };
+    let mut block = restore.to_record();
+    block.append(&mut extra);
+    block.insert("fidelity".into(), Value::from(point.fidelity.as_str()));
+    block.insert("isolated".into(), Value::Bool(true));
+    block.insert("child_id".into(), Value::from(child_id.clone()));
+    block.insert(
+        "trace_id".into(),
+        Value::from(point.cursor.trace_id.clone()),
+    );
+    block.insert("branch_id".into(), Value::from(child_id.clone()));
+    block.insert("first_sequence".into(), Value::from(first_sequence));
+    let minutes = restore.replay_wall_minutes;
+    match outcome {
+        ChildOutcome::Succeeded(result) => {
+            let mut record = result.outcome;
+            let end = result.trace_end.unwrap_or(first_sequence);
+            block.insert("end_sequence".into(), Value::from(end));
+            record.insert("replay".into(), Value::Object(block));
+            (Ok(record), minutes)
+        }
+        ChildOutcome::Failed(failure) => {
+            let end = failure.trace_end.unwrap_or(first_sequence);
+            block.insert("end_sequence".into(), Value::from(end));
+            let mut error = failure.error;
+            let mut fields = Record::new();
+            fields.insert("replay".into(), Value::Object(block));
+            error.record_fields = Some(Box::new(fields));
+            (Err(error), minutes)
+        }
+    }
+}

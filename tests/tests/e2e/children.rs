@@ -1,0 +1,371 @@
+//! Isolated child sessions across the WebAssembly boundary: every variant
+//! of a seed forked from the seed's replay point into its own instance, run
+//! in parallel, screened by the adapter's risk policy; a child that traps,
+//! loops, exhausts its memory or scribbles over it touches nothing but its
+//! own record.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+use sandloop_tests::{MARKDOWN_EXPLORER, REPLAY_PROBE};
+
+/// Run the probe over one seed (with `seed_faults`) and one variant per
+/// `(spec_id, faults)`, children on two workers.
+fn children_run(
+    dir: &Path,
+    seed_faults: &[&str],
+    specs: &[(&str, &[&str])],
+    extra: &[&str],
+) -> (PathBuf, Vec<Value>) {
+    let items = write_items(
+        dir,
+        "items.jsonl",
+        &[json!({"item_id": "s", "family": "probe", "text": "seed s", "faults": seed_faults})],
+    );
+    let catalog = dir.join("catalog.json");
+    let specs: Vec<Value> = specs
+        .iter()
+        .map(|(id, faults)| json!({"spec_id": id, "seed_family": "probe", "faults": faults}))
+        .collect();
+    std::fs::write(
+        &catalog,
+        json!({"schema_version": "loopx_explore_variant_catalog_v0", "specs": specs}).to_string(),
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let mut args = vec![
+        "run",
+        "--adapter",
+        REPLAY_PROBE,
+        "--items",
+        s(&items),
+        "--variants",
+        s(&catalog),
+        "--out",
+        s(&out),
+        "--call-timeout",
+        "2",
+        "--max-memory",
+        "64",
+    ];
+    if !extra.contains(&"--child-workers") {
+        args.extend_from_slice(&["--child-workers", "2"]);
+    }
+    args.extend_from_slice(extra);
+    let output = run(&args);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let records = records(&out);
+    (out, records)
+}
+
+fn variant<'a>(records: &'a [Value], spec: &str) -> &'a Value {
+    find(records, &format!("s~{spec}"), "episode_suffix")
+}
+
+fn summary_replay(out: &Path) -> Value {
+    json_file(&out.join("summary.json"))["replay"].clone()
+}
+
+#[test]
+fn hostile_children_cost_their_siblings_and_the_parent_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs: &[(&str, &[&str])] = &[
+        ("ok-1", &[]),
+        ("traps", &["child_traps"]),
+        ("loops", &["child_loops"]),
+        ("bomb", &["child_memory_bomb"]),
+        ("scribbles", &["child_scribbles"]),
+        ("fails", &["child_fails"]),
+        ("ok-2", &[]),
+    ];
+    let (out, records) = children_run(dir.path(), &[], specs, &[]);
+
+    let honest = |id: &str, record: &Value| {
+        assert!(record.get("adapter_error").is_none(), "{id}: {record}");
+        assert_eq!(record["via"], "child", "{id}");
+        assert_eq!(
+            record["counter_before"], 0,
+            "{id}: a fresh fork of the point"
+        );
+        let replay = &record["replay"];
+        assert_eq!(replay["isolated"], true, "{id}");
+        assert_eq!(replay["parallel"], true, "{id}");
+        assert_eq!(replay["achieved_fidelity"], "exact", "{id}");
+        assert_eq!(replay["promotion_eligible"], true, "{id}");
+        assert_eq!(replay["child_id"], record["item_id"], "{id}");
+        assert_eq!(
+            replay["branch_id"], record["item_id"],
+            "{id}: its own trace branch"
+        );
+        assert!(
+            replay["end_sequence"].as_u64() > replay["first_sequence"].as_u64(),
+            "{id}"
+        );
+    };
+    honest("s", find(&records, "s", "episode_suffix"));
+    honest("ok-1", variant(&records, "ok-1"));
+    honest("ok-2", variant(&records, "ok-2"));
+    let scribbled = variant(&records, "scribbles");
+    honest("scribbles", scribbled);
+    assert_eq!(
+        scribbled["scribbled_bytes"],
+        8 << 20,
+        "the scribble happened, in its own memory"
+    );
+
+    for (spec, error_type) in [
+        ("traps", "trap"),
+        ("loops", "deadline"),
+        ("bomb", "memory_limit"),
+        ("fails", "adapter_error"),
+    ] {
+        let record = variant(&records, spec);
+        assert_eq!(
+            record["adapter_error"]["type"], error_type,
+            "{spec}: {record}"
+        );
+        assert_eq!(record["replay"]["stage"], "suffix", "{spec}");
+        assert_eq!(record["replay"]["isolated"], true, "{spec}");
+        assert_eq!(
+            record["replay"]["equivalent"], true,
+            "{spec}: it forked fine"
+        );
+    }
+
+    // The parent's state is what was captured, after all of it.
+    let points = jsonl(&out.join("replay-points.jsonl"));
+    assert_eq!(points.len(), 1);
+    assert_eq!(points[0]["lifecycle"], "released");
+    assert_eq!(points[0]["quarantined"], false);
+    let traces = jsonl(&out.join("traces").join("epoch-0001.jsonl"));
+    let released = traces
+        .iter()
+        .find(|e| e["public_payload"]["stage"] == "group_released")
+        .expect("the probe traces its release");
+    assert_eq!(
+        released["public_payload"]["state_digest"], points[0]["captured_projection_digest"],
+        "the parent's digest is unchanged"
+    );
+    // Each child appended to its own branch, forked after the capture event.
+    for record in records
+        .iter()
+        .filter(|r| r["record_kind"] == "episode_suffix")
+    {
+        let branch = record["item_id"].as_str().unwrap();
+        let events: Vec<&Value> = traces.iter().filter(|e| e["branch_id"] == branch).collect();
+        assert!(!events.is_empty(), "{branch} traced");
+        assert_eq!(
+            events[0]["parent_event_id"], points[0]["created_event_id"],
+            "{branch}"
+        );
+    }
+
+    let replay = summary_replay(&out);
+    assert_eq!(replay["child_group_attempt_count"], 1);
+    assert_eq!(replay["child_group_settled_count"], 1);
+    assert_eq!(replay["child_parallel_group_count"], 1);
+    assert_eq!(replay["child_session_fork_success_count"], 8);
+    assert_eq!(replay["child_session_release_success_count"], 8);
+    assert_eq!(replay["child_candidate_success_count"], 4);
+    assert_eq!(replay["child_candidate_failure_count"], 4);
+    assert_eq!(replay["replay_point_quarantine_count"], 0);
+}
+
+#[test]
+fn the_risk_policy_screens_intents_and_outcomes() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs: &[(&str, &[&str])] = &[("ok", &[]), ("denied", &["intent_denied"])];
+    let (out, records) = children_run(dir.path(), &[], specs, &[]);
+    let denied = variant(&records, "denied");
+    assert_eq!(
+        denied["adapter_error"]["type"], "replay_risk_denied",
+        "{denied}"
+    );
+    assert_eq!(denied["replay"]["stage"], "intent");
+    assert_eq!(denied["replay"]["risk_assessment"]["disposition"], "deny");
+    assert_eq!(
+        denied["replay"]["risk_assessment"]["policy_id"],
+        "probe-policy"
+    );
+    assert!(
+        denied.get("via").is_none(),
+        "a denied intent never reached run-replay-child"
+    );
+    let ok = variant(&records, "ok");
+    assert_eq!(ok["replay"]["intent_assessment"]["disposition"], "allow");
+    assert_eq!(ok["replay"]["outcome_assessment"]["disposition"], "allow");
+    let replay = summary_replay(&out);
+    assert_eq!(replay["child_intent_denied_count"], 1);
+    assert_eq!(replay["child_intent_allowed_count"], 2);
+
+    // A denied outcome quarantines the point and fails the group.
+    let dir = tempfile::tempdir().unwrap();
+    let specs: &[(&str, &[&str])] = &[("ok", &[]), ("harmful", &["outcome_denied"])];
+    let (out, records) = children_run(dir.path(), &[], specs, &[]);
+    for record in records
+        .iter()
+        .filter(|r| r["record_kind"] == "episode_suffix")
+    {
+        assert_eq!(
+            record["adapter_error"]["type"], "replay_risk_denied",
+            "{record}"
+        );
+        assert_eq!(record["replay"]["error"]["quarantined"], true);
+    }
+    let points = jsonl(&out.join("replay-points.jsonl"));
+    assert_eq!(points[0]["quarantined"], true);
+    assert_eq!(summary_replay(&out)["replay_point_quarantine_count"], 1);
+}
+
+#[test]
+fn fork_failures_fail_the_group_and_serial_leases_downgrade_it() {
+    for (faults, error_type, quarantined) in [
+        (&["fork_fails"][..], "adapter_error", false),
+        (&["fork_traps"][..], "trap", false),
+        (&["child_validate_lies"][..], "replay_contract", false),
+        (&["child_release_fails"][..], "adapter_error", true),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let specs: &[(&str, &[&str])] = &[("ok", &[]), ("bad", faults)];
+        let (out, records) = children_run(dir.path(), &[], specs, &[]);
+        let suffixes: Vec<&Value> = records
+            .iter()
+            .filter(|r| r["record_kind"] == "episode_suffix")
+            .collect();
+        assert_eq!(suffixes.len(), 3);
+        for record in suffixes {
+            assert_eq!(
+                record["adapter_error"]["type"], error_type,
+                "{faults:?}: {record}"
+            );
+            assert_eq!(
+                record["replay"]["error"]["quarantined"], quarantined,
+                "{faults:?}"
+            );
+        }
+        assert_eq!(
+            jsonl(&out.join("replay-points.jsonl"))[0]["quarantined"],
+            quarantined,
+            "{faults:?}"
+        );
+        assert_eq!(
+            summary_replay(&out)["child_group_failure_count"],
+            1,
+            "{faults:?}"
+        );
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let specs: &[(&str, &[&str])] = &[("ok", &[]), ("serial", &["child_serial_only"])];
+    let (out, records) = children_run(dir.path(), &[], specs, &[]);
+    for record in records
+        .iter()
+        .filter(|r| r["record_kind"] == "episode_suffix")
+    {
+        assert!(record.get("adapter_error").is_none(), "{record}");
+        assert_eq!(
+            record["replay"]["parallel"], false,
+            "one serial-only lease makes the group serial"
+        );
+    }
+    assert_eq!(
+        summary_replay(&out)["child_parallel_downgrade_group_count"],
+        1
+    );
+
+    // Without child workers, each suffix runs from the point in the parent.
+    let dir = tempfile::tempdir().unwrap();
+    let (_, records) = children_run(dir.path(), &[], &[("ok", &[])], &["--child-workers", "0"]);
+    let ok = variant(&records, "ok");
+    assert_eq!(ok["via"], "replay");
+    assert!(ok["replay"].get("isolated").is_none());
+}
+
+#[test]
+fn markdown_explorer_runs_variants_as_children_and_denies_oversized_edits() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir(&docs).unwrap();
+    for entry in
+        std::fs::read_dir(workspace_file("examples/markdown-explorer/sample-docs")).unwrap()
+    {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), docs.join(entry.file_name())).unwrap();
+        }
+    }
+    std::fs::write(
+        docs.join("LICENSE.md"),
+        "# License\n\nPermission is granted.\n",
+    )
+    .unwrap();
+    let catalog = workspace_file("examples/markdown-explorer/catalog.json");
+    let out = dir.path().join("out");
+    let grant = format!("{}::/docs:ro", s(&docs));
+    let output = run(&[
+        "run",
+        "--adapter",
+        MARKDOWN_EXPLORER,
+        "--dir",
+        &grant,
+        "--variants",
+        s(&catalog),
+        "--child-workers",
+        "2",
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let records = records(&out);
+    let variants: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["record_kind"] == "episode_suffix" && r["is_variant"] == true)
+        .collect();
+    assert!(variants.len() >= 4);
+    let denied: Vec<&&Value> = variants
+        .iter()
+        .filter(|r| r.get("adapter_error").is_some())
+        .collect();
+    assert_eq!(denied.len(), 1, "only the oversized edit is denied");
+    assert_eq!(denied[0]["variant_spec_id"], "license-duplicate-eight");
+    assert_eq!(denied[0]["adapter_error"]["type"], "replay_risk_denied");
+    assert_eq!(
+        denied[0]["replay"]["risk_assessment"]["policy_id"],
+        "edit-size-budget"
+    );
+    for record in variants.iter().filter(|r| r.get("adapter_error").is_none()) {
+        assert_eq!(record["replay"]["isolated"], true, "{record}");
+        assert_eq!(record["replay"]["achieved_fidelity"], "exact");
+        assert_eq!(
+            record["replay"]["outcome_assessment"]["policy_id"],
+            "document-growth"
+        );
+    }
+    assert!(!records.iter().any(has_absolute_path));
+
+    // A child's item replays later from the durable point its parent held.
+    let child = variants
+        .iter()
+        .find(|r| r.get("adapter_error").is_none())
+        .unwrap();
+    let output = run(&[
+        "replay",
+        "--run",
+        s(&out),
+        "--item",
+        child["item_id"].as_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(
+        report["replay_point"]["replay_point_id"],
+        child["replay"]["replay_point_id"]
+    );
+    assert_eq!(
+        report["outcome"]["record"]["observation_keys"],
+        child["observation_keys"]
+    );
+}
