@@ -20,7 +20,8 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Show a component's sha256, size, exports, imports and protocols.
     Inspect(InspectArgs),
-    /// Run one item of a finished run again from its nearest replay point.
+    /// Run one item of a finished run again from its nearest replay point
+    /// (exit 0: the item succeeded; 1: it failed again; 2: bad input).
     Replay(ReplayArgs),
     /// Rank trace positions where new replay points would save the most replay time.
     Plan(PlanArgs),
@@ -38,7 +39,9 @@ pub struct ReplayArgs {
     /// First trace sequence the replay must redo; default: where the item's suffix began.
     #[arg(long, value_name = "N")]
     pub from_sequence: Option<u64>,
-    /// Fidelity the result needs to be promotion eligible.
+    /// Fidelity the result needs to be promotion eligible: exact,
+    /// semantic_equivalent or best_effort. Points meeting it are chosen
+    /// first; else the nearest weaker one (an observed-only replay).
     #[arg(long, value_name = "FIDELITY", default_value = "semantic_equivalent")]
     pub min_fidelity: String,
     /// The component; default: the one the run used (its sha256 must match).
@@ -50,13 +53,17 @@ pub struct ReplayArgs {
     /// Directory for compiled components (default: the user cache dir).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Compile the component in memory only.
+    #[arg(long)]
+    pub no_cache: bool,
 }
 
-/// Options of `sandloop plan`.
+/// Options of `sandloop plan`: a run directory, or explicit JSON inputs.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["run", "trace"])))]
 pub struct PlanArgs {
     /// A run directory: trace, candidates and failure observations come from it.
-    #[arg(long = "run", value_name = "DIR", required_unless_present = "trace")]
+    #[arg(long = "run", value_name = "DIR")]
     pub run: Option<PathBuf>,
     /// Trace events (JSONL, one branch) instead of a run directory.
     #[arg(long, value_name = "FILE.jsonl", requires_all = ["candidates", "observations"], conflicts_with = "run")]

@@ -8,7 +8,6 @@ use serde_json::{Map, Value, json};
 
 use super::args::PlanArgs;
 use super::{CliError, say};
-use crate::replay::Fidelity;
 use crate::replay::evidence::run_evidence;
 use crate::replay::planner::{
     AdaptiveReplayPointProposal, FailureReplayObservation, ReplayPositionCost, TraceBoundaries,
@@ -106,9 +105,7 @@ fn keep_best(mut ranked: Vec<Ranked>, k: usize) -> Vec<Ranked> {
 }
 
 fn from_run(run: &Path, args: &PlanArgs) -> Result<(Vec<Ranked>, Value), CliError> {
-    let minimum: Fidelity = args
-        .min_fidelity
-        .parse()
+    let minimum = crate::replay::fidelity::parse_minimum(&args.min_fidelity)
         .map_err(|error| input(format!("--min-fidelity: {error}")))?;
     if !run.is_dir() {
         return Err(input(format!("{} is not a directory", run.display())));

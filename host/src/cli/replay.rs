@@ -65,6 +65,11 @@ fn find_record(run: &Path, item_id: &str) -> Result<ItemPosition, CliError> {
             found = Some(record);
         }
     }
+    if item_id.ends_with(":shared-prefix") {
+        return Err(input(format!(
+            "{item_id:?} is a shared-prefix record; a replay point starts after the prefix, so replay one of the group's items instead"
+        )));
+    }
     let record = found.ok_or_else(|| {
         input(format!(
             "{} has no record of item {item_id:?}; give the item_id of a seed or variant the run executed",
@@ -156,6 +161,7 @@ fn sandbox_args(
     options: &Map<String, Value>,
     cwd: Option<&Path>,
     cache_dir: Option<PathBuf>,
+    no_cache: bool,
 ) -> SandboxArgs {
     let strings = |key: &str| -> Vec<String> {
         options[key]
@@ -183,32 +189,35 @@ fn sandbox_args(
         env: strings("env"),
         max_output: options["max_output_bytes"].as_u64().unwrap_or(8 << 20) as usize,
         cache_dir,
-        no_cache: false,
+        no_cache,
     }
 }
 
 /// Run `sandloop replay` (exit 0: the suffix succeeded; 1: the restore or
 /// the suffix failed, the result is still written; 2: bad input).
 pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
-    let minimum: Fidelity = args
-        .min_fidelity
-        .parse()
+    let minimum = crate::replay::fidelity::parse_minimum(&args.min_fidelity)
         .map_err(|error| input(format!("--min-fidelity: {error}")))?;
     let run = &args.run;
     if !run.is_dir() {
         return Err(input(format!("{} is not a directory", run.display())));
     }
+    // Held for the whole replay: no run writes the directory meanwhile, and
+    // two replays of one run never interleave.
+    let _lock = lock_for_replay(run)?;
+
     let RunManifest {
         options,
         cwd: run_cwd,
         sha256: run_sha256,
     } = manifest_options(run)?;
-    let points = load_points(run).map_err(|error| input(error.to_string()))?;
+    let all_points = load_points(run).map_err(|error| input(error.to_string()))?;
     let mut position = find_record(run, &args.item)?;
 
     // Points a later process can restore: durable and not quarantined.
-    let durable: Vec<PointLine> = points
-        .into_iter()
+    let durable: Vec<PointLine> = all_points
+        .iter()
+        .cloned()
         .filter(|line| {
             line.durable_state.is_some()
                 && !line.quarantined
@@ -246,19 +255,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         first_affected,
         minimum,
     )
-    .ok_or_else(|| {
-        input(format!(
-            "no durable replay point of trace {:?} (branch {:?}) lies at or before sequence {}; \
-             the adapter must export its state (export-replay-state) for points to outlive the run",
-            position.trace_id,
-            position.branch_id,
-            if first_affected == u64::MAX {
-                "end".to_string()
-            } else {
-                first_affected.to_string()
-            }
-        ))
-    })?;
+    .ok_or_else(|| input(no_point_reason(&all_points, &position, first_affected)))?;
     let line = durable
         .iter()
         .find(|line| line.point.replay_point_id == chosen.replay_point_id)
@@ -289,9 +286,19 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
             run_cwd.as_deref(),
         ),
     };
-    let sandbox = sandbox_args(&options, run_cwd.as_deref(), args.cache_dir.clone());
+    let sandbox = sandbox_args(
+        &options,
+        run_cwd.as_deref(),
+        args.cache_dir.clone(),
+        args.no_cache,
+    );
     let (engine, config) = open_sandbox(sandbox_config(&sandbox, 2)?)?;
-    let loaded = Arc::new(load(&adapter_path, engine, config)?);
+    let loaded = Arc::new(load(&adapter_path, engine, config).map_err(|error| match error {
+        crate::sandbox::LoadError::Read { .. } if args.adapter.is_none() => input(format!(
+            "{error}; the run's component moved? give it with --adapter (its sha256 must match the run's)"
+        )),
+        other => other.into(),
+    })?);
     if loaded.info.sha256 != run_sha256 {
         return Err(input(format!(
             "{} is not the component this run used (sha256 {}…, the run's is {}…)",
@@ -307,8 +314,15 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         )));
     }
 
+    // Everything is checked; the result must have somewhere to go.
+    let replays_path = run.join(REPLAYS_FILE);
+    let mut replays = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&replays_path)
+        .map_err(|error| input(format!("cannot write {}: {error}", replays_path.display())))?;
     let started = Instant::now();
-    let replay_number = count_lines(&run.join(REPLAYS_FILE)) + 1;
+    let replay_number = count_lines(&replays_path) + 1;
     let target_branch = format!("replay-{replay_number}:{}", args.item);
     let metrics = Arc::new(ReplayMetricLedger::new());
     let mut registry = ReplayPointRegistry::new(MemoryAgentStateStore::new(), Arc::clone(&metrics));
@@ -339,7 +353,9 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         registry.run_from(
             &mut adapter,
             &point.replay_point_id,
-            &target_branch,
+            // The restore's target is the item, as in the run; the replayed
+            // events go to their own `replay-N:ITEM` branch.
+            &args.item,
             minimum,
             |adapter, binding, _| adapter.run_replay_suffix(binding, &item, &ctx, &mut trace),
         )
@@ -379,7 +395,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         "replay_wall_minutes": started.elapsed().as_secs_f64() / 60.0,
         "metrics": metrics.snapshot(),
     });
-    append_line(&run.join(REPLAYS_FILE), &report)?;
+    append_line(&mut replays, &replays_path, &report)?;
     if args.json {
         say(&serde_json::to_string_pretty(&report).expect("a JSON value serialises"));
     } else {
@@ -400,15 +416,92 @@ fn count_lines(path: &Path) -> usize {
         .unwrap_or(0)
 }
 
-fn append_line(path: &Path, value: &Value) -> Result<(), CliError> {
-    let mut text = serde_json::to_vec(value).expect("a JSON value serialises");
+/// Append `value` as one line, starting a new line first if the file ends
+/// in a partial one (a crash mid-write must not swallow this record).
+fn append_line(file: &mut std::fs::File, path: &Path, value: &Value) -> Result<(), CliError> {
+    let partial = std::fs::read(path)
+        .map(|bytes| bytes.last().is_some_and(|last| *last != b'\n'))
+        .unwrap_or(false);
+    let mut text = Vec::new();
+    if partial {
+        text.push(b'\n');
+    }
+    text.extend(serde_json::to_vec(value).expect("a JSON value serialises"));
     text.push(b'\n');
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .and_then(|mut file| file.write_all(&text))
+    file.write_all(&text)
         .map_err(|error| CliError::Failed(format!("cannot write {}: {error}", path.display())))
+}
+
+/// Lock the run directory as `sandloop run` does; refuse (exit 2) while a
+/// run or another replay holds it.
+fn lock_for_replay(run: &Path) -> Result<std::fs::File, CliError> {
+    let path = run.join(".sandloop.lock");
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|error| input(format!("cannot open {}: {error}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(input(format!(
+            "{} is in use by a sandloop run or another replay; replay once it has finished",
+            run.display()
+        ))),
+        Err(std::fs::TryLockError::Error(error)) => Err(CliError::Failed(format!(
+            "cannot lock {}: {error}",
+            path.display()
+        ))),
+    }
+}
+
+/// Why no durable point qualifies, naming what was found.
+fn no_point_reason(points: &[PointLine], position: &ItemPosition, first: u64) -> String {
+    let on_trace: Vec<&PointLine> = points
+        .iter()
+        .filter(|line| line.point.cursor.trace_id == position.trace_id)
+        .collect();
+    let at = if first == u64::MAX {
+        "its end".to_string()
+    } else {
+        format!("sequence {first}")
+    };
+    if on_trace.is_empty() {
+        return format!(
+            "no replay point was captured on trace {:?} (the prefix capture failed or was not attempted; see the prefix record's replay_capture_error)",
+            position.trace_id
+        );
+    }
+    let reasons: Vec<String> = on_trace
+        .iter()
+        .map(|line| {
+            let point = &line.point;
+            let why = if line.durable_state.is_none() {
+                match &line.durable_error {
+                    Some(error) => format!("its state was not saved ({error})"),
+                    None if point.fidelity == Fidelity::NonReplayable => {
+                        "it is a non_replayable marker".to_string()
+                    }
+                    None => "the adapter did not export its state".to_string(),
+                }
+            } else if line.quarantined || point.lifecycle == Lifecycle::Failed {
+                "it was quarantined during the run".to_string()
+            } else if point.cursor.next_sequence > first {
+                format!(
+                    "it sits at sequence {}, after {at}",
+                    point.cursor.next_sequence
+                )
+            } else {
+                format!("it is on branch {:?}", point.cursor.branch_id)
+            };
+            format!("{} ({why})", point.replay_point_id)
+        })
+        .collect();
+    format!(
+        "no durable replay point of trace {:?} lies at or before {at}: {}",
+        position.trace_id,
+        reasons.join("; ")
+    )
 }
 
 fn print_report(
@@ -454,7 +547,8 @@ fn print_report(
                 .and_then(Value::as_array)
                 .map_or(0, Vec::len);
             say(&format!(
-                "  outcome    succeeded: {keys} observation keys, accepted {}",
+                "  outcome    succeeded: {keys} observation {}, accepted {}",
+                if keys == 1 { "key" } else { "keys" },
                 record.get("accepted").unwrap_or(&Value::Null)
             ));
         }
@@ -485,7 +579,7 @@ fn print_report(
         Some(kind) => format!("failed ({kind})"),
         None => "succeeded".to_string(),
     };
-    say(&format!("  in the run {was}"));
+    say(&format!("  run        the item {was} in the run"));
     say(&format!(
         "  written    {}",
         args.run.join(REPLAYS_FILE).display()

@@ -20,8 +20,8 @@ use crate::harness::queue::branch_id;
 use crate::harness::{
     ArmConfig, ArmError, ArmSummary, RunDir, VariantCatalog, load_arm_checkpoint, runtime_signature,
 };
-use crate::replay::durable::{POINTS_FILE, ReplayStore, STATES_DIR};
-use crate::replay::{Fidelity, ReplayMetricLedger};
+use crate::replay::ReplayMetricLedger;
+use crate::replay::durable::{POINTS_FILE, ReplayStore, STATES_DIR, cut_back_points};
 use crate::sandbox::{
     CallLog, CallObserver, DirGrant, ReplayOptions, SandboxConfig, WasmAdapter, load,
 };
@@ -124,9 +124,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             "--budget-minutes must be a positive number".into(),
         ));
     }
-    let replay_minimum: Fidelity = args
-        .replay_min_fidelity
-        .parse()
+    let replay_minimum = crate::replay::fidelity::parse_minimum(&args.replay_min_fidelity)
         .map_err(|error| CliError::Input(format!("--replay-min-fidelity: {error}")))?;
     check_out_dir(&args.out, args.resume)?;
 
@@ -169,11 +167,13 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
 
     let mut arm = arm_config(&args, &loaded.info.sha256);
     let checkpoint = args.out.join("checkpoint.json");
+    let mut resumed_at: Option<u32> = None;
     if args.resume && checkpoint.is_file() {
         // Refuse an incompatible resume before anything is written.
         let signature = runtime_signature(&arm, protocols, catalog.is_some());
         let state = load_arm_checkpoint(&checkpoint, &signature)
             .map_err(|error| CliError::Input(error.to_string()))?;
+        resumed_at = Some(state.next_epoch);
         for (name, covered) in [
             ("records.jsonl", state.records_jsonl_bytes),
             ("epochs.jsonl", state.epochs_jsonl_bytes),
@@ -203,6 +203,11 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         // The run never finished an epoch: nothing is kept, so it starts over.
         clear_unfinished_run(&args.out)?;
         arm.resume = false;
+    }
+    if let Some(next_epoch) = resumed_at {
+        // Points of the epochs that run again are captured again.
+        cut_back_points(&args.out, next_epoch)
+            .map_err(|error| CliError::Failed(format!("cannot cut back {POINTS_FILE}: {error}")))?;
     }
     let _ = std::fs::remove_file(args.out.join(FAILURE_FILE));
     write_manifest(&args, &loaded.info)?;
@@ -310,7 +315,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             started.elapsed().as_secs_f64(),
         );
         if let Some(options) = &replay {
-            print_replay_summary(&options.metrics);
+            print_replay_summary(&options.metrics, args.resume);
         }
     }
     Ok(())
@@ -329,21 +334,24 @@ fn add_replay_summary(out: &Path, metrics: &ReplayMetricLedger) -> Result<(), Cl
     crate::harness::atomic::write_json_atomic(&path, &summary).map_err(|e| failed(e.to_string()))
 }
 
-fn print_replay_summary(metrics: &ReplayMetricLedger) {
+fn print_replay_summary(metrics: &ReplayMetricLedger, resumed: bool) {
     let snapshot = metrics.snapshot();
     let n = |field: &str| snapshot.get(field).and_then(Value::as_u64).unwrap_or(0);
     let minutes = |field: &str| snapshot.get(field).and_then(Value::as_f64).unwrap_or(0.0);
     say(&format!(
         "  replay     {} captured ({} failed), {} replayed ({} verified equivalent, {} failed), \
-         {} quarantined; capture {:.4} min, restore {:.4} min",
+         {} children ({} failed), {} quarantined; capture {:.4} min, restore {:.4} min{}",
         count(n("capture_success_count"), "point", "points"),
         n("capture_failure_count"),
         count(n("replay_attempt_count"), "suffix", "suffixes"),
         n("equivalence_verified_count"),
         n("replay_failure_count"),
+        n("child_session_fork_attempt_count"),
+        n("child_candidate_failure_count"),
         n("replay_point_quarantine_count"),
         minutes("capture_minutes"),
         minutes("restore_minutes"),
+        if resumed { " (this invocation)" } else { "" },
     ));
 }
 

@@ -37,6 +37,8 @@ pub struct DurableState {
     pub size_bytes: u64,
     /// The group's items, relative path `replay-points/<id>.items.json`.
     pub items_file: String,
+    /// sha256 of the items file, lowercase hex.
+    pub items_sha256: String,
 }
 
 /// One line of `replay-points.jsonl`: the point's public record
@@ -171,6 +173,7 @@ impl ReplayStore {
             sha256: sha256_hex(state),
             size_bytes: state.len() as u64,
             items_file,
+            items_sha256: sha256_hex(&items_json),
         })
     }
 
@@ -242,6 +245,64 @@ pub enum DurableError {
     },
 }
 
+/// Whether `name` is `replay-points/FILE` with a plain file name (no other
+/// directory, no `..`, not absolute): the only files a point may name.
+fn is_state_file_name(name: &str) -> bool {
+    match name
+        .strip_prefix(STATES_DIR)
+        .and_then(|rest| rest.strip_prefix('/'))
+    {
+        Some(file) => {
+            !file.is_empty() && !file.contains(['/', '\\']) && file != "." && file != ".."
+        }
+        None => false,
+    }
+}
+
+/// On resume: drop the points of epochs at or after `next_epoch` (the
+/// epochs the checkpoint does not cover, which run again) and their state
+/// files, so every point appears once. Returns how many were dropped.
+pub fn cut_back_points(root: &Path, next_epoch: u32) -> io::Result<usize> {
+    let path = root.join(POINTS_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(error) => return Err(error),
+    };
+    let mut kept = String::with_capacity(text.len());
+    let mut dropped = 0;
+    for line in text.lines() {
+        let record: Option<Map<String, Value>> = serde_json::from_str(line).ok();
+        let epoch = record
+            .as_ref()
+            .and_then(|r| r.get("epoch"))
+            .and_then(Value::as_u64);
+        match epoch {
+            Some(epoch) if epoch < u64::from(next_epoch) => {
+                kept.push_str(line);
+                kept.push('\n');
+            }
+            _ => {
+                dropped += 1;
+                if let Some(id) = record
+                    .as_ref()
+                    .and_then(|r| r.get("replay_point_id"))
+                    .and_then(Value::as_str)
+                    .filter(|id| !id.contains(['/', '\\']) && !id.starts_with('.'))
+                {
+                    let dir = root.join(STATES_DIR);
+                    let _ = std::fs::remove_file(dir.join(format!("{id}.bin")));
+                    let _ = std::fs::remove_file(dir.join(format!("{id}.items.json")));
+                }
+            }
+        }
+    }
+    if dropped > 0 {
+        write_file(&path, kept.as_bytes())?;
+    }
+    Ok(dropped)
+}
+
 /// Every point of the run at `root`, the last line of each id winning, in
 /// first-seen order.
 pub fn load_points(root: &Path) -> Result<Vec<PointLine>, DurableError> {
@@ -295,6 +356,14 @@ pub fn read_durable_state(
     root: &Path,
     durable: &DurableState,
 ) -> Result<(Vec<u8>, Vec<Item>), DurableError> {
+    for name in [&durable.file, &durable.items_file] {
+        if !is_state_file_name(name) {
+            return Err(DurableError::Tampered {
+                path: root.join(POINTS_FILE).display().to_string(),
+                what: format!("it names {name:?}, which is not a file under {STATES_DIR}/"),
+            });
+        }
+    }
     let path = root.join(&durable.file);
     let shown = path.display().to_string();
     let bytes = std::fs::read(&path).map_err(|source| DurableError::Read {
@@ -320,6 +389,13 @@ pub fn read_durable_state(
         path: items_shown.clone(),
         source,
     })?;
+    let digest = sha256_hex(text.as_bytes());
+    if digest != durable.items_sha256 {
+        return Err(DurableError::Tampered {
+            path: items_shown,
+            what: format!("sha256 {digest}, recorded {}", durable.items_sha256),
+        });
+    }
     let items: Vec<Item> =
         serde_json::from_str(&text).map_err(|error| DurableError::Malformed {
             path: items_shown,
@@ -389,6 +465,17 @@ mod tests {
         let (bytes, items) = read_durable_state(dir.path(), &durable).unwrap();
         assert_eq!(bytes, b"state");
         assert_eq!(items[0]["item_id"], "s");
+        let items_path = dir.path().join(&durable.items_file);
+        let items_text = std::fs::read_to_string(&items_path).unwrap();
+        std::fs::write(&items_path, items_text.replace("\"s\"", "\"t\"")).unwrap();
+        let error = read_durable_state(dir.path(), &durable)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("items.json was changed after the run wrote it"),
+            "{error}"
+        );
+        std::fs::write(&items_path, items_text).unwrap();
         std::fs::write(dir.path().join(&durable.file), b"stale").unwrap();
         let error = read_durable_state(dir.path(), &durable)
             .unwrap_err()
@@ -397,6 +484,42 @@ mod tests {
             error.contains("was changed after the run wrote it (sha256"),
             "{error}"
         );
+        for outside in [
+            "/etc/hostname",
+            "replay-points/../../x.bin",
+            "records.jsonl",
+            "replay-points/",
+        ] {
+            let mut escaped = durable.clone();
+            escaped.file = outside.into();
+            let error = read_durable_state(dir.path(), &escaped)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("which is not a file under replay-points/"),
+                "{outside}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn resume_drops_the_points_of_epochs_that_run_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ReplayStore::new(dir.path());
+        for (id, epoch) in [("rp-a", 1), ("rp-b", 2), ("rp-c", 3)] {
+            let mut point = line(id, Lifecycle::Released);
+            point.epoch = epoch;
+            point.durable_state = Some(store.write_state(id, b"x", &[]).unwrap());
+            store.append_point(&point);
+        }
+        assert_eq!(cut_back_points(dir.path(), 2).unwrap(), 2);
+        let points = load_points(dir.path()).unwrap();
+        assert_eq!(points.len(), 1);
+        assert_eq!(points[0].point.replay_point_id, "rp-a");
+        assert!(dir.path().join("replay-points/rp-a.bin").exists());
+        assert!(!dir.path().join("replay-points/rp-b.bin").exists());
+        assert!(!dir.path().join("replay-points/rp-c.items.json").exists());
+        assert_eq!(cut_back_points(dir.path(), 2).unwrap(), 0);
     }
 
     #[test]

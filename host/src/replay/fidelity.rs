@@ -90,6 +90,20 @@ impl std::str::FromStr for Fidelity {
     }
 }
 
+/// Parse a *minimum* fidelity a caller asks for: any name but
+/// `non_replayable`, which no restore can be asked to meet (the reference
+/// refuses it for child tasks and failure observations alike).
+pub fn parse_minimum(text: &str) -> Result<Fidelity, String> {
+    match text.parse::<Fidelity>() {
+        Ok(Fidelity::NonReplayable) => Err(
+            "non_replayable cannot be a minimum; use exact, semantic_equivalent or best_effort"
+                .into(),
+        ),
+        Ok(fidelity) => Ok(fidelity),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +132,16 @@ mod tests {
         );
         let error = "perfect".parse::<Fidelity>().unwrap_err();
         assert!(error.to_string().contains("unknown fidelity \"perfect\""));
+        assert_eq!(parse_minimum("best-effort"), Ok(Fidelity::BestEffort));
+        assert!(
+            parse_minimum("non_replayable")
+                .unwrap_err()
+                .contains("cannot be a minimum")
+        );
+        assert!(
+            parse_minimum("perfect")
+                .unwrap_err()
+                .contains("unknown fidelity")
+        );
     }
 }

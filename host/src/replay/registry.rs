@@ -67,8 +67,10 @@ pub trait ReplayAdapter {
 pub enum ReplayStage {
     /// Finding the point or checking it is usable.
     Lookup,
-    /// Capturing (or adopting) a point.
+    /// Capturing a point.
     Capture,
+    /// Rebuilding a point from its durable state in another instance.
+    Import,
     /// `restore-replay-state` and the agent-state restore.
     Restore,
     /// `validate-replay-equivalence` and the contract.
@@ -87,6 +89,7 @@ impl ReplayStage {
         match self {
             ReplayStage::Lookup => "lookup",
             ReplayStage::Capture => "capture",
+            ReplayStage::Import => "import",
             ReplayStage::Restore => "restore",
             ReplayStage::Equivalence => "equivalence",
             ReplayStage::Suffix => "suffix",
@@ -593,7 +596,7 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
         recorded: &ReplayPoint,
         lease: StateLease<B>,
     ) -> Result<ReplayPoint, ReplayError> {
-        let capture = ReplayStage::Capture;
+        let capture = ReplayStage::Import;
         let mismatch = if let Err(message) = lease.check() {
             Some(message)
         } else if lease.fidelity != recorded.fidelity {

@@ -394,6 +394,7 @@ fn replay_reruns_a_failed_suffix_and_refuses_bad_input_without_writing() {
         ("suffix-fails", &["suffix_fails"]),
         ("no-export", &["export_none"]),
         ("finalize-fails", &["finalize_fails"]),
+        ("digest-mismatch", &["digest_mismatch"]),
     ];
     let (out, _, points) = probe_run(dir.path(), cases);
     let replays = out.join("replays.jsonl");
@@ -411,6 +412,29 @@ fn replay_reruns_a_failed_suffix_and_refuses_bad_input_without_writing() {
     assert_eq!(report["restore"]["equivalent"], true);
     assert_eq!(report["outcome"]["error"]["stage"], "suffix");
     assert_eq!(report["original"]["adapter_error"]["type"], "adapter_error");
+
+    // A broken contract is caught again in the new process.
+    let output = run(&[
+        "replay",
+        "--run",
+        s(&out),
+        "--item",
+        "digest-mismatch",
+        "--json",
+    ]);
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(
+        report["outcome"]["error"]["stage"], "equivalence",
+        "{report}"
+    );
+    assert!(
+        report["outcome"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("equal, non-empty state digests"),
+        "{report}"
+    );
 
     let refused = |args: &[&str], says: &str| {
         let before = std::fs::read_to_string(&replays).unwrap();
@@ -433,12 +457,42 @@ fn replay_reruns_a_failed_suffix_and_refuses_bad_input_without_writing() {
     );
     refused(
         &["replay", "--run", s(&out), "--item", "no-export"],
-        "no durable replay point",
+        "the adapter did not export its state",
     );
     refused(
         &["replay", "--run", s(&out), "--item", "finalize-fails"],
-        "no durable replay point",
+        "it was quarantined during the run",
     );
+    refused(
+        &[
+            "replay",
+            "--run",
+            s(&out),
+            "--item",
+            "honest",
+            "--min-fidelity",
+            "non_replayable",
+        ],
+        "cannot be a minimum",
+    );
+    refused(
+        &["replay", "--run", s(&out), "--item", "honest:shared-prefix"],
+        "is a shared-prefix record",
+    );
+    {
+        // A run (or another replay) holding the directory.
+        let lock = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(out.join(".sandloop.lock"))
+            .unwrap();
+        lock.try_lock().unwrap();
+        refused(
+            &["replay", "--run", s(&out), "--item", "honest"],
+            "is in use by a sandloop run",
+        );
+    }
     refused(
         &[
             "replay",

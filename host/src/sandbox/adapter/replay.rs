@@ -313,7 +313,14 @@ impl WasmAdapter {
                 resource: binding.resource,
                 generation: binding.generation,
             };
+            let max = self.max_output();
             match self.export_replay_state(&binding) {
+                Ok(Some(bytes)) if bytes.len() > max => {
+                    line.durable_error = Some(format!(
+                        "the exported state is {} bytes, over the limit of {max} (--max-output)",
+                        bytes.len()
+                    ));
+                }
                 Ok(Some(bytes)) => {
                     if let Some(store) = &lane.options.store {
                         match store.write_state(&point_id, &bytes, items) {
@@ -369,11 +376,23 @@ impl WasmAdapter {
             self.replay = Some(lane);
             return None;
         }
-        let mut trace = self.trace_for(ctx, item);
-        let first = trace.as_ref().map_or(0, TraceLog::next_sequence);
+        // The suffix runs on its own branch, forked right after the point's
+        // capture event: the group's main branch keeps only the prefix.
         let target = item_id(item).unwrap_or("suffix").to_string();
+        let Some(point) = lane.registry.get(&point_id).cloned() else {
+            self.replay = Some(lane);
+            return None;
+        };
+        let mut trace = TraceLog::fork(
+            &point.cursor.trace_id,
+            &target,
+            Some(&point.created_event_id),
+            point.cursor.next_sequence + 1,
+        )
+        .ok();
+        let first = point.cursor.next_sequence + 1;
         let minimum = lane.options.minimum_fidelity;
-        let fidelity = lane.registry.get(&point_id).map(|point| point.fidelity);
+        let fidelity = Some(point.fidelity);
         let outcome =
             lane.registry
                 .run_from(self, &point_id, &target, minimum, |adapter, binding, _| {
@@ -384,7 +403,6 @@ impl WasmAdapter {
             .as_ref()
             .map(|log| (log.trace_id().to_string(), log.branch_id().to_string()))
             .unwrap_or_default();
-        self.keep_group_trace(ctx, trace);
         self.replay = Some(lane);
         let block = |restore: Option<&ReplayRestoreResult>, error: Option<&ReplayError>| {
             let mut block = restore
@@ -608,7 +626,7 @@ pub fn adopt_durable_point(
     let lease = adapter
         .import_replay_state(state, &request)
         .map_err(|error| ReplayError {
-            stage: crate::replay::ReplayStage::Capture,
+            stage: crate::replay::ReplayStage::Import,
             cause: ReplayCause::Adapter(error),
             also: None,
             quarantined: false,
