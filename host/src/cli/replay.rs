@@ -217,12 +217,12 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     // Points a later process can restore: durable and not quarantined.
     let durable: Vec<PointLine> = all_points
         .iter()
-        .cloned()
         .filter(|line| {
             line.durable_state.is_some()
                 && !line.quarantined
                 && line.point.lifecycle != Lifecycle::Failed
         })
+        .cloned()
         .map(|mut line| {
             line.point.lifecycle = Lifecycle::Ready;
             line
