@@ -118,7 +118,7 @@ impl ReplayChildren for ReplayProbe {
             captured,
             seed_faults,
             item_faults,
-        } = decode_state(&state)?;
+        } = decode_state(state)?;
         let faults = item_faults
             .get(&request.child_id)
             .cloned()
@@ -133,8 +133,10 @@ impl ReplayChildren for ReplayProbe {
         };
         let captured_digest = digest(&captured);
         let mut state = captured;
+        let mut state_digest = captured_digest.clone();
         if faults.has(Fault::ChildValidateLies) {
             state.counter += 1; // the child really differs from the capture
+            state_digest = digest(&state);
         }
         let achieved = if faults.has(Fault::ForkStronger) {
             Fidelity::Exact
@@ -142,7 +144,7 @@ impl ReplayChildren for ReplayProbe {
             fidelity
         };
         let receipt = RestoreReceipt::new(achieved)
-            .with_digest(digest(&state))
+            .with_digest(state_digest)
             .with_prefix_reused(true);
         let concurrency = if faults.has(Fault::ChildSerialOnly) {
             ChildConcurrency::SerialOnly

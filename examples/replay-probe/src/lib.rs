@@ -46,6 +46,10 @@ pub const STATE_SCHEMA: &str = "replay-probe/state/v1";
 #[derive(Default)]
 pub struct ReplayProbe;
 
+/// Largest `pad_bytes` a seed may ask for (the host bounds exported state
+/// by `--max-output`, 8 MiB by default).
+pub const MAX_PAD_BYTES: u64 = 8 << 20;
+
 /// The prefix state a group holds and a replay point captures.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeState {
@@ -55,42 +59,188 @@ pub struct ProbeState {
     pub seed_text: String,
     /// Items run on this state so far.
     pub counter: u64,
+    /// Opaque bytes the seed's `pad_bytes` asks for (empty by default).
+    pub padding: Padding,
 }
 
 impl ProbeState {
-    fn of(seed: &Item) -> ProbeState {
-        ProbeState {
+    /// The state a prepare makes for `seed`, with the padding its
+    /// `pad_bytes` asks for. An invalid `pad_bytes` is an `invalid-item`.
+    fn of(seed: &Item) -> Result<ProbeState, Error> {
+        let pad_bytes = pad_bytes_of(seed.get("pad_bytes")).ok_or_else(|| {
+            Error::invalid_item(format!(
+                "pad_bytes must be an integer from 0 to {MAX_PAD_BYTES}"
+            ))
+        })?;
+        Ok(ProbeState {
             seed_item_id: seed.item_id().to_owned(),
             seed_text: seed.text().to_owned(),
             counter: 0,
-        }
-    }
-
-    fn to_json(&self) -> Value {
-        json!({
-            "seed_item_id": self.seed_item_id,
-            "seed_text": self.seed_text,
-            "counter": self.counter,
+            padding: Padding::generate(pad_bytes as usize, seed.item_id()),
         })
     }
 
+    fn to_json(&self) -> Value {
+        let mut value = json!({
+            "seed_item_id": self.seed_item_id,
+            "seed_text": self.seed_text,
+            "counter": self.counter,
+        });
+        if !self.padding.is_empty() {
+            value["pad_bytes"] = json!(self.padding.len());
+        }
+        value
+    }
+
+    /// The state without its padding (which follows the JSON document in
+    /// exported state; see [`decode_state`]).
     fn from_json(value: &Value) -> Option<ProbeState> {
         Some(ProbeState {
             seed_item_id: value.get("seed_item_id")?.as_str()?.to_owned(),
             seed_text: value.get("seed_text")?.as_str()?.to_owned(),
             counter: value.get("counter")?.as_u64()?,
+            padding: Padding::default(),
         })
     }
 }
 
-/// Canonical bytes of a state: one JSON array (order-stable).
+/// A `pad_bytes` field: absent or `null` is 0; anything but an integer
+/// from 0 to [`MAX_PAD_BYTES`] is `None`.
+fn pad_bytes_of(value: Option<&Value>) -> Option<u64> {
+    match value {
+        None | Some(Value::Null) => Some(0),
+        Some(value) => value.as_u64().filter(|n| *n <= MAX_PAD_BYTES),
+    }
+}
+
+/// Padding bytes of a state and their [`padding_hash`], computed once when
+/// the padding is made or adopted. The bytes are never changed in place,
+/// so the hash always describes them; the state's [`digest`] covers the
+/// padding through it without reading 64 KiB again.
+///
+/// Adopted padding stays in the buffer it arrived in (after the JSON
+/// document of the exported state), so a fork copies nothing.
+#[derive(Clone, Default)]
+pub struct Padding {
+    buf: Vec<u8>,
+    start: usize,
+    hash: u64,
+}
+
+impl Padding {
+    /// `len` deterministic pseudo-random bytes derived from `seed`.
+    pub fn generate(len: usize, seed: &str) -> Padding {
+        if len == 0 {
+            return Padding::default();
+        }
+        let mut x = seed.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+        }) | 1;
+        let mut buf = Vec::with_capacity(len + 8);
+        while buf.len() < len {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            buf.extend_from_slice(&x.to_le_bytes());
+        }
+        buf.truncate(len);
+        Padding::adopt(buf, 0)
+    }
+
+    /// The padding at `buf[start..]`, hashed once here.
+    pub fn adopt(buf: Vec<u8>, start: usize) -> Padding {
+        let hash = padding_hash(&buf[start..]);
+        Padding { buf, start, hash }
+    }
+
+    /// The padding bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
+    /// Number of padding bytes.
+    pub fn len(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// True without padding.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// [`padding_hash`] of [`Padding::bytes`].
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+}
+
+impl PartialEq for Padding {
+    fn eq(&self, other: &Padding) -> bool {
+        self.hash == other.hash && self.bytes() == other.bytes()
+    }
+}
+
+impl Eq for Padding {}
+
+impl std::fmt::Debug for Padding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Padding({} bytes, {:016x})", self.len(), self.hash)
+    }
+}
+
+/// A fast 64-bit hash of padding: four multiply-rotate lanes over 8-byte
+/// little-endian words (one pass, no table), then FNV-1a over the tail.
+/// Not cryptographic; it only has to change when the bytes do.
+pub fn padding_hash(bytes: &[u8]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut lanes: [u64; 4] = [
+        0x243f_6a88_85a3_08d3,
+        0x1319_8a2e_0370_7344,
+        0xa409_3822_299f_31d0,
+        0x082e_fa98_ec4e_6c89,
+    ];
+    let mut chunks = bytes.chunks_exact(32);
+    for chunk in &mut chunks {
+        let chunk: &[u8; 32] = chunk.try_into().expect("chunks of 32");
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&chunk[k * 8..k * 8 + 8]);
+            *lane = (*lane ^ u64::from_le_bytes(word))
+                .wrapping_mul(K)
+                .rotate_left(29);
+        }
+    }
+    let mut hash = bytes.len() as u64;
+    for lane in lanes {
+        hash = (hash ^ lane).wrapping_mul(K).rotate_left(31);
+    }
+    for &byte in chunks.remainder() {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// Canonical bytes of a state: one JSON array (order-stable). With
+/// padding, the array ends with its length and [`padding_hash`] (16 hex
+/// characters); without, it is what it always was.
 pub fn canonical_bytes(state: &ProbeState) -> Vec<u8> {
-    let value = json!([
-        STATE_SCHEMA,
-        state.seed_item_id,
-        state.seed_text,
-        state.counter
-    ]);
+    let value = if state.padding.is_empty() {
+        json!([
+            STATE_SCHEMA,
+            state.seed_item_id,
+            state.seed_text,
+            state.counter
+        ])
+    } else {
+        json!([
+            STATE_SCHEMA,
+            state.seed_item_id,
+            state.seed_text,
+            state.counter,
+            state.padding.len(),
+            format!("{:016x}", state.padding.hash())
+        ])
+    };
     serde_json::to_vec(&value).unwrap_or_default()
 }
 
@@ -199,7 +349,7 @@ fn item_faults(item: &Item) -> Result<Faults, Error> {
 impl Episode for ReplayProbe {
     fn execute(&self, item: Item, _ctx: &Context) -> Result<Record, Error> {
         item_faults(&item)?;
-        Ok(run_item(&mut ProbeState::of(&item), &item, "execute"))
+        Ok(run_item(&mut ProbeState::of(&item)?, &item, "execute"))
     }
 }
 
@@ -247,7 +397,7 @@ impl EpisodeGroups for ReplayProbe {
         for item in &items {
             faults_by_item.insert(item.item_id().to_owned(), item_faults(item)?);
         }
-        let state = ProbeState::of(&seed);
+        let state = ProbeState::of(&seed)?;
         emit(
             EventKind::Lifecycle,
             json!({"stage": "prepared", "items": items.len(), "seed_faults": seed_faults.names()}),
@@ -314,18 +464,41 @@ struct Decoded {
     item_faults: BTreeMap<String, Faults>,
 }
 
-/// Decode [`Replay::export_state`] bytes (for an import or a child fork).
-fn decode_state(state: &[u8]) -> Result<Decoded, Error> {
+/// Decode [`Replay::export_state`] bytes (for an import or a child fork):
+/// one JSON document, then exactly `state.pad_bytes` raw padding bytes
+/// (none without `pad_bytes`), which stay in `state`'s buffer.
+fn decode_state(state: Vec<u8>) -> Result<Decoded, Error> {
     let invalid = |message: &str| Error::new("invalid-state", message.to_owned());
-    let value: Value =
-        serde_json::from_slice(state).map_err(|_| invalid("replay state is not JSON"))?;
+    let (value, end) = {
+        let mut stream = serde_json::Deserializer::from_slice(&state).into_iter::<Value>();
+        match stream.next() {
+            Some(Ok(value)) => (value, stream.byte_offset()),
+            _ => return Err(invalid("replay state is not JSON")),
+        }
+    };
     if value.get("schema").and_then(Value::as_str) != Some(STATE_SCHEMA) {
         return Err(invalid("replay state has another schema"));
     }
-    let captured = value
+    let mut captured = value
         .get("state")
         .and_then(ProbeState::from_json)
         .ok_or_else(|| invalid("replay state has no valid \"state\""))?;
+    let pad_bytes = value
+        .get("state")
+        .and_then(|state| pad_bytes_of(state.get("pad_bytes")))
+        .ok_or_else(|| invalid("replay state has an invalid \"pad_bytes\""))?;
+    let rest = &state[end..];
+    if pad_bytes == 0 {
+        if !rest.iter().all(u8::is_ascii_whitespace) {
+            return Err(invalid("replay state has bytes after its JSON document"));
+        }
+    } else if rest.len() as u64 != pad_bytes {
+        return Err(invalid(
+            "replay state's padding is not the \"pad_bytes\" it announces",
+        ));
+    } else {
+        captured.padding = Padding::adopt(state, end);
+    }
     let faults_of = |value: Option<&Value>| -> Result<Faults, Error> {
         let mut object = sandloop_guest::Object::new();
         object.insert("faults".into(), value.cloned().unwrap_or(Value::Null));
@@ -500,7 +673,11 @@ impl Replay for ReplayProbe {
             "seed_faults": point.seed_faults.names(),
             "item_faults": item_faults,
         });
-        Ok(Some(serde_json::to_vec(&state)?))
+        let padding = point.captured.padding.bytes();
+        let mut bytes = serde_json::to_vec(&state)?;
+        bytes.reserve_exact(padding.len());
+        bytes.extend_from_slice(padding);
+        Ok(Some(bytes))
     }
 
     fn import_state(
@@ -512,7 +689,7 @@ impl Replay for ReplayProbe {
             captured,
             seed_faults,
             item_faults,
-        } = decode_state(&state)?;
+        } = decode_state(state)?;
         seed_faults.check(Fault::ImportFails, "import-replay-state")?;
         let Some(fidelity) = captured_fidelity(&seed_faults) else {
             return Err(Error::new(

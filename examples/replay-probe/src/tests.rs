@@ -596,11 +596,11 @@ fn run_faults_fail_trap_scribble_or_bomb() {
     probe.release_child(&sibling).unwrap();
 
     // the helpers behind child_scribbles and child_memory_bomb
-    let mut garbage = ProbeState::of(&item("s", &[]));
+    let mut garbage = ProbeState::of(&item("s", &[])).unwrap();
     assert_eq!(scribble(&mut garbage), SCRIBBLE_BYTES);
     assert_ne!(
         super::digest(&garbage),
-        super::digest(&ProbeState::of(&item("s", &[])))
+        super::digest(&ProbeState::of(&item("s", &[])).unwrap())
     );
     assert_eq!(memory_bomb(3 << 20), 3 << 20);
 }
@@ -639,4 +639,94 @@ fn risk_faults_deny_or_fail() {
     let err = probe.assess_intent(&child, &intent).unwrap_err();
     assert_eq!(err.kind, "injected-fault");
     assert!(err.message.contains("assess-replay-child-intent"));
+}
+
+// ---- padding (`pad_bytes`) ----
+
+fn padded(id: &str, pad_bytes: u64) -> Item {
+    item(id, &[]).with("pad_bytes", pad_bytes)
+}
+
+#[test]
+fn pad_bytes_travel_with_the_state_and_count_in_its_digest() {
+    let probe = ReplayProbe;
+    let ctx = Context::default();
+    const PAD: usize = 64 << 10;
+    let items = [padded("s", PAD as u64), item("s~v", &[])];
+    let (state, point) = exported(items[0].clone(), &items[1..]);
+    let unpadded = exported(item("s", &[]), &items[1..]).0;
+    assert_eq!(
+        state.len(),
+        unpadded.len() + PAD + r#","pad_bytes":65536"#.len(),
+        "the padding follows the JSON document raw"
+    );
+    let binding = point.binding.as_ref().unwrap();
+    let padding = &binding.captured.padding;
+    assert_eq!(padding.len(), PAD);
+    assert_eq!(padding.hash(), padding_hash(padding.bytes()));
+    assert_eq!(&state[state.len() - PAD..], padding.bytes());
+    assert_ne!(
+        point.projection_digest.as_deref(),
+        Some(&*super::digest(&ProbeState::of(&item("s", &[])).unwrap())),
+        "the digest covers the padding"
+    );
+
+    // every child adopts the padding and forks, validates and runs honestly
+    for task in &items {
+        let lease = fork(&state, task.item_id());
+        assert_eq!(child_verdict(&lease, &point), Ok(true));
+        assert_eq!(lease.child.state().padding, *padding);
+        let record = probe.run_child(&lease.child, task.clone(), &ctx).unwrap();
+        assert_eq!(record["counter_before"], 0);
+        trace::take_recorded();
+    }
+    // import round-trips; a flipped padding byte is a different state
+    let imported = probe
+        .import_state(state.clone(), &capture_request())
+        .unwrap();
+    assert_eq!(imported.projection_digest, point.projection_digest);
+    let mut flipped = state.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    let imported = probe
+        .import_state(flipped.clone(), &capture_request())
+        .unwrap();
+    assert_ne!(imported.projection_digest, point.projection_digest);
+    let lease = fork(&flipped, "s~v");
+    assert!(
+        child_verdict(&lease, &point).is_err(),
+        "the host's contract sees the corrupted padding"
+    );
+
+    // the padding must be exactly as long as announced; no stray bytes
+    for bad in [&state[..state.len() - 1], &[&state[..], b"x"].concat()[..]] {
+        let err = probe
+            .import_state(bad.to_vec(), &capture_request())
+            .unwrap_err();
+        assert_eq!(err.kind, "invalid-state");
+    }
+    let err = probe
+        .import_state([&unpadded[..], b"x"].concat(), &capture_request())
+        .unwrap_err();
+    assert_eq!(err.kind, "invalid-state");
+    assert!(
+        probe
+            .import_state([&unpadded[..], b" \n"].concat(), &capture_request())
+            .is_ok(),
+        "trailing whitespace after an unpadded document is still fine"
+    );
+
+    // the padding is deterministic per seed; bad pad_bytes are refused
+    assert_eq!(Padding::generate(100, "s"), Padding::generate(100, "s"));
+    assert_ne!(Padding::generate(100, "s"), Padding::generate(100, "t"));
+    assert_eq!(Padding::generate(99, "s").len(), 99);
+    assert!(Padding::generate(0, "s").is_empty());
+    for bad in [json!(-1), json!("64"), json!(1.5), json!(MAX_PAD_BYTES + 1)] {
+        let seed = item("s", &[]).with("pad_bytes", bad);
+        let err = probe
+            .prepare(seed.clone(), vec![seed], &Context::default())
+            .unwrap_err();
+        assert_eq!(err.kind, "invalid-item");
+    }
+    assert!(ProbeState::of(&item("s", &[]).with("pad_bytes", Value::Null)).is_ok());
 }

@@ -422,19 +422,12 @@ where
         settle: bool,
     ) -> Result<Vec<ChildOutcome>, ReplayError> {
         let metrics = Arc::clone(&self.metrics);
-        let slot = *self.index.get(replay_point_id).ok_or_else(|| {
-            ReplayError::unavailable(format!("unknown replay point {replay_point_id:?}"))
-        })?;
+        let slot = self.slot(replay_point_id)?;
         let Self { entries, store, .. } = self;
         let entry = &mut entries[slot];
         // Checked again right before forking, as the reference does under
         // the point's lock (here `&mut self` is that lock).
-        if entry.point.lifecycle != Lifecycle::Ready {
-            return Err(ReplayError::unavailable(format!(
-                "the replay point must be ready before child replay, but it is {}",
-                entry.point.lifecycle.as_str()
-            )));
-        }
+        super::require_ready(&entry.point, "child replay")?;
         if entry.binding.is_none() {
             return Err(ReplayError::unavailable(
                 "the replayable replay point has no adapter binding",

@@ -307,21 +307,38 @@ pub fn cut_back_points(root: &Path, next_epoch: u32) -> io::Result<usize> {
 /// first-seen order.
 pub fn load_points(root: &Path) -> Result<Vec<PointLine>, DurableError> {
     let path = root.join(POINTS_FILE);
-    let shown = path.display().to_string();
-    let file = match File::open(&path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {
-            return Err(DurableError::NoPoints(root.display().to_string()));
-        }
-        Err(source) => {
-            return Err(DurableError::Read {
-                path: shown,
-                source,
-            });
-        }
-    };
+    if !path.exists() {
+        return Err(DurableError::NoPoints(root.display().to_string()));
+    }
     let mut order: Vec<String> = Vec::new();
     let mut latest: BTreeMap<String, PointLine> = BTreeMap::new();
+    read_jsonl(&path, |record| {
+        let point = PointLine::from_record(&record)?;
+        let id = point.point.replay_point_id.clone();
+        if !latest.contains_key(&id) {
+            order.push(id.clone());
+        }
+        latest.insert(id, point);
+        Ok(())
+    })?;
+    Ok(order
+        .into_iter()
+        .filter_map(|id| latest.remove(&id))
+        .collect())
+}
+
+/// Call `each` with every non-blank line of the JSONL file at `path`,
+/// parsed as a JSON object. A line that is not one, or that `each` refuses
+/// (with a message naming the field), is an error naming the file and line.
+pub fn read_jsonl(
+    path: &Path,
+    mut each: impl FnMut(Map<String, Value>) -> Result<(), String>,
+) -> Result<(), DurableError> {
+    let shown = path.display().to_string();
+    let file = File::open(path).map_err(|source| DurableError::Read {
+        path: shown.clone(),
+        source,
+    })?;
     for (index, line) in BufReader::new(file).lines().enumerate() {
         let line = line.map_err(|source| DurableError::Read {
             path: shown.clone(),
@@ -337,17 +354,9 @@ pub fn load_points(root: &Path) -> Result<Vec<PointLine>, DurableError> {
         };
         let record: Map<String, Value> =
             serde_json::from_str(&line).map_err(|error| malformed(error.to_string()))?;
-        let point = PointLine::from_record(&record).map_err(malformed)?;
-        let id = point.point.replay_point_id.clone();
-        if !latest.contains_key(&id) {
-            order.push(id.clone());
-        }
-        latest.insert(id, point);
+        each(record).map_err(malformed)?;
     }
-    Ok(order
-        .into_iter()
-        .filter_map(|id| latest.remove(&id))
-        .collect())
+    Ok(())
 }
 
 /// Read a durable state and the group's items, checking the state's size

@@ -5,13 +5,11 @@
 //! per failed suffix. Feeds [`super::planner::plan_adaptive_replay_points`].
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::durable::{DurableError, load_points};
+use super::durable::{DurableError, load_points, read_jsonl};
 use super::fidelity::Fidelity;
 use super::planner::{FailureReplayObservation, ReplayPositionCost, TraceBoundaries};
 
@@ -58,31 +56,6 @@ struct Failure {
     group: String,
 }
 
-fn read_jsonl(path: &Path, mut each: impl FnMut(Map<String, Value>)) -> Result<(), DurableError> {
-    let shown = path.display().to_string();
-    let file = File::open(path).map_err(|source| DurableError::Read {
-        path: shown.clone(),
-        source,
-    })?;
-    for (index, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|source| DurableError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let value: Map<String, Value> =
-            serde_json::from_str(&line).map_err(|error| DurableError::Malformed {
-                path: shown.clone(),
-                line: index + 1,
-                message: error.to_string(),
-            })?;
-        each(value);
-    }
-    Ok(())
-}
-
 /// Gather the planner's evidence from the run at `root`; observations
 /// require `minimum` fidelity. Errors name the file and line.
 pub fn run_evidence(
@@ -125,7 +98,7 @@ pub fn run_evidence(
             .unwrap_or(0.0);
         if record.get("record_kind").and_then(Value::as_str) == Some("shared_prefix") {
             prefix_minutes.insert(group, minutes);
-            return;
+            return Ok(());
         }
         let replay = record.get("replay").and_then(Value::as_object);
         if let Some(restore) = replay
@@ -136,7 +109,7 @@ pub fn run_evidence(
             costs.restore_samples += 1;
         }
         if record.get("adapter_error").is_none() {
-            return;
+            return Ok(());
         }
         costs.failed_records += 1;
         let field = |key: &str| replay.and_then(|r| r.get(key));
@@ -162,6 +135,7 @@ pub fn run_evidence(
             }
             _ => costs.unplaced_failures += 1,
         }
+        Ok(())
     })?;
     costs.restore_minutes = mean(restore_sum, costs.restore_samples);
 
@@ -174,7 +148,7 @@ pub fn run_evidence(
             read_jsonl(&file, |event| {
                 let text = |key: &str| event.get(key).and_then(Value::as_str).unwrap_or_default();
                 if !failures.keys().any(|(trace, _)| trace == text("trace_id")) {
-                    return;
+                    return Ok(());
                 }
                 if let Some(sequence) = event.get("sequence").and_then(Value::as_u64) {
                     events
@@ -182,6 +156,7 @@ pub fn run_evidence(
                         .or_default()
                         .push((text("event_id").to_string(), sequence));
                 }
+                Ok(())
             })?;
         }
     }

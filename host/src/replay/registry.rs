@@ -191,6 +191,17 @@ impl std::fmt::Display for ReplayError {
 
 impl std::error::Error for ReplayError {}
 
+/// A lookup error unless `point` is ready (`before` names what needs it).
+fn require_ready(point: &ReplayPoint, before: &str) -> Result<(), ReplayError> {
+    if point.lifecycle == Lifecycle::Ready {
+        return Ok(());
+    }
+    Err(ReplayError::unavailable(format!(
+        "the replay point must be ready before {before}, but it is {}",
+        point.lifecycle.as_str()
+    )))
+}
+
 /// Which rule chose a point (see [`select_before`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Selection {
@@ -330,10 +341,15 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
         (active, bindings, failed)
     }
 
-    fn entry_mut(&mut self, replay_point_id: &str) -> Result<&mut Entry<B, S::Key>, ReplayError> {
-        let slot = *self.index.get(replay_point_id).ok_or_else(|| {
+    /// Where `replay_point_id`'s entry is; unknown ids are a lookup error.
+    fn slot(&self, replay_point_id: &str) -> Result<usize, ReplayError> {
+        self.index.get(replay_point_id).copied().ok_or_else(|| {
             ReplayError::unavailable(format!("unknown replay point {replay_point_id:?}"))
-        })?;
+        })
+    }
+
+    fn entry_mut(&mut self, replay_point_id: &str) -> Result<&mut Entry<B, S::Key>, ReplayError> {
+        let slot = self.slot(replay_point_id)?;
         Ok(&mut self.entries[slot])
     }
 
@@ -726,17 +742,10 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
             ));
         }
         let metrics = Arc::clone(&self.metrics);
-        let slot = *self.index.get(replay_point_id).ok_or_else(|| {
-            ReplayError::unavailable(format!("unknown replay point {replay_point_id:?}"))
-        })?;
+        let slot = self.slot(replay_point_id)?;
         let Self { entries, store, .. } = self;
         let entry = &mut entries[slot];
-        if entry.point.lifecycle != Lifecycle::Ready {
-            return Err(ReplayError::unavailable(format!(
-                "the replay point must be ready before a restore, but it is {}",
-                entry.point.lifecycle.as_str()
-            )));
-        }
+        require_ready(&entry.point, "a restore")?;
         if entry.point.fidelity == Fidelity::NonReplayable {
             return Err(ReplayError::unavailable(
                 "a non_replayable replay point cannot be restored",
@@ -918,9 +927,7 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
         replay_point_id: &str,
     ) -> Result<ReplayPoint, ReplayError> {
         let release = ReplayStage::Release;
-        let slot = *self.index.get(replay_point_id).ok_or_else(|| {
-            ReplayError::unavailable(format!("unknown replay point {replay_point_id:?}"))
-        })?;
+        let slot = self.slot(replay_point_id)?;
         let Self { entries, store, .. } = self;
         let entry = &mut entries[slot];
         if entry.point.lifecycle == Lifecycle::Released {

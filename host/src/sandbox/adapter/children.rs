@@ -23,6 +23,7 @@ use crate::replay::{
     EquivalenceReport, ForkRequest, Lifecycle, RestoreReceipt, RiskAssessment,
 };
 use crate::sandbox::bindings::exports::sandloop::adapter::{child_risk, replay_children};
+use crate::sandbox::bindings::sandloop::adapter::types as wit_types;
 use crate::trace::TraceLog;
 
 /// Most children forked at once per lane; a larger group runs as several
@@ -126,14 +127,43 @@ impl ChildForker for WasmChildForker<'_> {
     }
 }
 
+type Guests<'a> = (
+    &'a replay_children::Guest,
+    Option<&'a child_risk::Guest>,
+    &'a mut wasmtime::Store<crate::sandbox::host_state::HostState>,
+);
+
 impl WasmChild {
-    fn lost(&self, what: &str) -> Option<AdapterError> {
-        (self.adapter.live.is_none()).then(|| {
-            AdapterError::new(
+    /// Call `name` in the child's instance (with the child's trace when
+    /// `traced`), or say the instance is gone.
+    fn child_call<R>(
+        &mut self,
+        name: &'static str,
+        traced: bool,
+        body: impl FnOnce(Guests<'_>) -> wasmtime::Result<Result<R, wit_types::AdapterError>>,
+    ) -> Result<R, AdapterError> {
+        if self.adapter.live.is_none() {
+            return Err(AdapterError::new(
                 ErrorType::InstanceLost,
-                format!("the child's instance was dropped after an earlier failure; cannot {what}"),
-            )
-        })
+                format!(
+                    "the child's instance was dropped after an earlier failure; cannot call {name}"
+                ),
+            ));
+        }
+        let trace = if traced { self.trace.take() } else { None };
+        let (result, trace) = self
+            .adapter
+            .call(name, Some(&self.child_id), trace, |live| {
+                let children = live
+                    .replay_children
+                    .as_ref()
+                    .expect("a child implies the replay-children export");
+                body((children, live.child_risk.as_ref(), &mut live.store))
+            });
+        if traced {
+            self.trace = trace;
+        }
+        result?.map_err(declared)
     }
 }
 
@@ -142,69 +172,39 @@ impl ChildSession for WasmChild {
         &mut self,
         receipt: &RestoreReceipt,
     ) -> Result<EquivalenceReport, AdapterError> {
-        if let Some(lost) = self.lost("validate it") {
-            return Err(lost);
-        }
         let receipt = receipt_to_wit(receipt);
         let child = self.child;
-        let (result, _) = self.adapter.call(
+        let report = self.child_call(
             "validate-replay-child-equivalence",
-            Some(&self.child_id),
-            None,
-            |live| {
-                let guest = live
-                    .replay_children
-                    .as_ref()
-                    .expect("a child implies the export");
-                guest.call_validate_replay_child_equivalence(&mut live.store, child, &receipt)
+            false,
+            |(guest, _, store)| {
+                guest.call_validate_replay_child_equivalence(store, child, &receipt)
             },
-        );
-        Ok(report_from_wit(result?.map_err(declared)?))
+        )?;
+        Ok(report_from_wit(report))
     }
 
     fn assess_intent(
         &mut self,
         intent: &Map<String, Value>,
     ) -> Result<RiskAssessment, AdapterError> {
-        if let Some(lost) = self.lost("assess its intent") {
-            return Err(lost);
-        }
         let intent = object_json(intent);
         let child_id = self.child_id.clone();
-        let (result, _) = self.adapter.call(
-            "assess-replay-child-intent",
-            Some(&self.child_id),
-            None,
-            |live| {
-                let guest = live
-                    .child_risk
-                    .as_ref()
-                    .expect("asked only with child-risk");
-                guest.call_assess_replay_child_intent(&mut live.store, &child_id, &intent)
-            },
-        );
-        Ok(assessment_from_wit(result?.map_err(declared)?))
+        let assessment =
+            self.child_call("assess-replay-child-intent", false, |(_, risk, store)| {
+                let risk = risk.expect("asked only with child-risk");
+                risk.call_assess_replay_child_intent(store, &child_id, &intent)
+            })?;
+        Ok(assessment_from_wit(assessment))
     }
 
     fn run(&mut self, task: &Item) -> Result<Record, AdapterError> {
-        if let Some(lost) = self.lost("run its task") {
-            return Err(lost);
-        }
         let json = to_json(task);
         let wit_ctx = self.adapter.context(&self.ctx);
         let child = self.child;
-        let trace = self.trace.take();
-        let (result, trace) = self
-            .adapter
-            .call("run-replay-child", item_id(task), trace, |live| {
-                let guest = live
-                    .replay_children
-                    .as_ref()
-                    .expect("a child implies the export");
-                guest.call_run_replay_child(&mut live.store, child, &json, &wit_ctx)
-            });
-        self.trace = trace;
-        let text = result?.map_err(declared)?;
+        let text = self.child_call("run-replay-child", true, |(guest, _, store)| {
+            guest.call_run_replay_child(store, child, &json, &wit_ctx)
+        })?;
         parse_record(
             &text,
             self.adapter.max_output(),
@@ -217,30 +217,15 @@ impl ChildSession for WasmChild {
         intent: &Map<String, Value>,
         outcome: &Record,
     ) -> Result<RiskAssessment, AdapterError> {
-        if let Some(lost) = self.lost("assess its outcome") {
-            return Err(lost);
-        }
         let intent = object_json(intent);
         let outcome = object_json(outcome);
         let child_id = self.child_id.clone();
-        let (result, _) = self.adapter.call(
-            "assess-replay-child-outcome",
-            Some(&self.child_id),
-            None,
-            |live| {
-                let guest = live
-                    .child_risk
-                    .as_ref()
-                    .expect("asked only with child-risk");
-                guest.call_assess_replay_child_outcome(
-                    &mut live.store,
-                    &child_id,
-                    &intent,
-                    &outcome,
-                )
-            },
-        );
-        Ok(assessment_from_wit(result?.map_err(declared)?))
+        let assessment =
+            self.child_call("assess-replay-child-outcome", false, |(_, risk, store)| {
+                let risk = risk.expect("asked only with child-risk");
+                risk.call_assess_replay_child_outcome(store, &child_id, &intent, &outcome)
+            })?;
+        Ok(assessment_from_wit(assessment))
     }
 
     fn trace_end(&self) -> Option<u64> {
@@ -254,16 +239,9 @@ impl ChildSession for WasmChild {
             return Ok(());
         }
         let child = self.child;
-        let (result, _) =
-            self.adapter
-                .call("release-replay-child", Some(&self.child_id), None, |live| {
-                    let guest = live
-                        .replay_children
-                        .as_ref()
-                        .expect("a child implies the export");
-                    guest.call_release_replay_child(&mut live.store, child)
-                });
-        result?.map_err(declared)?;
+        self.child_call("release-replay-child", false, |(guest, _, store)| {
+            guest.call_release_replay_child(store, child)
+        })?;
         self.released = true;
         // The instance, and with it the child's memory, goes with the session.
         Ok(())

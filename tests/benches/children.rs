@@ -1,0 +1,549 @@
+//! Cost of isolated replay children, per child: fork into a fresh sandbox
+//! instance, adopt the exported state (64 KiB by default), validate, run a
+//! no-op suffix, release — serial and parallel — and whether the memory
+//! of dropped children is reclaimed.
+//!
+//! One `replay-probe` group: a seed with `"pad_bytes"` (so its exported
+//! state carries that much padding) and its variants, 32 items in all
+//! (`MAX_CHILDREN_PER_FORK`). `prepare-episode-group` captures a replay
+//! point and exports its state once; every `execute_episode_batch` then
+//! forks each item as a child from it: a fresh instance (a new store from
+//! the pooling allocator), `fork-replay-child(state)`, validate,
+//! `assess-replay-child-intent` (the probe exports `child-risk`),
+//! `run-replay-child`, `assess-replay-child-outcome`,
+//! `release-replay-child`, drop.
+//!
+//! - per child: batch wall time / children, serial (`child_workers` 1) and
+//!   parallel (`child_workers` 2), batches of the two interleaved; broken
+//!   down with each record's `replay` block (`restore_minutes`: instance +
+//!   fork call; `equivalence_minutes`: validate; `suffix_minutes`: intent +
+//!   run + outcome); the rest is release, drop and the host's bookkeeping;
+//! - the same serial batch without padding, to price the 64 KiB;
+//! - parts of a child timed on their own: a fresh instance plus one cheap
+//!   call (`list-seed-items`), the same call warm, dropping the instance,
+//!   and `execute-episode` on a group (a warm item call like
+//!   `run-replay-child`), to estimate instantiation and the two risk calls;
+//! - the speed-up of parallel over serial;
+//! - RSS (`VmRSS`) before and after 10,000 forks, and the growth.
+//!
+//! Run: `cargo bench -p sandloop-tests --bench children`
+//! (`SANDLOOP_BENCH_CHILDREN_BATCHES=N` timed batches per mode, default
+//! 100; `SANDLOOP_BENCH_CHILDREN_PER_BATCH=N` children per batch, default
+//! 32; `SANDLOOP_BENCH_CHILDREN_PAD_KB=N` state padding, default 64;
+//! `SANDLOOP_BENCH_CHILDREN_FORKS=N` forks of the memory check, default
+//! 10000; `SANDLOOP_BENCH_CHILDREN_PARTS=N` repetitions of the parts,
+//! default 500; `SANDLOOP_BENCH_CHILDREN_COMPONENT=PATH` another build of
+//! replay-probe). Figures only, no timing asserts; the component cache
+//! goes to a temporary directory.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sandloop::episode::adapter::{
+    AdapterError, CallContext, EpisodeAdapter, Item, Prepared, Record, SeedSource,
+};
+use sandloop::replay::{Fidelity, ReplayMetricLedger};
+use sandloop::sandbox::adapter::{GroupHandle, MAX_CHILDREN_PER_FORK};
+use sandloop::sandbox::{
+    LoadedAdapter, ReplayOptions, SandboxConfig, SandboxEngine, WasmAdapter, load,
+};
+use serde_json::{Map, Value, json};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const ARM: &str = "main";
+const LANE: &str = "queue_worker_01";
+const TARGET_CHILD_US: f64 = 50.0;
+const TARGET_SPEED_UP: f64 = 1.7;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Resident set size of this process, KiB (`VmRSS` of /proc/self/status).
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmRSS:"))
+                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// Durations of one kind of measurement.
+#[derive(Default)]
+struct Samples(Vec<Duration>);
+
+impl Samples {
+    fn time<R>(&mut self, body: impl FnOnce() -> R) -> R {
+        let started = Instant::now();
+        let result = body();
+        self.0.push(started.elapsed());
+        result
+    }
+
+    fn push_minutes(&mut self, minutes: f64) {
+        self.0.push(Duration::from_secs_f64(minutes * 60.0));
+    }
+
+    fn mean_us(&self) -> f64 {
+        if self.0.is_empty() {
+            return f64::NAN;
+        }
+        self.0.iter().map(Duration::as_secs_f64).sum::<f64>() / self.0.len() as f64 * 1e6
+    }
+
+    fn p50_us(&self) -> f64 {
+        self.quantile_us(0.5)
+    }
+
+    fn quantile_us(&self, q: f64) -> f64 {
+        if self.0.is_empty() {
+            return f64::NAN;
+        }
+        let mut sorted = self.0.clone();
+        sorted.sort();
+        let index = ((sorted.len() - 1) as f64 * q).round() as usize;
+        sorted[index].as_secs_f64() * 1e6
+    }
+}
+
+fn header(title: &str) {
+    println!("\n{title}");
+}
+
+fn row(label: &str, samples: &Samples) {
+    println!(
+        "  {label:<58} {:>10.1} µs {:>10.1} µs {:>10.1} µs  (n={})",
+        samples.mean_us(),
+        samples.p50_us(),
+        samples.quantile_us(0.9),
+        samples.0.len()
+    );
+}
+
+fn row_value(label: &str, mean: f64, p50: f64) {
+    println!("  {label:<58} {mean:>10.1} µs {p50:>10.1} µs");
+}
+
+fn ctx(group: &str) -> CallContext {
+    CallContext {
+        arm: ARM.into(),
+        epoch: 1,
+        branch_id: LANE.into(),
+        execution_group_id: Some(group.into()),
+    }
+}
+
+/// The seed (with `pad_bytes` padding) and `children - 1` variants made by
+/// the probe's `compile_variant`, so each child's intent is its spec.
+fn group_items(loaded: &Arc<LoadedAdapter>, children: usize, pad_bytes: usize) -> Vec<Item> {
+    let mut seed = Item::new();
+    seed.insert("item_id".into(), json!("seed"));
+    seed.insert("family".into(), json!("probe"));
+    seed.insert("text".into(), json!("a no-op child"));
+    seed.insert("pad_bytes".into(), json!(pad_bytes));
+    let mut control = WasmAdapter::new(Arc::clone(loaded), "control", None);
+    let mut items = vec![seed.clone()];
+    for k in 1..children {
+        let spec = json!({"spec_id": format!("v{k:02}"), "seed_family": "probe", "ops": []});
+        let spec = spec.as_object().unwrap().clone();
+        items.push(control.compile_variant(&spec, &seed).unwrap());
+    }
+    items
+}
+
+/// One lane with replay on and `workers` child workers, its group prepared
+/// (replay point captured, state exported).
+struct Lane {
+    adapter: WasmAdapter,
+    prepared: Prepared<GroupHandle>,
+    ctx: CallContext,
+    items: Vec<Item>,
+    parallel: bool,
+    /// Per batch: wall time / children.
+    per_child: Samples,
+    /// Per batch: wall time.
+    batch: Samples,
+    /// Per child, from the record's `replay` block.
+    fork: Samples,
+    validate: Samples,
+    suffix: Samples,
+}
+
+impl Lane {
+    fn new(
+        loaded: &Arc<LoadedAdapter>,
+        ledger: &Arc<ReplayMetricLedger>,
+        name: &str,
+        workers: usize,
+        items: Vec<Item>,
+    ) -> Lane {
+        let mut adapter =
+            WasmAdapter::new(Arc::clone(loaded), LANE, None).with_replay(ReplayOptions {
+                metrics: Arc::clone(ledger),
+                store: None,
+                minimum_fidelity: Fidelity::SemanticEquivalent,
+                child_workers: workers,
+            });
+        let ctx = ctx(&format!("g-{name}"));
+        let prepared = adapter
+            .prepare_episode_group(&items[0], &items, &ctx)
+            .unwrap()
+            .expect("the probe prepares a group");
+        let record = prepared.prefix_record.as_ref().unwrap();
+        assert!(
+            record.get("replay_point_id").is_some(),
+            "prepare captured a point: {:?}",
+            record.get("replay_capture_error")
+        );
+        Lane {
+            adapter,
+            prepared,
+            ctx,
+            items,
+            parallel: workers > 1,
+            per_child: Samples::default(),
+            batch: Samples::default(),
+            fork: Samples::default(),
+            validate: Samples::default(),
+            suffix: Samples::default(),
+        }
+    }
+
+    /// Fork every item as a child once; checks every record and returns
+    /// the batch's wall time.
+    fn run_batch(&mut self, keep: bool) -> Duration {
+        let started = Instant::now();
+        let results = self
+            .adapter
+            .execute_episode_batch(&self.prepared.handle, &self.items, &self.ctx)
+            .expect("the group runs as isolated children");
+        let wall = started.elapsed();
+        assert_eq!(results.len(), self.items.len());
+        for (result, _) in &results {
+            let record = check_child(result, self.parallel);
+            if keep {
+                let block = &record["replay"];
+                let minutes = |key: &str| block[key].as_f64().expect("a replay duration");
+                self.fork.push_minutes(minutes("restore_minutes"));
+                self.validate.push_minutes(minutes("equivalence_minutes"));
+                self.suffix.push_minutes(minutes("suffix_minutes"));
+            }
+        }
+        drop(results);
+        if keep {
+            self.batch.0.push(wall);
+            self.per_child.0.push(wall / self.items.len() as u32);
+        }
+        wall
+    }
+
+    fn release(mut self) {
+        self.adapter
+            .release_episode_group(self.prepared.handle, &self.ctx)
+            .unwrap();
+    }
+
+    fn print(&self, title: &str) {
+        header(&format!(
+            "{title}: {} children per batch, {} batches",
+            self.items.len(),
+            self.batch.0.len()
+        ));
+        row("batch wall time", &self.batch);
+        row("per child (batch wall / children)", &self.per_child);
+        row("  fork: fresh instance + fork-replay-child", &self.fork);
+        row("  validate-replay-child-equivalence", &self.validate);
+        row("  intent + run-replay-child + outcome", &self.suffix);
+        let parts =
+            |at: fn(&Samples) -> f64| at(&self.fork) + at(&self.validate) + at(&self.suffix);
+        if self.parallel {
+            // fork and validate ran on this thread, the rest on the workers
+            row_value(
+                "  serial part per child (fork + validate)",
+                self.fork.mean_us() + self.validate.mean_us(),
+                self.fork.p50_us() + self.validate.p50_us(),
+            );
+        } else {
+            row_value(
+                "  release + drop + host bookkeeping (the rest)",
+                self.per_child.mean_us() - parts(Samples::mean_us),
+                self.per_child.p50_us() - parts(Samples::p50_us),
+            );
+        }
+    }
+}
+
+/// The record of one child, checked: it ran isolated from the point,
+/// restored (`counter_before` 0), in the expected mode.
+fn check_child(result: &Result<Record, AdapterError>, parallel: bool) -> &Record {
+    let record = match result {
+        Ok(record) => record,
+        Err(error) => panic!("a child failed: {error}"),
+    };
+    let block = &record["replay"];
+    assert!(block.get("error").is_none(), "{block}");
+    assert_eq!(block["isolated"], true, "{block}");
+    assert_eq!(block["parallel"], parallel, "{block}");
+    assert_eq!(record["via"], "child");
+    assert_eq!(record["counter_before"], 0, "the child starts restored");
+    record
+}
+
+/// Counter `key` of `after` minus `before`.
+fn count(before: &Map<String, Value>, after: &Map<String, Value>, key: &str) -> u64 {
+    after[key].as_u64().unwrap_or(0) - before[key].as_u64().unwrap_or(0)
+}
+
+fn main() {
+    if std::env::args().any(|arg| arg == "--list") {
+        return; // `cargo test --benches` probing
+    }
+    let batches = env_usize("SANDLOOP_BENCH_CHILDREN_BATCHES", 100).max(1);
+    let children = env_usize("SANDLOOP_BENCH_CHILDREN_PER_BATCH", MAX_CHILDREN_PER_FORK).max(2);
+    let pad_bytes = env_usize("SANDLOOP_BENCH_CHILDREN_PAD_KB", 64) * 1024;
+    let forks = env_usize("SANDLOOP_BENCH_CHILDREN_FORKS", 10_000);
+    let parts = env_usize("SANDLOOP_BENCH_CHILDREN_PARTS", 500).max(1);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = SandboxConfig {
+        cache_dir: Some(dir.path().join("cache")),
+        // three lanes' parents + a fork batch of children at a time
+        pool_instances: (children.min(MAX_CHILDREN_PER_FORK) + 8).max(64) as u32,
+        ..SandboxConfig::default()
+    };
+    let engine = Arc::new(SandboxEngine::new(&config).unwrap());
+    let component = std::env::var("SANDLOOP_BENCH_CHILDREN_COMPONENT")
+        .unwrap_or_else(|_| sandloop_tests::REPLAY_PROBE.to_string());
+    let loaded = Arc::new(
+        load(
+            std::path::Path::new(&component),
+            engine,
+            Arc::new(config),
+        )
+        .unwrap(),
+    );
+    assert!(loaded.protocols.replay, "replay-probe exports replay");
+    let rss_start = rss_kib();
+
+    println!(
+        "isolated replay children: replay-probe, state padded to {pad_bytes} bytes, \
+         {children} children per batch, {batches} timed batches per mode, {cores} cores"
+    );
+    println!("  {:<58} {:>13} {:>13} {:>13}", "", "mean", "p50", "p90");
+
+    let ledger = Arc::new(ReplayMetricLedger::new());
+    let items = group_items(&loaded, children, pad_bytes);
+    let mut serial = Lane::new(&loaded, &ledger, "serial", 1, items.clone());
+    let mut parallel = Lane::new(&loaded, &ledger, "parallel", 2, items);
+    let mut unpadded = Lane::new(
+        &loaded,
+        &ledger,
+        "unpadded",
+        1,
+        group_items(&loaded, children, 0),
+    );
+
+    // Warm-up: every pool slot a batch uses gets touched once.
+    for _ in 0..3 {
+        serial.run_batch(false);
+        parallel.run_batch(false);
+        unpadded.run_batch(false);
+    }
+    let before = ledger.snapshot();
+    // speed-up of each parallel batch over the serial batch just before it
+    let mut pairwise: Vec<f64> = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        let s = serial.run_batch(true);
+        let p = parallel.run_batch(true);
+        unpadded.run_batch(true);
+        pairwise.push(s.as_secs_f64() / p.as_secs_f64());
+    }
+    pairwise.sort_by(f64::total_cmp);
+    let after = ledger.snapshot();
+
+    // Parts of a child on their own.
+    let mut cold = Samples::default();
+    let mut warm = Samples::default();
+    let mut dropped = Samples::default();
+    for i in 0..=parts {
+        let mut adapter = WasmAdapter::new(Arc::clone(&loaded), "parts", None);
+        let mut c = Samples::default();
+        c.time(|| adapter.list_seed_items(ARM, 1)).unwrap();
+        let mut w = Samples::default();
+        w.time(|| adapter.list_seed_items(ARM, 1)).unwrap();
+        let mut d = Samples::default();
+        d.time(|| drop(adapter));
+        if i > 0 {
+            cold.0.extend(c.0);
+            warm.0.extend(w.0);
+            dropped.0.extend(d.0);
+        }
+    }
+    let mut episode = Samples::default();
+    {
+        let items = group_items(&loaded, 2, 0);
+        let mut plain = WasmAdapter::new(Arc::clone(&loaded), LANE, None);
+        let ctx = ctx("g-episode");
+        let prepared = plain
+            .prepare_episode_group(&items[0], &items, &ctx)
+            .unwrap()
+            .unwrap();
+        for i in 0..=parts {
+            let mut e = Samples::default();
+            e.time(|| plain.execute_episode(&prepared.handle, &items[1], &ctx))
+                .unwrap();
+            if i > 0 {
+                episode.0.extend(e.0);
+            }
+        }
+        plain.release_episode_group(prepared.handle, &ctx).unwrap();
+    }
+
+    // Figures.
+    serial.print("serial children (child_workers 1)");
+    parallel.print("parallel children (child_workers 2)");
+    unpadded.print("serial children without padding (child_workers 1, 0 KiB state)");
+
+    header("parts of a child, timed on their own");
+    row("fresh instance + list-seed-items (cold call)", &cold);
+    row("list-seed-items on the warm instance", &warm);
+    row_value(
+        "  instantiation (cold - warm)",
+        cold.mean_us() - warm.mean_us(),
+        cold.p50_us() - warm.p50_us(),
+    );
+    row("drop of a used instance (store back to the pool)", &dropped);
+    row(
+        "execute-episode on a prepared group (warm item call)",
+        &episode,
+    );
+    row_value(
+        "  fork-replay-child call (fork - instantiation)",
+        serial.fork.mean_us() - (cold.mean_us() - warm.mean_us()),
+        serial.fork.p50_us() - (cold.p50_us() - warm.p50_us()),
+    );
+    row_value(
+        "  64 KiB adoption (fork padded - fork unpadded)",
+        serial.fork.mean_us() - unpadded.fork.mean_us(),
+        serial.fork.p50_us() - unpadded.fork.p50_us(),
+    );
+    row_value(
+        "  two risk calls (intent+run+outcome - execute-episode)",
+        serial.suffix.mean_us() - episode.mean_us(),
+        serial.suffix.p50_us() - episode.p50_us(),
+    );
+
+    header("ledger over the timed batches");
+    let total = (batches * children * 3) as u64;
+    for key in [
+        "child_session_fork_success_count",
+        "child_intent_assessment_count",
+        "child_outcome_assessment_count",
+        "child_session_release_success_count",
+        "child_parallel_group_count",
+        "child_parallel_downgrade_group_count",
+    ] {
+        println!("  {key:<58} {:>10}", count(&before, &after, key));
+    }
+    assert_eq!(
+        count(&before, &after, "child_session_fork_success_count"),
+        total
+    );
+
+    header("speed-up of parallel over serial (same batches, interleaved)");
+    let speed_up_mean = serial.batch.mean_us() / parallel.batch.mean_us();
+    let speed_up_p50 = serial.batch.p50_us() / parallel.batch.p50_us();
+    println!(
+        "  {:<58} {speed_up_mean:>11.2}x {speed_up_p50:>12.2}x  (p50 of pairwise {:.2}x)",
+        "serial batch wall / parallel batch wall (mean, p50)",
+        pairwise[pairwise.len() / 2]
+    );
+    let serial_part = parallel.fork.mean_us() + parallel.validate.mean_us();
+    let bound = serial.per_child.mean_us()
+        / (serial_part + (serial.per_child.mean_us() - serial_part) / 2.0);
+    println!(
+        "  {:<58} {bound:>11.2}x",
+        "  bound with fork + validate serial (Amdahl, 2 workers)"
+    );
+
+    header("targets");
+    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    let best = serial.per_child.p50_us().min(parallel.per_child.p50_us());
+    println!(
+        "  {:<58} serial {:.1} µs, parallel {:.1} µs (p50): {}",
+        format!("per child <= {TARGET_CHILD_US} µs"),
+        serial.per_child.p50_us(),
+        parallel.per_child.p50_us(),
+        verdict(best <= TARGET_CHILD_US)
+    );
+    println!(
+        "  {:<58} {speed_up_p50:.2}x (p50): {}",
+        format!("speed-up >= {TARGET_SPEED_UP}"),
+        verdict(speed_up_p50 >= TARGET_SPEED_UP)
+    );
+    println!(
+        "  {:<58} reference Python runtime ~270 µs per child (in-process, no isolation)",
+        "for scale"
+    );
+
+    // Memory of dropped children: RSS across `forks` more forks.
+    header(&format!(
+        "memory: RSS across {forks} forks (parallel lane, {children} per batch)"
+    ));
+    let rss_before = rss_kib();
+    println!(
+        "  {:<58} {:>10.1} MiB",
+        "RSS after loading, before any child",
+        mib(rss_start)
+    );
+    println!(
+        "  {:<58} {:>10.1} MiB",
+        "RSS before the forks (after the timed batches)",
+        mib(rss_before)
+    );
+    let rounds = forks.div_ceil(children);
+    let mut forked = 0usize;
+    let mut next_report = forks / 5;
+    for _ in 0..rounds {
+        parallel.run_batch(false);
+        forked += children;
+        if next_report > 0 && forked >= next_report && forked < forks {
+            println!(
+                "  {:<58} {:>10.1} MiB",
+                format!("  after {forked} forks"),
+                mib(rss_kib())
+            );
+            next_report += forks / 5;
+        }
+    }
+    let rss_after = rss_kib();
+    println!(
+        "  {:<58} {:>10.1} MiB",
+        format!("RSS after {forked} forks"),
+        mib(rss_after)
+    );
+    println!(
+        "  {:<58} {:>+10.1} MiB ({:+.2} KiB per fork)",
+        "growth",
+        mib(rss_after) - mib(rss_before),
+        (rss_after as f64 - rss_before as f64) / forked.max(1) as f64
+    );
+
+    serial.release();
+    parallel.release();
+    unpadded.release();
+}
