@@ -12,6 +12,7 @@ const EXAMPLES: &[&str] = &[
     "hostile-adapter",
     "bench-adapter",
     "replay-probe",
+    "loop-steps",
 ];
 
 fn main() {

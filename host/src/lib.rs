@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod coordinator;
 pub mod episode;
 pub mod harness;
 pub mod replay;

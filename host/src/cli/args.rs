@@ -25,6 +25,71 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Rank trace positions where new replay points would save the most replay time.
     Plan(PlanArgs),
+    /// Drive a goal-directed loop of sandboxed workflow plugins.
+    #[command(subcommand)]
+    Loop(LoopCommand),
+}
+
+/// `sandloop loop` commands.
+#[derive(Debug, Subcommand)]
+pub enum LoopCommand {
+    /// Scaffold `sandloop-loop.toml`, a goal file and a workflow set using a plugin.
+    Init(LoopInitArgs),
+    /// Run the loop until its goal is met, a stop is asked for, or it runs out of turns.
+    Run(LoopRunArgs),
+    /// Show the loop's state (works while it runs).
+    Status(LoopRepoArgs),
+    /// Ask a running loop to stop after its current step.
+    Stop(LoopRepoArgs),
+}
+
+/// The repository a loop lives in.
+#[derive(Debug, Args)]
+pub struct LoopRepoArgs {
+    /// The repository (default: the current directory).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub repo: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `sandloop loop init`.
+#[derive(Debug, Args)]
+pub struct LoopInitArgs {
+    /// The repository (default: the current directory).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub repo: PathBuf,
+    /// The workflow plugin component the template's workflows run (e.g. the
+    /// `loop-steps` example); copied to `.sandloop/plugins/`.
+    #[arg(long, value_name = "FILE.wasm")]
+    pub plugin: PathBuf,
+    /// The template: `count` (plan, work, goal_check until a count is reached).
+    #[arg(long, default_value = "count")]
+    pub template: String,
+}
+
+/// Options of `sandloop loop run`.
+#[derive(Debug, Args)]
+pub struct LoopRunArgs {
+    /// The repository (default: the current directory).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub repo: PathBuf,
+    /// Continue a running loop (after a crash or Ctrl-C).
+    #[arg(long)]
+    pub resume: bool,
+    /// Run this workflow set instead of the config's.
+    #[arg(long, value_name = "SET")]
+    pub workflow_set: Option<String>,
+    /// Goal file instead of the config's (relative to the repository).
+    #[arg(long, value_name = "FILE")]
+    pub goal_file: Option<PathBuf>,
+    /// Directory for compiled plugins (default: the user cache dir).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Print the final state as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `sandloop replay`.

@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod inspect;
+pub mod loop_cmd;
 pub mod plan;
 pub mod replay;
 pub mod run;
@@ -22,6 +23,12 @@ pub enum CliError {
     /// The run itself failed (fatal policy, I/O while running): exit code 1.
     #[error("{0}")]
     Failed(String),
+}
+
+impl From<crate::coordinator::state_store::StateStoreError> for CliError {
+    fn from(error: crate::coordinator::state_store::StateStoreError) -> Self {
+        CliError::Failed(error.to_string())
+    }
 }
 
 impl From<LoadError> for CliError {
@@ -72,6 +79,7 @@ pub fn main() -> i32 {
         args::Command::Inspect(args) => inspect::inspect(args),
         args::Command::Replay(args) => replay::replay(args),
         args::Command::Plan(args) => plan::plan(args),
+        args::Command::Loop(command) => loop_cmd::run(command),
     };
     match result {
         Ok(()) => 0,

@@ -68,6 +68,8 @@ pub struct HostState {
     pub trace_refusals: u32,
     /// Trace events accepted during the current call.
     pub trace_emitted: u32,
+    /// Where a workflow step's signals go (workflow plugins only).
+    pub signals: super::workflow::SignalState,
 }
 
 /// Most trace events one call may emit; later ones are refused.
@@ -109,6 +111,7 @@ impl HostState {
             trace: None,
             trace_refusals: 0,
             trace_emitted: 0,
+            signals: Default::default(),
         })
     }
 }

@@ -18,6 +18,7 @@ pub mod config;
 pub mod engine;
 pub mod host_state;
 pub mod output;
+pub mod workflow;
 
 pub use adapter::{BindingHandle, CallObserver, CallReport, ReplayOptions, WasmAdapter};
 pub use call_log::CallLog;

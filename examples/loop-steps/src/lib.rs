@@ -1,0 +1,117 @@
+//! An example loop workflow plugin (world `workflow`): one component that
+//! serves three workflows, told apart by the task's `workflow-id`.
+//!
+//! Every step runs in a fresh sandbox, so progress lives in the directory
+//! the workflow is granted at `/work` (read-write):
+//!
+//! - `plan` writes `/work/plan.txt` with the goal and the target count
+//!   (the first number in the goal, default 3);
+//! - `work` appends one line to `/work/progress.txt`; an item whose goal
+//!   mentions `fail` makes it fail instead, and `child:` in the goal makes
+//!   the first work step ask for a child session with the rest of the goal;
+//! - `goal_check` reports the goal met once `progress.txt` has as many
+//!   lines as the target.
+//!
+//! Any other workflow id fails with an error naming it.
+
+wit_bindgen::generate!({
+    path: "../../wit",
+    world: "workflow",
+});
+
+use exports::sandloop::adapter::step::{Guest, Outcome, Task};
+use sandloop::adapter::log::{Level, log};
+use sandloop::adapter::signals;
+
+struct Steps;
+
+const PLAN: &str = "/work/plan.txt";
+const PROGRESS: &str = "/work/progress.txt";
+
+fn target(goal: &str) -> usize {
+    goal.split(|c: char| !c.is_ascii_digit())
+        .find(|part| !part.is_empty())
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or(3)
+}
+
+fn progress() -> usize {
+    std::fs::read_to_string(PROGRESS)
+        .map(|text| text.lines().filter(|line| !line.is_empty()).count())
+        .unwrap_or(0)
+}
+
+fn ok(text: String) -> Outcome {
+    Outcome {
+        success: true,
+        text: Some(text),
+        error: None,
+    }
+}
+
+fn failed(error: String) -> Outcome {
+    Outcome {
+        success: false,
+        text: None,
+        error: Some(error),
+    }
+}
+
+impl Guest for Steps {
+    fn run_step(task: Task) -> Outcome {
+        log(
+            Level::Info,
+            &format!("{} step, iteration {}", task.workflow_id, task.iteration),
+        );
+        match task.workflow_id.as_str() {
+            "plan" => {
+                let plan = format!("goal: {}\ntarget: {}\n", task.goal, target(&task.goal));
+                match std::fs::write(PLAN, plan) {
+                    Ok(()) => ok(format!("planned {} steps", target(&task.goal))),
+                    Err(error) => failed(format!("cannot write {PLAN}: {error}")),
+                }
+            }
+            "work" => {
+                if task.goal.contains("fail") {
+                    return failed("the goal asks this step to fail".into());
+                }
+                if let Some((_, child_goal)) = task.goal.split_once("child:")
+                    && progress() == 0
+                    && let Err(error) =
+                        signals::request_child_session(&task.workflow_set, child_goal.trim())
+                {
+                    return failed(format!("child session refused: {error}"));
+                }
+                use std::io::Write;
+                let line = format!("step {}\n", task.iteration);
+                let written = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(PROGRESS)
+                    .and_then(|mut file| file.write_all(line.as_bytes()));
+                match written {
+                    Ok(()) => ok(format!("progress {}", progress())),
+                    Err(error) => failed(format!("cannot write {PROGRESS}: {error}")),
+                }
+            }
+            "goal_check" => {
+                let (done, wanted) = (progress(), target(&task.goal));
+                let met = done >= wanted;
+                match signals::report_goal_check(met, &format!("{done} of {wanted} steps done")) {
+                    Ok(()) if met => match signals::request_stop(
+                        signals::StopReason::GoalMet,
+                        "the target was reached",
+                    ) {
+                        Ok(()) => ok(format!("goal met: {done} of {wanted}")),
+                        Err(error) => failed(error),
+                    },
+                    Ok(()) => ok(format!("not yet: {done} of {wanted}")),
+                    Err(error) => failed(error),
+                }
+            }
+            other => failed(format!("loop-steps has no workflow {other:?}")),
+        }
+    }
+}
+
+export!(Steps);

@@ -1,0 +1,242 @@
+//! `sandloop loop`: scaffold a loop, run it (coordinator and one worker in
+//! this process), and look at or stop it from another shell.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use super::args::{LoopCommand, LoopInitArgs, LoopRepoArgs, LoopRunArgs};
+use super::{CliError, say};
+use crate::coordinator::config::{ROOT_CONFIG_FILENAME, SANDLOOP_DIRNAME};
+use crate::coordinator::models::{LoopState, LoopStatus, TaskAction};
+use crate::coordinator::service::{Coordinator, CoordinatorError};
+use crate::coordinator::state_store::StateStore;
+use crate::coordinator::worker::StepRunner;
+
+/// Run a `sandloop loop` command.
+pub fn run(command: LoopCommand) -> Result<(), CliError> {
+    match command {
+        LoopCommand::Init(args) => init(args),
+        LoopCommand::Run(args) => run_loop(args),
+        LoopCommand::Status(args) => status(args),
+        LoopCommand::Stop(args) => stop(args),
+    }
+}
+
+fn coordinator_error(error: CoordinatorError) -> CliError {
+    match error {
+        CoordinatorError::Config(_) | CoordinatorError::RunningState(_) => {
+            CliError::Input(error.to_string())
+        }
+        other => CliError::Failed(other.to_string()),
+    }
+}
+
+const COUNT_GOAL: &str = "Write 3 progress lines, then stop.\n";
+
+fn count_template(plugin: &str) -> Vec<(String, String)> {
+    let workflow = |description: &str, extra: &str| {
+        format!(
+            "plugin = \"{plugin}\"\ndescription = \"{description}\"\ndirs = [\"work::/work\"]\n{extra}"
+        )
+    };
+    let base = format!("{SANDLOOP_DIRNAME}/workflow_sets/main/workflows");
+    vec![
+        (
+            ROOT_CONFIG_FILENAME.to_string(),
+            "goal_file = \"sandloop-goal.txt\"\nworkflow_set = \"main\"\nmax_turns = 20\ncompletion_criteria = [\"work/progress.txt holds the target number of lines\"]\nstop_criteria = [\"a step fails three times in a row\"]\n".to_string(),
+        ),
+        ("sandloop-goal.txt".to_string(), COUNT_GOAL.to_string()),
+        ("work/.keep".to_string(), String::new()),
+        (
+            format!("{base}/plan/workflow.toml"),
+            workflow("Write the plan.", "run_on_start = true\npriority = 10\nrun_every = 1000\n"),
+        ),
+        (format!("{base}/plan/prompt.txt"), "Plan the work toward the goal.\n".to_string()),
+        (
+            format!("{base}/work/workflow.toml"),
+            workflow("Do one step of the work.", "not_before_iteration = 1\npriority = 1\n"),
+        ),
+        (format!("{base}/work/prompt.txt"), "Do one step of the work.\n".to_string()),
+        (
+            format!("{base}/goal_check/workflow.toml"),
+            workflow(
+                "Check whether the goal is met.",
+                "emits_goal_check = true\npriority = 5\n\n[run_after_successes]\nworkflow_id = \"work\"\nevery = 1\n",
+            ),
+        ),
+        (
+            format!("{base}/goal_check/prompt.txt"),
+            "Report whether the goal is met.\n".to_string(),
+        ),
+    ]
+}
+
+fn init(args: LoopInitArgs) -> Result<(), CliError> {
+    if args.template != "count" {
+        return Err(CliError::Input(format!(
+            "--template {:?}: unknown template; the one template is `count`",
+            args.template
+        )));
+    }
+    let bytes = std::fs::read(&args.plugin).map_err(|error| {
+        CliError::Input(format!(
+            "cannot read --plugin {}: {error}",
+            args.plugin.display()
+        ))
+    })?;
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(CliError::Input(format!(
+            "--plugin {} is not a WebAssembly component",
+            args.plugin.display()
+        )));
+    }
+    let repo = &args.repo;
+    let plugin_rel = format!("{SANDLOOP_DIRNAME}/plugins/loop_steps.wasm");
+    let mut created = Vec::new();
+    let write =
+        |relative: &str, content: &[u8], created: &mut Vec<String>| -> Result<(), CliError> {
+            let path = repo.join(relative);
+            if path.exists() {
+                return Ok(());
+            }
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|error| {
+                    CliError::Failed(format!("cannot create {}: {error}", parent.display()))
+                })?;
+            }
+            std::fs::write(&path, content).map_err(|error| {
+                CliError::Failed(format!("cannot write {}: {error}", path.display()))
+            })?;
+            created.push(relative.to_string());
+            Ok(())
+        };
+    write(&plugin_rel, &bytes, &mut created)?;
+    for (relative, content) in count_template(&plugin_rel) {
+        write(&relative, content.as_bytes(), &mut created)?;
+    }
+    if created.is_empty() {
+        say("the loop is already initialised; nothing was written");
+    } else {
+        say("created:");
+        for path in created {
+            say(&format!("  {path}"));
+        }
+        say("run it with: sandloop loop run");
+    }
+    Ok(())
+}
+
+fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
+    let repo = &args.repo;
+    let coordinator = Coordinator::open(
+        repo,
+        args.resume,
+        args.workflow_set.as_deref(),
+        args.goal_file.as_deref(),
+    )
+    .map_err(coordinator_error)?;
+    let cache = args
+        .cache_dir
+        .clone()
+        .or_else(crate::sandbox::config::default_cache_dir);
+    let runner = StepRunner::new(repo, cache);
+    let mut task = coordinator.register().map_err(coordinator_error)?;
+    while task.action == TaskAction::Run {
+        let finished = runner
+            .run_task(&task)
+            .map_err(|error| CliError::Failed(error.to_string()))?;
+        if !args.json {
+            say(&format!(
+                "  {:>4}  {:<24} {}",
+                finished.request.iteration,
+                finished.request.workflow_id,
+                match (&finished.request.success, &finished.request.error) {
+                    (true, _) => finished.request.text.clone().unwrap_or_else(|| "ok".into()),
+                    (false, error) => format!("failed: {}", error.clone().unwrap_or_default()),
+                }
+            ));
+        }
+        task = coordinator
+            .finished(&finished.request)
+            .map_err(coordinator_error)?;
+        let _ = std::fs::remove_file(&finished.pending_path);
+    }
+    let state = coordinator.state().map_err(coordinator_error)?;
+    let reason = task.stop_reason.clone().unwrap_or_default();
+    if args.json {
+        say(
+            &serde_json::to_string_pretty(&json!({"stop_reason": reason, "state": state}))
+                .expect("serialises"),
+        );
+    } else {
+        let (iterations, session) = state
+            .as_ref()
+            .map(|s| (s.iteration_count, s.active_session_id.clone()))
+            .unwrap_or_default();
+        say(&format!(
+            "sandloop loop: stopped ({reason}) after {iterations} iterations, session {session}"
+        ));
+    }
+    match state.map(|state| state.status) {
+        Some(LoopStatus::Failed) => Err(CliError::Failed(format!("the loop failed: {reason}"))),
+        _ => Ok(()),
+    }
+}
+
+fn latest_state(repo: &Path) -> Result<Option<LoopState>, CliError> {
+    StateStore::<LoopState>::new(repo)
+        .read_state()
+        .map_err(|error| CliError::Failed(error.to_string()))
+}
+
+fn status(args: LoopRepoArgs) -> Result<(), CliError> {
+    let Some(state) = latest_state(&args.repo)? else {
+        say("no loop state found");
+        return Ok(());
+    };
+    if args.json {
+        say(&serde_json::to_string_pretty(&state).expect("serialises"));
+        return Ok(());
+    }
+    say(&format!("status: {}", state.status));
+    say(&format!("session: {}", state.active_session_id));
+    say(&format!("iteration_count: {}", state.iteration_count));
+    match &state.current_task {
+        None => say("current_task: none"),
+        Some(task) => say(&format!(
+            "current_task: {} (iteration {}, session {}, started {})",
+            task.workflow_id, task.iteration, task.session_id, task.started_at
+        )),
+    }
+    say(&format!(
+        "stop_reason: {}",
+        state.stop_reason.as_deref().unwrap_or("none")
+    ));
+    for entry in state.history.iter().rev().take(5).rev() {
+        say(&format!(
+            "  {:>4}  {:<24} {}",
+            entry.iteration,
+            entry.workflow_id,
+            if entry.success {
+                "ok".to_string()
+            } else {
+                format!("failed: {}", entry.error.as_deref().unwrap_or(""))
+            }
+        ));
+    }
+    Ok(())
+}
+
+fn stop(args: LoopRepoArgs) -> Result<(), CliError> {
+    let store = StateStore::<LoopState>::new(&args.repo);
+    store.try_mutate(|state: Option<LoopState>| match state {
+        None => Err(CliError::Input("no loop state found".into())),
+        Some(mut state) => {
+            state.stop_requested = true;
+            Ok((state, ()))
+        }
+    })?;
+    say("stop requested; the loop stops before its next step");
+    Ok(())
+}

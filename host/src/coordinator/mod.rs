@@ -1,0 +1,23 @@
+//! The loop coordinator: a long-running loop that picks the next workflow
+//! plugin to run, records what it did and stops on a goal, a signal or a
+//! turn limit. Ported from the reference `loopy_loop` package.
+//!
+//! - [`models`]: the records kept on disk and exchanged with workers and
+//!   plugins (loop state, history, tasks, signals), with their JSON keys.
+//! - [`config`]: `sandloop-loop.toml` and the workflow sets under
+//!   `.sandloop/workflow_sets/`, with a preflight that reports every problem
+//!   at once.
+//! - [`scheduler`]: which workflow runs next.
+//! - [`sessions`]: the session directories and the files in them.
+//! - [`state_store`]: one state file per session, locked and written
+//!   atomically.
+//! - [`service`]: the coordinator's `register` / `finished` state machine.
+//! - [`worker`]: running a task as one sandboxed workflow-plugin step.
+
+pub mod config;
+pub mod models;
+pub mod scheduler;
+pub mod service;
+pub mod sessions;
+pub mod state_store;
+pub mod worker;

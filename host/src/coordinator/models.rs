@@ -1,0 +1,834 @@
+//! Records of the loop coordinator: the loop state kept on disk, the tasks
+//! handed to workers, the history of finished iterations and the signals a
+//! workflow plugin writes. Mirrors `models.py` in the reference.
+//!
+//! Field names and JSON keys are the reference's, so state and signal files
+//! stay comparable with it. Differences, all deliberate:
+//! - timestamps are kept as RFC 3339 UTC strings (see [`utc_now`]) rather
+//!   than parsed date-times;
+//! - [`RootConfigSnapshot`] has no `team_harness_*` fields: a workflow step
+//!   here is a sandboxed WASM component, configured per workflow (see
+//!   [`super::config::WorkflowConfig`]), not an agent team;
+//! - serde is strict where pydantic is lax (`"1"` is not an integer, `"yes"`
+//!   is not a boolean).
+//!
+//! Records the reference declares with `extra="forbid"` refuse unknown keys
+//! (`deny_unknown_fields`); the others ignore them, as pydantic does by
+//! default. `Option` fields serialise as `null` and may be missing on input.
+
+use std::fmt;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// Seconds to wait for the state-file lock before giving up (reference
+/// `DEFAULT_LOCK_TIMEOUT_SECONDS`).
+pub const DEFAULT_LOCK_TIMEOUT_SECONDS: f64 = 30.0;
+
+/// The only `schema_version` a [`ControlSignal`] may carry (reference
+/// `CONTROL_SCHEMA_VERSION`).
+pub const CONTROL_SCHEMA_VERSION: i64 = 1;
+
+/// The only `schema_version` a [`GoalCheckSignal`] may carry, and its default
+/// (reference `GOAL_CHECK_SCHEMA_VERSION`).
+pub const GOAL_CHECK_SCHEMA_VERSION: i64 = 1;
+
+/// The only `schema_version` a [`ChildSessionRequest`] may carry, and its
+/// default (a literal `1` in the reference's validator).
+pub const CHILD_SESSION_SCHEMA_VERSION: i64 = 1;
+
+/// `action` of a [`TaskResponse`] that hands a worker a task (reference
+/// `RUN_ACTION`); the JSON spelling of [`TaskAction::Run`].
+pub const RUN_ACTION: &str = "run";
+
+/// `action` of a [`TaskResponse`] that tells a worker to stop (reference
+/// `STOP_ACTION`); the JSON spelling of [`TaskAction::Stop`].
+pub const STOP_ACTION: &str = "stop";
+
+/// Workflow id with built-in meaning: it must write a [`GoalCheckSignal`]
+/// and is never scheduled before some other workflow has succeeded
+/// (reference `GOAL_CHECK_WORKFLOW_ID` in `cli.py`, and the `"goal_check"`
+/// literals in `scheduler.py` and `coordinator_app.py`).
+pub const GOAL_CHECK_WORKFLOW_ID: &str = "goal_check";
+
+/// The current UTC time at second precision as RFC 3339, e.g.
+/// `"2026-11-29T23:30:00Z"`. Mirrors `utc_now` in the reference
+/// (`datetime.now(UTC).replace(microsecond=0)`), serialised the way pydantic
+/// writes a UTC date-time.
+pub fn utc_now() -> String {
+    format_utc_seconds(SystemTime::now())
+}
+
+/// `at` as RFC 3339 UTC at second precision (sub-second part dropped), e.g.
+/// `"2026-11-29T23:30:00Z"`; the formatting behind [`utc_now`].
+pub fn format_utc_seconds(at: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// Root configuration frozen into a loop's state when its session starts, so
+/// a running loop is not changed by later edits of `sandloop-loop.toml`.
+/// Mirrors `RootConfigSnapshot` in the reference without its
+/// `team_harness_*` fields; unknown keys are refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RootConfigSnapshot {
+    /// Goal text (the trimmed contents of the goal file).
+    pub goal: String,
+    /// First 12 hex digits of the goal's SHA-256 (see
+    /// [`super::config::derive_goal_hash`]).
+    pub goal_hash: String,
+    /// Workflow set the session runs.
+    pub workflow_set: String,
+    /// Observable criteria used by workflows and goal checks.
+    pub completion_criteria: Vec<String>,
+    /// Conditions that should stop the loop before the goal is met.
+    pub stop_criteria: Vec<String>,
+    /// Maximum number of completed iterations.
+    pub max_turns: u32,
+    /// Consecutive invalid goal-check outputs allowed before the loop fails
+    /// with `goal_check_broken`.
+    pub goal_check_consecutive_failures_cap: u32,
+}
+
+/// The task a worker is running now (reference `CurrentTask`). Set when a
+/// task is handed out, cleared when it finishes or is found abandoned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CurrentTask {
+    /// Workflow set of the task.
+    pub workflow_set: String,
+    /// Workflow being run.
+    pub workflow_id: String,
+    /// Session the task belongs to.
+    pub session_id: String,
+    /// 1-based iteration number (`iteration_count + 1` when handed out).
+    pub iteration: u32,
+    /// When the task was handed out (RFC 3339 UTC, see [`utc_now`]).
+    pub started_at: String,
+}
+
+/// `action` of a [`TaskResponse`]: `"run"` or `"stop"` (reference
+/// `Literal["run", "stop"]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskAction {
+    /// Run the task named in the response ([`RUN_ACTION`]).
+    Run,
+    /// Stop; `stop_reason` says why ([`STOP_ACTION`]).
+    Stop,
+}
+
+impl TaskAction {
+    /// The JSON spelling: [`RUN_ACTION`] or [`STOP_ACTION`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskAction::Run => RUN_ACTION,
+            TaskAction::Stop => STOP_ACTION,
+        }
+    }
+}
+
+/// What the coordinator answers to `/register` and `/finished` (reference
+/// `TaskResponse`): either a task to run, with the session's config snapshot,
+/// or a stop with its reason. Absent fields serialise as `null`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskResponse {
+    /// Run or stop.
+    pub action: TaskAction,
+    /// Workflow set of the task (run only).
+    pub workflow_set: Option<String>,
+    /// Workflow to run (run only).
+    pub workflow_id: Option<String>,
+    /// Session of the task (run only).
+    pub session_id: Option<String>,
+    /// Iteration of the task (run only).
+    pub iteration: Option<u32>,
+    /// Config snapshot of the session (run only).
+    pub config_snapshot: Option<RootConfigSnapshot>,
+    /// Why the loop stopped (stop only), e.g. `"goal_met"`, `"max_turns"`,
+    /// `"no_eligible_workflow"`.
+    pub stop_reason: Option<String>,
+}
+
+impl TaskResponse {
+    /// A run response for `task` (mirrors `_build_run_response` in the
+    /// reference's `coordinator_app.py`).
+    pub fn run(task: &CurrentTask, config_snapshot: &RootConfigSnapshot) -> Self {
+        Self {
+            action: TaskAction::Run,
+            workflow_set: Some(task.workflow_set.clone()),
+            workflow_id: Some(task.workflow_id.clone()),
+            session_id: Some(task.session_id.clone()),
+            iteration: Some(task.iteration),
+            config_snapshot: Some(config_snapshot.clone()),
+            stop_reason: None,
+        }
+    }
+
+    /// A stop response carrying `stop_reason`, every other field `None`.
+    pub fn stop(stop_reason: impl Into<String>) -> Self {
+        Self {
+            action: TaskAction::Stop,
+            workflow_set: None,
+            workflow_id: None,
+            session_id: None,
+            iteration: None,
+            config_snapshot: None,
+            stop_reason: Some(stop_reason.into()),
+        }
+    }
+}
+
+/// One finished (or abandoned) iteration in a loop's history (reference
+/// `HistoryEntry`). The scheduler reads these; see
+/// [`super::scheduler::choose_next_workflow`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// 1-based iteration number.
+    pub iteration: u32,
+    /// Workflow set the workflow belongs to.
+    pub workflow_set: String,
+    /// Workflow that ran.
+    pub workflow_id: String,
+    /// Session it ran in.
+    pub session_id: String,
+    /// Whether it succeeded (after the coordinator's own checks: an invalid
+    /// goal-check or control output turns a success into a failure).
+    pub success: bool,
+    /// Why it failed, e.g. `"abandoned"`, `"invalid_goal_check_output"`.
+    pub error: Option<String>,
+    /// When the task was handed out (RFC 3339 UTC).
+    pub started_at: String,
+    /// When the coordinator recorded the result (RFC 3339 UTC).
+    pub finished_at: String,
+}
+
+/// Status of a loop (reference `LoopState.status`), serialised snake_case:
+/// `running`, `stopped`, `goal_met`, `failed`, `max_turns`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopStatus {
+    /// The loop is running (the default).
+    #[default]
+    Running,
+    /// Stopped on request.
+    Stopped,
+    /// The goal was met.
+    GoalMet,
+    /// Failed: unresolvable error, broken goal check, invalid control output
+    /// or no eligible workflow.
+    Failed,
+    /// `max_turns` iterations completed.
+    MaxTurns,
+}
+
+impl LoopStatus {
+    /// The JSON spelling, e.g. `"goal_met"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoopStatus::Running => "running",
+            LoopStatus::Stopped => "stopped",
+            LoopStatus::GoalMet => "goal_met",
+            LoopStatus::Failed => "failed",
+            LoopStatus::MaxTurns => "max_turns",
+        }
+    }
+
+    /// True for every status but `running` (mirrors `TERMINAL_STATUSES` in
+    /// the reference's `state_store.py`).
+    pub fn is_terminal(self) -> bool {
+        self != LoopStatus::Running
+    }
+}
+
+impl fmt::Display for LoopStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The state of one session's loop, one `state.json` per session (reference
+/// `LoopState`). Fields with a default may be missing on input.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopState {
+    /// Loop status; default `running`.
+    #[serde(default)]
+    pub status: LoopStatus,
+    /// Goal hash of the session.
+    pub goal_hash: String,
+    /// Workflow set the session runs.
+    pub workflow_set: String,
+    /// Parent session when this is a child session.
+    #[serde(default)]
+    pub parent_session_id: Option<String>,
+    /// Maximum number of completed iterations.
+    pub max_turns: u32,
+    /// This session's id.
+    pub active_session_id: String,
+    /// Set by a `stopped`/`goal_met` control signal; default false.
+    #[serde(default)]
+    pub goal_met: bool,
+    /// Set by `sandloop stop`; default false.
+    #[serde(default)]
+    pub stop_requested: bool,
+    /// Set by a `stopped`/`unresolvable_error` control signal; default false.
+    #[serde(default)]
+    pub unresolvable_error: bool,
+    /// Why the loop stopped, once it has.
+    #[serde(default)]
+    pub stop_reason: Option<String>,
+    /// Completed (or abandoned) iterations; default 0.
+    #[serde(default)]
+    pub iteration_count: u32,
+    /// Invalid goal-check outputs in a row; default 0.
+    #[serde(default)]
+    pub goal_check_consecutive_failures: u32,
+    /// The task handed out and not yet finished.
+    #[serde(default)]
+    pub current_task: Option<CurrentTask>,
+    /// Finished iterations, oldest first; default empty.
+    #[serde(default)]
+    pub history: Vec<HistoryEntry>,
+    /// Root config frozen at session start.
+    pub config_snapshot: RootConfigSnapshot,
+}
+
+impl LoopState {
+    /// A fresh running state for session `active_session_id`, taking
+    /// `goal_hash`, `workflow_set` and `max_turns` from `config_snapshot`
+    /// (as the reference's `_write_fresh_state` and child-session dispatch
+    /// do), every counter at zero and no history.
+    pub fn new(
+        active_session_id: impl Into<String>,
+        parent_session_id: Option<String>,
+        config_snapshot: RootConfigSnapshot,
+    ) -> Self {
+        Self {
+            status: LoopStatus::Running,
+            goal_hash: config_snapshot.goal_hash.clone(),
+            workflow_set: config_snapshot.workflow_set.clone(),
+            parent_session_id,
+            max_turns: config_snapshot.max_turns,
+            active_session_id: active_session_id.into(),
+            goal_met: false,
+            stop_requested: false,
+            unresolvable_error: false,
+            stop_reason: None,
+            iteration_count: 0,
+            goal_check_consecutive_failures: 0,
+            current_task: None,
+            history: Vec::new(),
+            config_snapshot,
+        }
+    }
+}
+
+/// What a worker posts to `/finished` (reference `FinishedRequest`); also
+/// persisted locally as `pending_finished_request.json` for crash recovery.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishedRequest {
+    /// Workflow that ran.
+    pub workflow_id: String,
+    /// Session it ran in.
+    pub session_id: String,
+    /// Iteration it ran as.
+    pub iteration: u32,
+    /// Whether the workflow plugin succeeded.
+    pub success: bool,
+    /// Text the plugin returned.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Why it failed.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl FinishedRequest {
+    /// True when the request is for `task`: same session, workflow and
+    /// iteration (mirrors `_matches_current_task` in the reference).
+    pub fn matches_task(&self, task: &CurrentTask) -> bool {
+        self.session_id == task.session_id
+            && self.workflow_id == task.workflow_id
+            && self.iteration == task.iteration
+    }
+}
+
+/// A signal record broke one of the reference's validators. `field` names
+/// the JSON key; the display reads `field: message`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ValidationError {
+    /// The offending JSON key, e.g. `schema_version`.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+fn check_schema_version(value: i64, expected: i64) -> Result<(), ValidationError> {
+    if value == expected {
+        Ok(())
+    } else {
+        Err(ValidationError {
+            field: "schema_version",
+            message: format!("must equal {expected}, got {value}"),
+        })
+    }
+}
+
+/// `state` of a [`ControlSignal`]: `running` or `stopped`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlState {
+    /// Keep looping.
+    Running,
+    /// Stop; `stop_reason` says why.
+    Stopped,
+}
+
+/// `stop_reason` of a stopped [`ControlSignal`]: `goal_met` or
+/// `unresolvable_error`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlStopReason {
+    /// The goal is met.
+    GoalMet,
+    /// The loop cannot make progress.
+    UnresolvableError,
+}
+
+/// The session control signal a workflow writes to stop the loop
+/// (`control.json`; reference `ControlSignal`). Deserialising validates it
+/// (see [`ControlSignal::validate`]), so an invalid file never parses.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ControlSignal {
+    /// `running` or `stopped`.
+    pub state: ControlState,
+    /// Human-readable explanation.
+    pub reason: String,
+    /// Required when stopped, forbidden when running.
+    pub stop_reason: Option<ControlStopReason>,
+    /// Must equal [`CONTROL_SCHEMA_VERSION`]; required.
+    pub schema_version: i64,
+}
+
+impl ControlSignal {
+    /// The reference's validators: `schema_version` must equal
+    /// [`CONTROL_SCHEMA_VERSION`]; a `running` state must not set
+    /// `stop_reason`; a `stopped` state must set it.
+    ///
+    /// # Errors
+    /// A [`ValidationError`] naming `schema_version` or `stop_reason`.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_schema_version(self.schema_version, CONTROL_SCHEMA_VERSION)?;
+        match (self.state, self.stop_reason) {
+            (ControlState::Running, Some(_)) => Err(ValidationError {
+                field: "stop_reason",
+                message: "a running control state must not set stop_reason".into(),
+            }),
+            (ControlState::Stopped, None) => Err(ValidationError {
+                field: "stop_reason",
+                message: "a stopped control state must set stop_reason".into(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ControlSignal {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Fields {
+            state: ControlState,
+            reason: String,
+            #[serde(default)]
+            stop_reason: Option<ControlStopReason>,
+            schema_version: i64,
+        }
+        let fields = Fields::deserialize(deserializer)?;
+        let signal = ControlSignal {
+            state: fields.state,
+            reason: fields.reason,
+            stop_reason: fields.stop_reason,
+            schema_version: fields.schema_version,
+        };
+        signal.validate().map_err(serde::de::Error::custom)?;
+        Ok(signal)
+    }
+}
+
+fn default_schema_version() -> i64 {
+    1
+}
+
+/// The verdict a goal-check workflow writes (`goal_check.json`; reference
+/// `GoalCheckSignal`). Deserialising validates it (see
+/// [`GoalCheckSignal::validate`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GoalCheckSignal {
+    /// Whether the goal is met.
+    pub goal_met: bool,
+    /// Human-readable explanation.
+    pub reason: String,
+    /// Must equal [`GOAL_CHECK_SCHEMA_VERSION`]; defaults to it.
+    pub schema_version: i64,
+}
+
+impl GoalCheckSignal {
+    /// `schema_version` must equal [`GOAL_CHECK_SCHEMA_VERSION`]. The
+    /// reference model accepts any version and its `_read_signal` ignores a
+    /// signal whose version is not 1; here the model refuses it.
+    ///
+    /// # Errors
+    /// A [`ValidationError`] naming `schema_version`.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_schema_version(self.schema_version, GOAL_CHECK_SCHEMA_VERSION)
+    }
+}
+
+impl<'de> Deserialize<'de> for GoalCheckSignal {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Fields {
+            goal_met: bool,
+            reason: String,
+            #[serde(default = "default_schema_version")]
+            schema_version: i64,
+        }
+        let fields = Fields::deserialize(deserializer)?;
+        let signal = GoalCheckSignal {
+            goal_met: fields.goal_met,
+            reason: fields.reason,
+            schema_version: fields.schema_version,
+        };
+        signal.validate().map_err(serde::de::Error::custom)?;
+        Ok(signal)
+    }
+}
+
+/// What a worker records for one iteration (`result.json`; reference
+/// `IterationResult`). The coordinator reads it to recover an orphaned
+/// task. `harness_*` keep the reference's names: the run id and output
+/// directory of the step that produced the result, empty by default.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct IterationResult {
+    /// Whether the step succeeded.
+    pub success: bool,
+    /// Text the step returned.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Why it failed.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Structured failure detail (a JSON object).
+    #[serde(default)]
+    pub error_detail: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Run id of the step; default empty.
+    #[serde(default)]
+    pub harness_run_id: String,
+    /// Output directory of the step; default empty.
+    #[serde(default)]
+    pub harness_output_dir: String,
+}
+
+/// A workflow's request to start a child session on another workflow set
+/// and goal (a JSON file under the session's `child_requests/`; reference
+/// `ChildSessionRequest`). Deserialising validates it (see
+/// [`ChildSessionRequest::validate`]). `workflow_set` comes from a plugin:
+/// the config loader refuses names that are not a single path component.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ChildSessionRequest {
+    /// Workflow set the child runs.
+    pub workflow_set: String,
+    /// Goal text of the child.
+    pub goal: String,
+    /// Must equal [`CHILD_SESSION_SCHEMA_VERSION`]; defaults to it.
+    pub schema_version: i64,
+}
+
+impl ChildSessionRequest {
+    /// `schema_version` must equal [`CHILD_SESSION_SCHEMA_VERSION`].
+    ///
+    /// # Errors
+    /// A [`ValidationError`] naming `schema_version`.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_schema_version(self.schema_version, CHILD_SESSION_SCHEMA_VERSION)
+    }
+}
+
+impl<'de> Deserialize<'de> for ChildSessionRequest {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Fields {
+            workflow_set: String,
+            goal: String,
+            #[serde(default = "default_schema_version")]
+            schema_version: i64,
+        }
+        let fields = Fields::deserialize(deserializer)?;
+        let request = ChildSessionRequest {
+            workflow_set: fields.workflow_set,
+            goal: fields.goal,
+            schema_version: fields.schema_version,
+        };
+        request.validate().map_err(serde::de::Error::custom)?;
+        Ok(request)
+    }
+}
+
+/// One child session in a parent's `children.json` (reference
+/// `ChildSessionRecord`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildSessionRecord {
+    /// The child's session id.
+    pub session_id: String,
+    /// Workflow set the child runs.
+    pub workflow_set: String,
+    /// Goal hash of the child's goal.
+    pub goal_hash: String,
+    /// The child's [`LoopStatus`] spelling, `"running"` until it ends.
+    pub status: String,
+    /// When the child was created (RFC 3339 UTC).
+    pub created_at: String,
+    /// When the child ended (RFC 3339 UTC).
+    #[serde(default)]
+    pub completed_at: Option<String>,
+    /// Why the child stopped.
+    #[serde(default)]
+    pub stop_reason: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn snapshot() -> RootConfigSnapshot {
+        RootConfigSnapshot {
+            goal: "Ship it".into(),
+            goal_hash: "abcdef012345".into(),
+            workflow_set: "main".into(),
+            completion_criteria: vec!["tests pass".into()],
+            stop_criteria: vec![],
+            max_turns: 20,
+            goal_check_consecutive_failures_cap: 3,
+        }
+    }
+
+    fn control(value: serde_json::Value) -> Result<ControlSignal, String> {
+        serde_json::from_value(value).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_utc_seconds() {
+        let at = UNIX_EPOCH + Duration::from_millis(1_795_995_000_750);
+        assert_eq!(format_utc_seconds(at), "2026-11-29T23:30:00Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(1_709_164_801);
+        assert_eq!(format_utc_seconds(leap), "2024-02-29T00:00:01Z");
+        let now = utc_now();
+        assert_eq!(now.len(), 20, "{now}");
+        assert!(now.ends_with('Z') && now.as_bytes()[10] == b'T', "{now}");
+    }
+
+    #[test]
+    fn control_signal_accepts_the_two_valid_shapes() {
+        let running = control(json!({"state": "running", "reason": "keep going",
+            "schema_version": 1}))
+        .unwrap();
+        assert_eq!(running.state, ControlState::Running);
+        assert_eq!(running.stop_reason, None);
+        let stopped = control(json!({"state": "stopped", "reason": "done",
+            "stop_reason": "goal_met", "schema_version": 1, "extra": "ignored"}))
+        .unwrap();
+        assert_eq!(stopped.stop_reason, Some(ControlStopReason::GoalMet));
+        let failed = control(json!({"state": "stopped", "reason": "stuck",
+            "stop_reason": "unresolvable_error", "schema_version": 1}))
+        .unwrap();
+        assert_eq!(
+            failed.stop_reason,
+            Some(ControlStopReason::UnresolvableError)
+        );
+        // Round trip keeps the reference's keys.
+        let text = serde_json::to_value(&stopped).unwrap();
+        assert_eq!(
+            text,
+            json!({"state": "stopped", "reason": "done", "stop_reason": "goal_met",
+                "schema_version": 1})
+        );
+    }
+
+    #[test]
+    fn control_signal_rules_name_the_field() {
+        let err =
+            control(json!({"state": "running", "reason": "r", "schema_version": 2})).unwrap_err();
+        assert!(err.starts_with("schema_version: must equal 1"), "{err}");
+        let err = control(json!({"state": "running", "reason": "r",
+            "stop_reason": "goal_met", "schema_version": 1}))
+        .unwrap_err();
+        assert!(err.starts_with("stop_reason: a running control state must not set"));
+        let err =
+            control(json!({"state": "stopped", "reason": "r", "schema_version": 1})).unwrap_err();
+        assert!(err.starts_with("stop_reason: a stopped control state must set"));
+        let err = control(json!({"state": "stopped", "reason": "r",
+            "stop_reason": null, "schema_version": 1}))
+        .unwrap_err();
+        assert!(err.contains("must set stop_reason"), "{err}");
+        // schema_version is required; state and stop_reason are closed sets.
+        assert!(control(json!({"state": "running", "reason": "r"})).is_err());
+        assert!(control(json!({"state": "paused", "reason": "r", "schema_version": 1})).is_err());
+        assert!(
+            control(
+                json!({"state": "stopped", "reason": "r", "stop_reason": "bored",
+                "schema_version": 1})
+            )
+            .is_err()
+        );
+        // validate() holds for values built in code too.
+        let built = ControlSignal {
+            state: ControlState::Stopped,
+            reason: "r".into(),
+            stop_reason: None,
+            schema_version: 1,
+        };
+        assert_eq!(built.validate().unwrap_err().field, "stop_reason");
+    }
+
+    #[test]
+    fn goal_check_signal_defaults_and_refuses_other_versions() {
+        let signal: GoalCheckSignal =
+            serde_json::from_value(json!({"goal_met": false, "reason": "not yet"})).unwrap();
+        assert_eq!(signal.schema_version, GOAL_CHECK_SCHEMA_VERSION);
+        assert!(!signal.goal_met);
+        let err = serde_json::from_value::<GoalCheckSignal>(
+            json!({"goal_met": true, "reason": "r", "schema_version": 2}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("schema_version: must equal 1"), "{err}");
+        assert!(serde_json::from_value::<GoalCheckSignal>(json!({"goal_met": true})).is_err());
+        assert!(
+            serde_json::from_value::<GoalCheckSignal>(json!({"goal_met": "yes", "reason": "r"}))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn child_session_request_defaults_and_refuses_other_versions() {
+        let request: ChildSessionRequest =
+            serde_json::from_value(json!({"workflow_set": "eval", "goal": "Check it"})).unwrap();
+        assert_eq!(request.schema_version, 1);
+        let err = serde_json::from_value::<ChildSessionRequest>(
+            json!({"workflow_set": "eval", "goal": "g", "schema_version": 0}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("schema_version: must equal 1"), "{err}");
+        assert!(serde_json::from_value::<ChildSessionRequest>(json!({"goal": "g"})).is_err());
+    }
+
+    #[test]
+    fn loop_state_fills_defaults_and_spells_status_snake_case() {
+        let state: LoopState = serde_json::from_value(json!({
+            "goal_hash": "abcdef012345",
+            "workflow_set": "main",
+            "max_turns": 20,
+            "active_session_id": "s1",
+            "config_snapshot": serde_json::to_value(snapshot()).unwrap(),
+        }))
+        .unwrap();
+        assert_eq!(state, LoopState::new("s1", None, snapshot()));
+        assert_eq!(state.status, LoopStatus::Running);
+        assert!(!state.status.is_terminal());
+
+        let mut ended = state.clone();
+        ended.status = LoopStatus::MaxTurns;
+        let value = serde_json::to_value(&ended).unwrap();
+        assert_eq!(value["status"], "max_turns");
+        assert_eq!(value["current_task"], serde_json::Value::Null);
+        assert_eq!(value["history"], json!([]));
+        let back: LoopState = serde_json::from_value(value).unwrap();
+        assert_eq!(back, ended);
+        for (status, text) in [
+            (LoopStatus::Stopped, "stopped"),
+            (LoopStatus::GoalMet, "goal_met"),
+            (LoopStatus::Failed, "failed"),
+            (LoopStatus::MaxTurns, "max_turns"),
+        ] {
+            assert!(status.is_terminal());
+            assert_eq!(serde_json::to_value(status).unwrap(), text);
+            assert_eq!(status.to_string(), text);
+        }
+        assert!(serde_json::from_value::<LoopStatus>(json!("paused")).is_err());
+    }
+
+    #[test]
+    fn snapshot_refuses_unknown_keys() {
+        let mut value = serde_json::to_value(snapshot()).unwrap();
+        value["team_harness_model"] = json!("gpt");
+        let err = serde_json::from_value::<RootConfigSnapshot>(value)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("team_harness_model"), "{err}");
+        // Records without extra="forbid" ignore unknown keys.
+        let entry: HistoryEntry = serde_json::from_value(json!({
+            "iteration": 1, "workflow_set": "main", "workflow_id": "plan",
+            "session_id": "s1", "success": true, "started_at": "2026-11-29T23:30:00Z",
+            "finished_at": "2026-11-29T23:31:00Z", "note": "ignored"}))
+        .unwrap();
+        assert_eq!(entry.error, None);
+    }
+
+    #[test]
+    fn task_responses_keep_every_key() {
+        let stop = serde_json::to_value(TaskResponse::stop("max_turns")).unwrap();
+        assert_eq!(
+            stop,
+            json!({"action": "stop", "workflow_set": null, "workflow_id": null,
+                "session_id": null, "iteration": null, "config_snapshot": null,
+                "stop_reason": "max_turns"})
+        );
+        let task = CurrentTask {
+            workflow_set: "main".into(),
+            workflow_id: "plan".into(),
+            session_id: "s1".into(),
+            iteration: 3,
+            started_at: "2026-11-29T23:30:00Z".into(),
+        };
+        let run = TaskResponse::run(&task, &snapshot());
+        assert_eq!(run.action.as_str(), RUN_ACTION);
+        assert_eq!(run.iteration, Some(3));
+        assert_eq!(run.config_snapshot, Some(snapshot()));
+        let request = FinishedRequest {
+            workflow_id: "plan".into(),
+            session_id: "s1".into(),
+            iteration: 3,
+            success: true,
+            text: None,
+            error: None,
+        };
+        assert!(request.matches_task(&task));
+        assert!(
+            !FinishedRequest {
+                iteration: 2,
+                ..request
+            }
+            .matches_task(&task)
+        );
+    }
+
+    #[test]
+    fn iteration_result_defaults() {
+        let result: IterationResult = serde_json::from_value(json!({"success": false,
+            "error": "trap", "error_detail": {"kind": "timeout"}}))
+        .unwrap();
+        assert_eq!(result.harness_run_id, "");
+        assert_eq!(result.harness_output_dir, "");
+        assert_eq!(result.error_detail.unwrap()["kind"], "timeout");
+        assert!(
+            serde_json::from_value::<IterationResult>(json!({"success": true,
+                "error_detail": "not an object"}))
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,720 @@
+//! The coordinator: `register` and `finished`, the loop's state machine.
+//! Mirrors `CoordinatorService` in the reference's `coordinator_app.py`
+//! step for step — orphaned-task recovery (from the pending finished
+//! request, then from the iteration result, before calling a task
+//! abandoned), stale and mismatched `finished` calls answered without
+//! touching state, stop precedence (goal met, stop requested, unresolvable
+//! error, max turns), the goal-check signal and its consecutive-failure
+//! cap, control signals, child sessions dispatched after a success and the
+//! parent resumed when its child ends.
+//!
+//! State lives in files (one `state.json` per session, read-modify-written
+//! under its lock), so a coordinator can be killed at any moment and
+//! started again with `resume`. One [`Coordinator`] serialises its own
+//! calls; several workers (threads or HTTP clients) may share it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::config::{
+    ConfigError, PreflightResult, WorkflowDefinition, derive_goal_hash, run_preflight,
+};
+use super::models::{
+    ChildSessionRecord, ChildSessionRequest, ControlSignal, ControlState, ControlStopReason,
+    CurrentTask, FinishedRequest, GOAL_CHECK_WORKFLOW_ID, GoalCheckSignal, HistoryEntry,
+    IterationResult, LoopState, LoopStatus, RootConfigSnapshot, TaskAction, TaskResponse, utc_now,
+};
+use super::scheduler::choose_next_workflow;
+use super::sessions::{
+    NewSession, child_requests_dir_path, children_path, control_path, create_session_dir,
+    create_session_id, goal_check_path, pending_finished_request_path, result_path, state_path,
+};
+use super::state_store::{StateStore, StateStoreError};
+
+/// Why the coordinator cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub enum CoordinatorError {
+    /// The configuration is invalid (every problem, with file and field).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The state file could not be locked, read or written.
+    #[error(transparent)]
+    State(#[from] StateStoreError),
+    /// A session directory or file could not be created.
+    #[error(transparent)]
+    Session(#[from] super::sessions::SessionError),
+    /// A running loop exists and `resume` was not asked for.
+    #[error(
+        "a running loop was found ({0}); continue it with --resume, or stop it first with `sandloop loop stop`"
+    )]
+    RunningState(String),
+    /// Something that must hold does not.
+    #[error("{0}")]
+    Invariant(String),
+}
+
+struct Inner {
+    /// The store of the active session (switches to a child and back).
+    store: StateStore<LoopState>,
+    /// Preflight results per workflow set (the root's first).
+    preflights: HashMap<String, PreflightResult>,
+    root_workflow_set: String,
+}
+
+/// The loop coordinator over the repository at `repo_root`.
+pub struct Coordinator {
+    repo_root: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+/// Read a signal file: `None` when it is missing, unreadable or of the
+/// wrong schema (reference `_read_signal`, which logs and ignores).
+fn read_signal<T: DeserializeOwned>(path: &Path) -> Option<T> {
+    let text = std::fs::read_to_string(path).ok()?;
+    match serde_json::from_str::<T>(&text) {
+        Ok(signal) => Some(signal),
+        Err(error) => {
+            eprintln!(
+                "warning: ignoring the invalid signal file {}: {error}",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+fn snapshot_of(preflight: &PreflightResult) -> RootConfigSnapshot {
+    let root = &preflight.root_config;
+    RootConfigSnapshot {
+        goal: root.goal.clone(),
+        goal_hash: derive_goal_hash(&root.goal),
+        workflow_set: preflight.workflow_set.clone(),
+        completion_criteria: root.completion_criteria.clone(),
+        stop_criteria: root.stop_criteria.clone(),
+        max_turns: root.max_turns,
+        goal_check_consecutive_failures_cap: root.goal_check_consecutive_failures_cap,
+    }
+}
+
+fn new_task(state: &LoopState, workflow: &WorkflowDefinition, now: &str) -> CurrentTask {
+    CurrentTask {
+        workflow_set: state.workflow_set.clone(),
+        workflow_id: workflow.id.clone(),
+        session_id: state.active_session_id.clone(),
+        iteration: state.iteration_count + 1,
+        started_at: now.to_string(),
+    }
+}
+
+impl Coordinator {
+    /// Check the configuration (every problem at once), then prepare the
+    /// state (reference `_prepare_state`): no state → a fresh session; a
+    /// terminal state → archived, then a fresh session; a running state →
+    /// refused unless `resume`, which continues it.
+    pub fn open(
+        repo_root: &Path,
+        resume: bool,
+        workflow_set: Option<&str>,
+        goal_file: Option<&Path>,
+    ) -> Result<Self, CoordinatorError> {
+        let preflight = run_preflight(repo_root, workflow_set, goal_file)?;
+        let root_workflow_set = preflight.workflow_set.clone();
+        let mut preflights = HashMap::new();
+        preflights.insert(root_workflow_set.clone(), preflight);
+        let coordinator = Self {
+            repo_root: repo_root.to_path_buf(),
+            inner: Mutex::new(Inner {
+                store: StateStore::new(repo_root),
+                preflights,
+                root_workflow_set,
+            }),
+        };
+        coordinator.prepare_state(resume)?;
+        Ok(coordinator)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The repository the loop runs in.
+    pub fn repo_root(&self) -> &Path {
+        &self.repo_root
+    }
+
+    /// The active session's state, as on disk.
+    pub fn state(&self) -> Result<Option<LoopState>, CoordinatorError> {
+        Ok(self.lock().store.read_state()?)
+    }
+
+    fn prepare_state(&self, resume: bool) -> Result<(), CoordinatorError> {
+        let mut inner = self.lock();
+        let existing = inner.store.read_state()?;
+        let Some(existing) = existing else {
+            return self.write_fresh_state(&mut inner);
+        };
+        if existing.status.is_terminal() {
+            inner.store.archive_state()?;
+            return self.write_fresh_state(&mut inner);
+        }
+        if !resume {
+            return Err(CoordinatorError::RunningState(existing.active_session_id));
+        }
+        // Resume in the session that was active (a child, if one was).
+        let path = state_path(&self.repo_root, &existing.active_session_id);
+        create_session_dir(
+            &self.repo_root,
+            &NewSession {
+                session_id: &existing.active_session_id,
+                goal_hash: &existing.goal_hash,
+                goal: &existing.config_snapshot.goal,
+                workflow_set: &existing.workflow_set,
+                parent_session_id: existing.parent_session_id.as_deref(),
+            },
+        )?;
+        inner.store = StateStore::with_state_path(&self.repo_root, path);
+        Ok(())
+    }
+
+    fn write_fresh_state(&self, inner: &mut Inner) -> Result<(), CoordinatorError> {
+        let preflight = &inner.preflights[&inner.root_workflow_set];
+        let snapshot = snapshot_of(preflight);
+        let session_id = create_session_id(&snapshot.goal_hash);
+        create_session_dir(
+            &self.repo_root,
+            &NewSession {
+                session_id: &session_id,
+                goal_hash: &snapshot.goal_hash,
+                goal: &snapshot.goal,
+                workflow_set: &snapshot.workflow_set,
+                parent_session_id: None,
+            },
+        )?;
+        inner.store =
+            StateStore::with_state_path(&self.repo_root, state_path(&self.repo_root, &session_id));
+        let state = LoopState::new(session_id, None, snapshot);
+        inner.store.write_state(&state)?;
+        Ok(())
+    }
+
+    /// A worker asks for work (reference `register_worker`): recover or
+    /// abandon an orphaned task, stop if a stop condition holds, dispatch
+    /// a requested child session, or choose the next workflow.
+    pub fn register(&self) -> Result<TaskResponse, CoordinatorError> {
+        let mut inner = self.lock();
+        self.register_locked(&mut inner)
+    }
+
+    fn register_locked(&self, inner: &mut Inner) -> Result<TaskResponse, CoordinatorError> {
+        let mut recovered_pending: Vec<PathBuf> = Vec::new();
+        let store = std::mem::replace(&mut inner.store, StateStore::new(&self.repo_root));
+        let response = store.try_mutate(|state: Option<LoopState>| {
+            let mut current = require_state(state)?;
+            let now = utc_now();
+            if let Some(orphaned) = current.current_task.clone() {
+                match self.read_recoverable_finished_request(&orphaned) {
+                    None => {
+                        current.history.push(HistoryEntry {
+                            iteration: orphaned.iteration,
+                            workflow_set: orphaned.workflow_set.clone(),
+                            workflow_id: orphaned.workflow_id.clone(),
+                            session_id: orphaned.session_id.clone(),
+                            success: false,
+                            error: Some("abandoned".into()),
+                            started_at: orphaned.started_at.clone(),
+                            finished_at: now.clone(),
+                        });
+                        current.iteration_count += 1;
+                        current.current_task = None;
+                    }
+                    Some((request, pending)) => {
+                        if let Some(pending) = pending {
+                            recovered_pending.push(pending);
+                        }
+                        self.record_finished_task(inner, &mut current, &orphaned, &request, &now);
+                    }
+                }
+            }
+            let response = self.dispatch(inner, &mut current, &now)?;
+            Ok::<_, CoordinatorError>((current, response))
+        });
+        inner.store = store;
+        let response = response?;
+        for path in recovered_pending {
+            let _ = std::fs::remove_file(path);
+        }
+        self.after_dispatch(inner, response)
+    }
+
+    /// The stop check, child dispatch and workflow choice shared by
+    /// `register` and `finished` (steps 4–6 / 7–9 of the reference).
+    fn dispatch(
+        &self,
+        inner: &mut Inner,
+        current: &mut LoopState,
+        now: &str,
+    ) -> Result<Dispatch, CoordinatorError> {
+        if let Some(stop) = self.stop_response_if_needed(current) {
+            return Ok(Dispatch::Respond(stop));
+        }
+        if let Some(child) = self.dispatch_child_session_after_success(inner, current)? {
+            return Ok(child);
+        }
+        let workflows = self.workflows_for(inner, &current.workflow_set)?;
+        let Some(workflow) =
+            choose_next_workflow(&workflows, &current.history, current.iteration_count)
+        else {
+            current.stop_reason = Some("no_eligible_workflow".into());
+            current.status = LoopStatus::Failed;
+            return Ok(Dispatch::Respond(TaskResponse::stop(
+                "no_eligible_workflow",
+            )));
+        };
+        let task = new_task(current, workflow, now);
+        let response = TaskResponse::run(&task, &current.config_snapshot);
+        current.current_task = Some(task);
+        Ok(Dispatch::Respond(response))
+    }
+
+    /// Switch to a dispatched child's store, if the dispatch made one.
+    fn after_dispatch(
+        &self,
+        inner: &mut Inner,
+        dispatch: Dispatch,
+    ) -> Result<TaskResponse, CoordinatorError> {
+        match dispatch {
+            Dispatch::Respond(response) => Ok(response),
+            Dispatch::Child { store, response } => {
+                inner.store = store;
+                Ok(response)
+            }
+        }
+    }
+
+    /// A worker reports a finished task (reference `finish_assignment`).
+    /// A call with no active task dispatches as `register` would; a call
+    /// for another task than the active one changes nothing and answers
+    /// with the active task.
+    pub fn finished(&self, request: &FinishedRequest) -> Result<TaskResponse, CoordinatorError> {
+        let mut inner = self.lock();
+        let store = std::mem::replace(&mut inner.store, StateStore::new(&self.repo_root));
+        let dispatch = store.try_mutate(|state: Option<LoopState>| {
+            let mut current = require_state(state)?;
+            let now = utc_now();
+            let Some(active) = current.current_task.clone() else {
+                let response = self.dispatch(&mut inner, &mut current, &now)?;
+                return Ok::<_, CoordinatorError>((current, response));
+            };
+            if !request.matches_task(&active) {
+                let response = TaskResponse::run(&active, &current.config_snapshot);
+                return Ok((current, Dispatch::Respond(response)));
+            }
+            self.record_finished_task(&mut inner, &mut current, &active, request, &now);
+            if current.stop_reason.as_deref() == Some("goal_check_broken") {
+                return Ok((
+                    current,
+                    Dispatch::Respond(TaskResponse::stop("goal_check_broken")),
+                ));
+            }
+            let response = self.dispatch(&mut inner, &mut current, &now)?;
+            Ok((current, response))
+        });
+        inner.store = store;
+        let response = self.after_dispatch(&mut inner, dispatch?)?;
+        if response.action == TaskAction::Stop
+            && let Some(parent) = self.resume_parent_if_active_child_completed(&mut inner)?
+        {
+            return Ok(parent);
+        }
+        Ok(response)
+    }
+
+    /// Ask the loop to stop at the next decision (`sandloop loop stop`):
+    /// writes the session's control file, as a step's stop request does.
+    pub fn request_stop(
+        repo_root: &Path,
+        session_id: &str,
+        reason: &str,
+    ) -> std::io::Result<PathBuf> {
+        let path = control_path(repo_root, session_id);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let text = serde_json::to_vec_pretty(&json!({
+            "state": "stopped",
+            "reason": reason,
+            "stop_reason": "unresolvable_error",
+            "schema_version": 1,
+        }))
+        .map_err(std::io::Error::other)?;
+        let partial = path.with_extension("json.partial");
+        std::fs::write(&partial, text)?;
+        std::fs::rename(&partial, &path)?;
+        Ok(path)
+    }
+
+    fn record_finished_task(
+        &self,
+        inner: &mut Inner,
+        state: &mut LoopState,
+        active: &CurrentTask,
+        request: &FinishedRequest,
+        now: &str,
+    ) {
+        let mut success = request.success;
+        let mut error = request.error.clone();
+        if self.workflow_expects_goal_check_signal(inner, &active.workflow_set, &active.workflow_id)
+        {
+            let path = goal_check_path(
+                &self.repo_root,
+                &active.session_id,
+                active.iteration,
+                &active.workflow_id,
+            );
+            match read_signal::<GoalCheckSignal>(&path) {
+                None => {
+                    success = false;
+                    error = Some("invalid_goal_check_output".into());
+                    state.goal_check_consecutive_failures += 1;
+                    if state.goal_check_consecutive_failures
+                        >= state.config_snapshot.goal_check_consecutive_failures_cap
+                    {
+                        state.stop_reason = Some("goal_check_broken".into());
+                        state.status = LoopStatus::Failed;
+                    }
+                }
+                // A met goal stops the loop through the step's control
+                // signal, as in the reference; the verdict only resets the
+                // failure count.
+                Some(_) => state.goal_check_consecutive_failures = 0,
+            }
+        }
+        if state.stop_reason.as_deref() != Some("goal_check_broken") {
+            self.apply_session_control(state);
+            if state.stop_reason.as_deref() == Some("invalid_control_output") {
+                success = false;
+                error = Some("invalid_control_output".into());
+            }
+        }
+        state.history.push(HistoryEntry {
+            iteration: active.iteration,
+            workflow_set: active.workflow_set.clone(),
+            workflow_id: active.workflow_id.clone(),
+            session_id: active.session_id.clone(),
+            success,
+            error,
+            started_at: active.started_at.clone(),
+            finished_at: now.to_string(),
+        });
+        state.iteration_count += 1;
+        state.current_task = None;
+    }
+
+    /// Reference `_read_recoverable_finished_request`: the pending finished
+    /// request the worker wrote before reporting (if it matches), else the
+    /// iteration's `result.json`.
+    fn read_recoverable_finished_request(
+        &self,
+        task: &CurrentTask,
+    ) -> Option<(FinishedRequest, Option<PathBuf>)> {
+        let pending = pending_finished_request_path(
+            &self.repo_root,
+            &task.session_id,
+            task.iteration,
+            &task.workflow_id,
+        );
+        if let Some(request) = read_signal::<FinishedRequest>(&pending)
+            && request.matches_task(task)
+        {
+            return Some((request, Some(pending)));
+        }
+        let result: IterationResult = read_signal(&result_path(
+            &self.repo_root,
+            &task.session_id,
+            task.iteration,
+            &task.workflow_id,
+        ))?;
+        Some((
+            FinishedRequest {
+                session_id: task.session_id.clone(),
+                workflow_id: task.workflow_id.clone(),
+                iteration: task.iteration,
+                success: result.success,
+                text: result.text,
+                error: result.error,
+            },
+            None,
+        ))
+    }
+
+    fn preflight_for(
+        &self,
+        inner: &mut Inner,
+        workflow_set: &str,
+    ) -> Result<PreflightResult, CoordinatorError> {
+        if let Some(preflight) = inner.preflights.get(workflow_set) {
+            return Ok(preflight.clone());
+        }
+        let preflight = run_preflight(&self.repo_root, Some(workflow_set), None)?;
+        inner
+            .preflights
+            .insert(workflow_set.to_string(), preflight.clone());
+        Ok(preflight)
+    }
+
+    fn workflows_for(
+        &self,
+        inner: &mut Inner,
+        workflow_set: &str,
+    ) -> Result<Vec<WorkflowDefinition>, CoordinatorError> {
+        Ok(self.preflight_for(inner, workflow_set)?.workflows)
+    }
+
+    fn workflow_expects_goal_check_signal(
+        &self,
+        inner: &mut Inner,
+        workflow_set: &str,
+        workflow_id: &str,
+    ) -> bool {
+        workflow_id == GOAL_CHECK_WORKFLOW_ID
+            || self
+                .workflows_for(inner, workflow_set)
+                .ok()
+                .and_then(|workflows| workflows.into_iter().find(|w| w.id == workflow_id))
+                .is_some_and(|workflow| workflow.config.emits_goal_check)
+    }
+
+    fn dispatch_child_session_after_success(
+        &self,
+        inner: &mut Inner,
+        state: &LoopState,
+    ) -> Result<Option<Dispatch>, CoordinatorError> {
+        if !state.history.last().is_some_and(|entry| entry.success) {
+            return Ok(None);
+        }
+        if state.parent_session_id.is_some() {
+            return Ok(None);
+        }
+        let dir = child_requests_dir_path(&self.repo_root, &state.active_session_id);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Ok(None);
+        };
+        let mut requests: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+            .collect();
+        requests.sort();
+        for request_path in requests {
+            let Some(request) = read_signal::<ChildSessionRequest>(&request_path) else {
+                continue;
+            };
+            let Ok(base) = self.preflight_for(inner, &request.workflow_set) else {
+                continue;
+            };
+            let Some(workflow) = choose_next_workflow(&base.workflows, &[], 0) else {
+                continue;
+            };
+            let mut snapshot = snapshot_of(&base);
+            snapshot.goal = request.goal.clone();
+            snapshot.goal_hash = derive_goal_hash(&request.goal);
+            snapshot.workflow_set = request.workflow_set.clone();
+            let child_session_id = create_session_id(&snapshot.goal_hash);
+            create_session_dir(
+                &self.repo_root,
+                &NewSession {
+                    session_id: &child_session_id,
+                    goal_hash: &snapshot.goal_hash,
+                    goal: &request.goal,
+                    workflow_set: &request.workflow_set,
+                    parent_session_id: Some(&state.active_session_id),
+                },
+            )?;
+            let now = utc_now();
+            let mut child = LoopState::new(
+                child_session_id.clone(),
+                Some(state.active_session_id.clone()),
+                snapshot,
+            );
+            let task = CurrentTask {
+                workflow_set: request.workflow_set.clone(),
+                workflow_id: workflow.id.clone(),
+                session_id: child_session_id.clone(),
+                iteration: 1,
+                started_at: now.clone(),
+            };
+            child.current_task = Some(task.clone());
+            let store = StateStore::with_state_path(
+                &self.repo_root,
+                state_path(&self.repo_root, &child_session_id),
+            );
+            store.write_state(&child)?;
+            self.append_child_record(
+                &state.active_session_id,
+                &ChildSessionRecord {
+                    session_id: child_session_id,
+                    workflow_set: request.workflow_set.clone(),
+                    goal_hash: child.goal_hash.clone(),
+                    status: "running".into(),
+                    created_at: now,
+                    completed_at: None,
+                    stop_reason: None,
+                },
+            )?;
+            let _ = std::fs::remove_file(&request_path);
+            let response = TaskResponse::run(&task, &child.config_snapshot);
+            return Ok(Some(Dispatch::Child { store, response }));
+        }
+        Ok(None)
+    }
+
+    fn resume_parent_if_active_child_completed(
+        &self,
+        inner: &mut Inner,
+    ) -> Result<Option<TaskResponse>, CoordinatorError> {
+        let Some(child) = inner.store.read_state()? else {
+            return Ok(None);
+        };
+        let Some(parent_id) = child.parent_session_id.clone() else {
+            return Ok(None);
+        };
+        if !child.status.is_terminal() {
+            return Ok(None);
+        }
+        self.mark_child_record_complete(&parent_id, &child)?;
+        inner.store =
+            StateStore::with_state_path(&self.repo_root, state_path(&self.repo_root, &parent_id));
+        Ok(Some(self.register_locked(inner)?))
+    }
+
+    fn read_children(&self, path: &Path) -> Value {
+        let raw: Value = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or(Value::Null);
+        let children = match raw {
+            Value::Object(mut map) if map.get("children").is_some_and(Value::is_array) => {
+                map.remove("children").unwrap_or_default()
+            }
+            Value::Array(children) => Value::Array(children),
+            _ => Value::Array(Vec::new()),
+        };
+        json!({"schema_version": 1, "children": children})
+    }
+
+    fn write_children(&self, path: &Path, payload: &Value) -> Result<(), CoordinatorError> {
+        crate::harness::atomic::write_json_atomic(path, payload).map_err(|error| {
+            CoordinatorError::Invariant(format!("cannot write {}: {error}", path.display()))
+        })
+    }
+
+    fn append_child_record(
+        &self,
+        parent: &str,
+        record: &ChildSessionRecord,
+    ) -> Result<(), CoordinatorError> {
+        let path = children_path(&self.repo_root, parent);
+        let mut payload = self.read_children(&path);
+        let value =
+            serde_json::to_value(record).map_err(|e| CoordinatorError::Invariant(e.to_string()))?;
+        if let Some(children) = payload["children"].as_array_mut() {
+            children.push(value);
+        }
+        self.write_children(&path, &payload)
+    }
+
+    fn mark_child_record_complete(
+        &self,
+        parent: &str,
+        child: &LoopState,
+    ) -> Result<(), CoordinatorError> {
+        let path = children_path(&self.repo_root, parent);
+        let mut payload = self.read_children(&path);
+        if let Some(children) = payload["children"].as_array_mut()
+            && let Some(record) = children
+                .iter_mut()
+                .find(|record| record["session_id"] == child.active_session_id.as_str())
+        {
+            record["status"] = Value::from(child.status.as_str());
+            record["completed_at"] = Value::from(utc_now());
+            record["stop_reason"] = child.stop_reason.clone().map_or(Value::Null, Value::from);
+        }
+        self.write_children(&path, &payload)
+    }
+
+    /// Reference `_apply_stop_precedence`: goal met, then stop requested,
+    /// then unresolvable error, then max turns; a terminal status keeps its
+    /// reason.
+    fn apply_stop_precedence(state: &mut LoopState) -> Option<String> {
+        let (status, reason) = if state.goal_met {
+            (LoopStatus::GoalMet, "goal_met")
+        } else if state.stop_requested {
+            (LoopStatus::Stopped, "stop_requested")
+        } else if state.unresolvable_error {
+            (LoopStatus::Failed, "unresolvable_error")
+        } else if state.iteration_count >= state.max_turns {
+            (LoopStatus::MaxTurns, "max_turns")
+        } else if state.status.is_terminal() {
+            return Some(
+                state
+                    .stop_reason
+                    .clone()
+                    .unwrap_or_else(|| state.status.as_str().to_string()),
+            );
+        } else {
+            return None;
+        };
+        state.status = status;
+        state.stop_reason = Some(reason.to_string());
+        Some(reason.to_string())
+    }
+
+    fn stop_response_if_needed(&self, state: &mut LoopState) -> Option<TaskResponse> {
+        self.apply_session_control(state);
+        Self::apply_stop_precedence(state).map(TaskResponse::stop)
+    }
+
+    /// Reference `_apply_session_control`: an invalid control file fails
+    /// the loop (`invalid_control_output`); `stopped` sets the goal-met or
+    /// unresolvable-error flag.
+    fn apply_session_control(&self, state: &mut LoopState) {
+        let path = control_path(&self.repo_root, &state.active_session_id);
+        if !path.exists() {
+            return;
+        }
+        let Some(signal) = read_signal::<ControlSignal>(&path) else {
+            state.status = LoopStatus::Failed;
+            state.stop_reason = Some("invalid_control_output".into());
+            return;
+        };
+        match (signal.state, signal.stop_reason) {
+            (ControlState::Running, _) => {}
+            (ControlState::Stopped, Some(ControlStopReason::GoalMet)) => state.goal_met = true,
+            (ControlState::Stopped, Some(ControlStopReason::UnresolvableError)) => {
+                state.unresolvable_error = true
+            }
+            (ControlState::Stopped, None) => {}
+        }
+    }
+}
+
+/// What a dispatch decided: answer, or answer from a new child session.
+enum Dispatch {
+    Respond(TaskResponse),
+    Child {
+        store: StateStore<LoopState>,
+        response: TaskResponse,
+    },
+}
+
+fn require_state(state: Option<LoopState>) -> Result<LoopState, CoordinatorError> {
+    state.ok_or_else(|| {
+        CoordinatorError::Invariant("the coordinator's state is not initialised".into())
+    })
+}

@@ -1,0 +1,229 @@
+//! Loop workflow plugins: a component of world `workflow` runs one step of
+//! a loop in its own sandbox (a fresh instance per step, the workflow's own
+//! grants and limits) and may signal the coordinator through the `signals`
+//! import. The host writes each signal as the file the coordinator reads
+//! (`goal_check.json`, `control.json`, `child_requests/*.json`), so crash
+//! recovery works from the files alone.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::json;
+use wasmtime::Store;
+use wasmtime::component::{HasSelf, InstancePre, Linker};
+
+use super::cache::{load_or_compile, sha256_hex};
+use super::classify::classify;
+use super::config::SandboxConfig;
+use super::engine::SandboxEngine;
+use super::host_state::HostState;
+
+/// Host bindings of world `workflow`; `log` is the adapter world's.
+#[allow(missing_docs)]
+pub mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "workflow",
+        with: {
+            "sandloop:adapter/log": crate::sandbox::bindings::sandloop::adapter::log,
+        },
+    });
+}
+
+use bindings::exports::sandloop::adapter::step;
+use bindings::sandloop::adapter::signals;
+
+/// Where a step's signals go: the files of its iteration and session.
+#[derive(Clone, Debug)]
+pub struct SignalTarget {
+    /// `goal_check.json` of the iteration.
+    pub goal_check: PathBuf,
+    /// `control.json` of the session.
+    pub control: PathBuf,
+    /// `child_requests/` of the session.
+    pub child_requests: PathBuf,
+    /// The iteration, naming child request files.
+    pub iteration: u32,
+}
+
+/// The signals of the step running in a store.
+#[derive(Default)]
+pub struct SignalState {
+    target: Option<SignalTarget>,
+    child_requests: u32,
+}
+
+fn write_json(path: &Path, value: &serde_json::Value) -> Result<(), String> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|error| error.to_string())?;
+    }
+    let text = serde_json::to_vec_pretty(value).map_err(|error| error.to_string())?;
+    let partial = path.with_extension("json.partial");
+    std::fs::write(&partial, text)
+        .and_then(|()| std::fs::rename(&partial, path))
+        .map_err(|error| format!("cannot write {}: {error}", path.display()))
+}
+
+impl signals::Host for HostState {
+    fn report_goal_check(&mut self, goal_met: bool, reason: String) -> Result<(), String> {
+        let target = self.signals.target.as_ref().ok_or("no step is running")?;
+        write_json(
+            &target.goal_check,
+            &json!({"goal_met": goal_met, "reason": reason, "schema_version": 1}),
+        )
+    }
+
+    fn request_stop(&mut self, reason: signals::StopReason, message: String) -> Result<(), String> {
+        let target = self.signals.target.as_ref().ok_or("no step is running")?;
+        let stop_reason = match reason {
+            signals::StopReason::GoalMet => "goal_met",
+            signals::StopReason::UnresolvableError => "unresolvable_error",
+        };
+        write_json(
+            &target.control,
+            &json!({
+                "state": "stopped",
+                "reason": message,
+                "stop_reason": stop_reason,
+                "schema_version": 1,
+            }),
+        )
+    }
+
+    fn request_child_session(&mut self, workflow_set: String, goal: String) -> Result<(), String> {
+        let target = self.signals.target.clone().ok_or("no step is running")?;
+        if workflow_set.trim().is_empty() || goal.trim().is_empty() {
+            return Err("workflow_set and goal must be non-empty".into());
+        }
+        self.signals.child_requests += 1;
+        let name = format!(
+            "{:06}-{:03}.json",
+            target.iteration, self.signals.child_requests
+        );
+        write_json(
+            &target.child_requests.join(name),
+            &json!({"workflow_set": workflow_set, "goal": goal, "schema_version": 1}),
+        )
+    }
+}
+
+/// A compiled workflow plugin, ready to run steps.
+pub struct WorkflowPlugin {
+    engine: Arc<SandboxEngine>,
+    config: Arc<SandboxConfig>,
+    pre: InstancePre<HostState>,
+    /// sha256 of the component, lowercase hex.
+    pub sha256: String,
+}
+
+/// What a step produced (reference `IterationResult`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepOutcome {
+    /// Whether the step succeeded.
+    pub success: bool,
+    /// Its text.
+    pub text: Option<String>,
+    /// Why it failed: the plugin's own error, or the host's class of a trap,
+    /// deadline or limit (`trap: ...`, `deadline: ...`, `memory_limit: ...`).
+    pub error: Option<String>,
+}
+
+/// The task of one step (WIT `step.task`).
+pub type StepTask = step::Task;
+
+impl WorkflowPlugin {
+    /// Read, compile (through the cache) and link the plugin at `path`.
+    /// Errors name the file: unreadable, not a component, not of world
+    /// `workflow`.
+    pub fn load(
+        path: &Path,
+        engine: Arc<SandboxEngine>,
+        config: Arc<SandboxConfig>,
+    ) -> Result<Self, String> {
+        let shown = path.display();
+        let bytes =
+            std::fs::read(path).map_err(|error| format!("cannot read plugin {shown}: {error}"))?;
+        if bytes.len() < 8 || &bytes[..4] != b"\0asm" || bytes[4..8] == [1, 0, 0, 0] {
+            return Err(format!("{shown} is not a WebAssembly component"));
+        }
+        let sha256 = sha256_hex(&bytes);
+        let (component, _) = load_or_compile(
+            engine.engine(),
+            &bytes,
+            &sha256,
+            config.cache_dir.as_deref(),
+        )
+        .map_err(|error| format!("{shown} could not be compiled: {error:#}"))?;
+        let mut linker: Linker<HostState> = Linker::new(engine.engine());
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .and_then(|()| {
+                crate::sandbox::bindings::sandloop::adapter::log::add_to_linker::<
+                    HostState,
+                    HasSelf<HostState>,
+                >(&mut linker, |state| state)
+            })
+            .and_then(|()| {
+                signals::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
+            })
+            .map_err(|error| format!("cannot link {shown}: {error:#}"))?;
+        let pre = linker.instantiate_pre(&component).map_err(|error| {
+            format!("{shown} imports something a workflow plugin may not use: {error:#}")
+        })?;
+        bindings::WorkflowPre::new(pre.clone()).map_err(|error| {
+            format!("{shown} is not a workflow plugin (it must export sandloop:adapter/step@0.1.0): {error:#}")
+        })?;
+        Ok(Self {
+            engine,
+            config,
+            pre,
+            sha256,
+        })
+    }
+
+    /// Run one step in a fresh instance with `target` for its signals. A
+    /// trap, deadline or limit is a failed outcome (`error` says which),
+    /// never an error of the host.
+    pub fn run_step(&self, task: &StepTask, target: SignalTarget) -> StepOutcome {
+        let failed = |error: String| StepOutcome {
+            success: false,
+            text: None,
+            error: Some(error),
+        };
+        let mut state = match HostState::new(&self.config) {
+            Ok(state) => state,
+            Err(error) => return failed(format!("instantiation: {error:#}")),
+        };
+        state.signals.target = Some(target);
+        let mut store = Store::new(self.engine.engine(), state);
+        store.limiter(|state| &mut state.limiter);
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(SandboxEngine::deadline_ticks(self.config.call_timeout_secs));
+        if let Some(fuel) = self.config.fuel
+            && let Err(error) = store.set_fuel(fuel)
+        {
+            return failed(format!("instantiation: {error:#}"));
+        }
+        let result = bindings::WorkflowPre::new(self.pre.clone())
+            .and_then(|pre| pre.instantiate(&mut store))
+            .and_then(|workflow| {
+                workflow
+                    .sandloop_adapter_step()
+                    .call_run_step(&mut store, task)
+            });
+        match result {
+            Ok(outcome) => StepOutcome {
+                success: outcome.success,
+                text: outcome.text,
+                error: outcome.error,
+            },
+            Err(error) => {
+                let classified = classify(&error, self.config.call_timeout_secs);
+                failed(format!(
+                    "{}: {}",
+                    classified.error_type.as_str(),
+                    classified.message
+                ))
+            }
+        }
+    }
+}
