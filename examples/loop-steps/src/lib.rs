@@ -9,6 +9,7 @@
 //! - `work` appends one line to `/work/progress.txt`; an item whose goal
 //!   mentions `fail` makes it fail instead, and `child:` in the goal makes
 //!   the first work step ask for a child session with the rest of the goal;
+//!   `slow` makes each work step take 300 ms (crash tests kill it mid-step);
 //! - `goal_check` reports the goal met once `progress.txt` has as many
 //!   lines as the target.
 //!
@@ -72,6 +73,9 @@ impl Guest for Steps {
                 }
             }
             "work" => {
+                if task.goal.contains("slow") {
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                }
                 if task.goal.contains("fail") {
                     return failed("the goal asks this step to fail".into());
                 }

@@ -1,0 +1,214 @@
+//! `sandloop loop`: a loop of sandboxed workflow plugins driven to its
+//! goal, watched and stopped from another process, and resumed after a
+//! `kill -9` with no iteration lost or counted twice.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::*;
+use sandloop_tests::LOOP_STEPS;
+
+fn init(repo: &Path, goal: &str) {
+    let output = run(&["loop", "init", "--repo", s(repo), "--plugin", LOOP_STEPS]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(stdout(&output).contains("sandloop-loop.toml"));
+    std::fs::write(repo.join("sandloop-goal.txt"), goal).unwrap();
+}
+
+fn state(repo: &Path) -> Value {
+    let output = run(&["loop", "status", "--repo", s(repo), "--json"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    serde_json::from_str(&stdout(&output)).unwrap()
+}
+
+#[test]
+fn a_loop_runs_its_plugins_to_the_goal() {
+    let dir = tempfile::tempdir().unwrap();
+    init(dir.path(), "Write 3 progress lines.\n");
+    let output = run(&["loop", "run", "--repo", s(dir.path())]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("stopped (goal_met) after 7 iterations"),
+        "{}",
+        stdout(&output)
+    );
+    let progress = std::fs::read_to_string(dir.path().join("work/progress.txt")).unwrap();
+    assert_eq!(
+        progress.lines().count(),
+        3,
+        "the plugins wrote only where they were granted"
+    );
+    let state = state(dir.path());
+    assert_eq!(state["status"], "goal_met");
+    let history = state["history"].as_array().unwrap();
+    let ids: Vec<&str> = history
+        .iter()
+        .map(|e| e["workflow_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "plan",
+            "work",
+            "goal_check",
+            "work",
+            "goal_check",
+            "work",
+            "goal_check"
+        ]
+    );
+    let iterations: Vec<u64> = history
+        .iter()
+        .map(|e| e["iteration"].as_u64().unwrap())
+        .collect();
+    assert_eq!(iterations, (1..=7).collect::<Vec<u64>>());
+    // Each iteration left its prompt and result beside the session.
+    let session = state["active_session_id"].as_str().unwrap();
+    let iteration_dir = dir
+        .path()
+        .join(".sandloop/sessions")
+        .join(session)
+        .join("iterations");
+    assert_eq!(std::fs::read_dir(&iteration_dir).unwrap().count(), 7);
+
+    // A second run archives the finished state and starts a new session.
+    let output = run(&["loop", "run", "--repo", s(dir.path()), "--json"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let again: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_ne!(again["state"]["active_session_id"], session);
+}
+
+#[test]
+fn a_failing_plugin_fails_its_iteration_not_the_loop_and_bad_config_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    init(dir.path(), "Write 2 lines, but fail.\n");
+    let toml = dir.path().join("sandloop-loop.toml");
+    let text = std::fs::read_to_string(&toml)
+        .unwrap()
+        .replace("max_turns = 20", "max_turns = 5");
+    std::fs::write(&toml, text).unwrap();
+    let output = run(&["loop", "run", "--repo", s(dir.path()), "--json"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(report["stop_reason"], "max_turns");
+    let history = report["state"]["history"].as_array().unwrap();
+    assert!(
+        history.iter().skip(1).all(|e| e["success"] == false),
+        "{history:?}"
+    );
+    assert!(history[1]["error"].as_str().unwrap().contains("fail"));
+
+    let broken = tempfile::tempdir().unwrap();
+    init(broken.path(), "Write 2 lines.\n");
+    let work = broken
+        .path()
+        .join(".sandloop/workflow_sets/main/workflows/work/workflow.toml");
+    std::fs::write(
+        &work,
+        "plugin = \"missing.wasm\"\nmust_follow = \"nowhere\"\n",
+    )
+    .unwrap();
+    let output = run(&["loop", "run", "--repo", s(broken.path())]);
+    assert_eq!(code(&output), 2, "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("work/workflow.toml: must_follow"),
+        "{message}"
+    );
+    assert!(message.contains("missing.wasm"), "{message}");
+}
+
+#[test]
+fn a_killed_loop_resumes_without_losing_or_repeating_an_iteration() {
+    let dir = tempfile::tempdir().unwrap();
+    init(dir.path(), "Write 4 slow progress lines.\n");
+    let mut child = sandloop()
+        .args(["loop", "run", "--repo", s(dir.path())])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill it mid-way: once a few iterations are recorded.
+    let started = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let output = run(&["loop", "status", "--repo", s(dir.path()), "--json"]);
+        let done = serde_json::from_str::<Value>(&stdout(&output))
+            .ok()
+            .and_then(|state| state["iteration_count"].as_u64())
+            .unwrap_or(0);
+        if done >= 3 || started.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // Without --resume a running loop is refused, and nothing changes.
+    let before = state(dir.path());
+    let output = run(&["loop", "run", "--repo", s(dir.path())]);
+    assert_eq!(code(&output), 2);
+    assert!(stderr(&output).contains("--resume"), "{}", stderr(&output));
+    assert_eq!(state(dir.path()), before);
+
+    let output = run(&["loop", "run", "--repo", s(dir.path()), "--resume", "--json"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(report["stop_reason"], "goal_met");
+    let history = report["state"]["history"].as_array().unwrap();
+    let iterations: Vec<u64> = history
+        .iter()
+        .map(|e| e["iteration"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        iterations,
+        (1..=iterations.len() as u64).collect::<Vec<u64>>(),
+        "every iteration exactly once"
+    );
+    let progress = std::fs::read_to_string(dir.path().join("work/progress.txt")).unwrap();
+    let successes = history
+        .iter()
+        .filter(|e| e["workflow_id"] == "work" && e["success"] == true)
+        .count();
+    assert!(successes >= 4);
+    assert!(
+        progress.lines().count() >= successes,
+        "a recovered step's work is kept"
+    );
+}
+
+#[test]
+fn stop_from_another_process_ends_the_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    init(dir.path(), "Write 50 slow progress lines.\n");
+    let child = sandloop()
+        .args(["loop", "run", "--repo", s(dir.path()), "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while state_or_none(dir.path()).is_none() && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = run(&["loop", "stop", "--repo", s(dir.path())]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["stop_reason"], "stop_requested");
+    assert_eq!(report["state"]["status"], "stopped");
+}
+
+fn state_or_none(repo: &Path) -> Option<Value> {
+    let output = run(&["loop", "status", "--repo", s(repo), "--json"]);
+    serde_json::from_str(&stdout(&output)).ok()
+}
