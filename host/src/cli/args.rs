@@ -37,6 +37,10 @@ pub enum LoopCommand {
     Init(LoopInitArgs),
     /// Run the loop until its goal is met, a stop is asked for, or it runs out of turns.
     Run(LoopRunArgs),
+    /// Serve the coordinator over HTTP for `sandloop loop worker` processes.
+    Serve(LoopServeArgs),
+    /// Pull tasks from a coordinator served over HTTP and run them.
+    Worker(LoopWorkerArgs),
     /// Show the loop's state (works while it runs).
     Status(LoopRepoArgs),
     /// Ask a running loop to stop after its current step.
@@ -67,6 +71,40 @@ pub struct LoopInitArgs {
     /// The template: `count` (plan, work, goal_check until a count is reached).
     #[arg(long, default_value = "count")]
     pub template: String,
+}
+
+/// Options of `sandloop loop serve`.
+#[derive(Debug, Args)]
+pub struct LoopServeArgs {
+    /// The repository (default: the current directory).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub repo: PathBuf,
+    /// Address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// Continue a running loop.
+    #[arg(long)]
+    pub resume: bool,
+    /// Run this workflow set instead of the config's.
+    #[arg(long, value_name = "SET")]
+    pub workflow_set: Option<String>,
+    /// Goal file instead of the config's (relative to the repository).
+    #[arg(long, value_name = "FILE")]
+    pub goal_file: Option<PathBuf>,
+}
+
+/// Options of `sandloop loop worker`.
+#[derive(Debug, Args)]
+pub struct LoopWorkerArgs {
+    /// The repository, as this machine sees it (default: the current directory).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub repo: PathBuf,
+    /// The coordinator's URL, e.g. http://127.0.0.1:8080.
+    #[arg(long, value_name = "URL")]
+    pub coordinator: String,
+    /// Directory for compiled plugins (default: the user cache dir).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// Options of `sandloop loop run`.

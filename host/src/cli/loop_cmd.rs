@@ -5,7 +5,9 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::args::{LoopCommand, LoopInitArgs, LoopRepoArgs, LoopRunArgs};
+use super::args::{
+    LoopCommand, LoopInitArgs, LoopRepoArgs, LoopRunArgs, LoopServeArgs, LoopWorkerArgs,
+};
 use super::{CliError, say};
 use crate::coordinator::config::{ROOT_CONFIG_FILENAME, SANDLOOP_DIRNAME};
 use crate::coordinator::models::{LoopState, LoopStatus, TaskAction};
@@ -18,6 +20,8 @@ pub fn run(command: LoopCommand) -> Result<(), CliError> {
     match command {
         LoopCommand::Init(args) => init(args),
         LoopCommand::Run(args) => run_loop(args),
+        LoopCommand::Serve(args) => serve(args),
+        LoopCommand::Worker(args) => worker(args),
         LoopCommand::Status(args) => status(args),
         LoopCommand::Stop(args) => stop(args),
     }
@@ -182,6 +186,42 @@ fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
         Some(LoopStatus::Failed) => Err(CliError::Failed(format!("the loop failed: {reason}"))),
         _ => Ok(()),
     }
+}
+
+fn serve(args: LoopServeArgs) -> Result<(), CliError> {
+    let coordinator = Coordinator::open(
+        &args.repo,
+        args.resume,
+        args.workflow_set.as_deref(),
+        args.goal_file.as_deref(),
+    )
+    .map_err(coordinator_error)?;
+    let server = tiny_http::Server::http(&args.listen)
+        .map_err(|error| CliError::Input(format!("cannot listen on {}: {error}", args.listen)))?;
+    let address = server
+        .server_addr()
+        .to_ip()
+        .map_or_else(|| args.listen.clone(), |addr| addr.to_string());
+    say(&format!(
+        "sandloop loop: coordinator listening on http://{address} (POST /register, POST /finished, GET /status); Ctrl-C stops it"
+    ));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    crate::coordinator::transport::serve(std::sync::Arc::new(coordinator), server, stop);
+    Ok(())
+}
+
+fn worker(args: LoopWorkerArgs) -> Result<(), CliError> {
+    let cache = args
+        .cache_dir
+        .clone()
+        .or_else(crate::sandbox::config::default_cache_dir);
+    let stop = crate::coordinator::transport::run_worker(&args.repo, &args.coordinator, cache)
+        .map_err(|error| CliError::Failed(error.to_string()))?;
+    say(&format!(
+        "sandloop loop worker: the coordinator said stop ({})",
+        stop.stop_reason.unwrap_or_default()
+    ));
+    Ok(())
 }
 
 fn latest_state(repo: &Path) -> Result<Option<LoopState>, CliError> {

@@ -13,6 +13,8 @@
 //!   atomically.
 //! - [`service`]: the coordinator's `register` / `finished` state machine.
 //! - [`worker`]: running a task as one sandboxed workflow-plugin step.
+//! - [`transport`]: the coordinator over HTTP, and the worker that pulls
+//!   tasks from it.
 
 pub mod config;
 pub mod models;
@@ -20,4 +22,5 @@ pub mod scheduler;
 pub mod service;
 pub mod sessions;
 pub mod state_store;
+pub mod transport;
 pub mod worker;

@@ -212,3 +212,81 @@ fn state_or_none(repo: &Path) -> Option<Value> {
     let output = run(&["loop", "status", "--repo", s(repo), "--json"]);
     serde_json::from_str(&stdout(&output)).ok()
 }
+
+#[test]
+fn a_loop_served_over_http_is_driven_by_a_worker_process() {
+    let dir = tempfile::tempdir().unwrap();
+    init(dir.path(), "Write 2 progress lines.\n");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut server = sandloop()
+        .args([
+            "loop",
+            "serve",
+            "--repo",
+            s(dir.path()),
+            "--listen",
+            &listen,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://{listen}");
+    let started = Instant::now();
+    while std::net::TcpStream::connect(&listen).is_err()
+        && started.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = run(&[
+        "loop",
+        "worker",
+        "--repo",
+        s(dir.path()),
+        "--coordinator",
+        &url,
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("said stop (goal_met)"),
+        "{}",
+        stdout(&output)
+    );
+    // A worker that arrives later is told to stop at once.
+    let output = run(&[
+        "loop",
+        "worker",
+        "--repo",
+        s(dir.path()),
+        "--coordinator",
+        &url,
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(stdout(&output).contains("said stop (goal_met)"));
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert_eq!(state(dir.path())["status"], "goal_met");
+    let progress = std::fs::read_to_string(dir.path().join("work/progress.txt")).unwrap();
+    assert_eq!(progress.lines().count(), 2);
+
+    // No coordinator: the worker says so and fails.
+    let output = run(&[
+        "loop",
+        "worker",
+        "--repo",
+        s(dir.path()),
+        "--coordinator",
+        &url,
+    ]);
+    assert_eq!(code(&output), 1);
+    assert!(
+        stderr(&output).contains(&format!("coordinator at {url}/register")),
+        "{}",
+        stderr(&output)
+    );
+}

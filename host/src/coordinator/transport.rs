@@ -1,0 +1,176 @@
+//! The coordinator over HTTP (reference `create_coordinator_app` and
+//! `run_worker_loop`): `POST /register`, `POST /finished` (a
+//! [`FinishedRequest`] as JSON) and `GET /status`, each answered with JSON;
+//! and a worker that pulls tasks from such a server, runs each as a
+//! sandboxed step and reports it — writing the pending finished request
+//! first, retrying the report with back-off — so a crash between the step
+//! and the report loses nothing.
+//!
+//! The coordinator hands out one task at a time, as the reference does: a
+//! second worker's `register` while a task is out takes it over (its
+//! result is recovered from the pending request or result file, or the
+//! task is recorded as abandoned).
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::models::{FinishedRequest, TaskAction, TaskResponse};
+use super::service::Coordinator;
+use super::worker::{StepRunner, WorkerError};
+
+/// Report attempts for one finished task (reference
+/// `_FINISHED_RETRY_ATTEMPTS` is 2; a worker on another machine deserves
+/// a few more).
+pub const FINISHED_RETRY_ATTEMPTS: u32 = 5;
+/// Back-off between report attempts: this many seconds times the attempt.
+pub const FINISHED_RETRY_BACKOFF: Duration = Duration::from_secs(1);
+/// Largest request body the server reads, bytes.
+const MAX_BODY_BYTES: u64 = 1 << 20;
+
+fn respond<T: Serialize>(request: tiny_http::Request, status: u16, body: &T) {
+    let text = serde_json::to_vec(body).unwrap_or_default();
+    let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..])
+        .expect("a static header is valid");
+    let response = tiny_http::Response::from_data(text)
+        .with_status_code(status)
+        .with_header(header);
+    let _ = request.respond(response);
+}
+
+/// Whether an id from a request is safe to join onto a session path.
+fn safe_id(id: &str) -> bool {
+    !id.is_empty() && !id.contains(['/', '\\']) && id != "." && id != ".."
+}
+
+/// Serve `coordinator` on `server` until `stop` is set (checked every
+/// 100 ms). Bad requests get 400 with the reason; coordinator failures 500.
+pub fn serve(coordinator: Arc<Coordinator>, server: tiny_http::Server, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        let Ok(Some(mut request)) = server.recv_timeout(Duration::from_millis(100)) else {
+            continue;
+        };
+        let method = request.method().clone();
+        let url = request.url().to_string();
+        match (method, url.as_str()) {
+            (tiny_http::Method::Post, "/register") => match coordinator.register() {
+                Ok(task) => respond(request, 200, &task),
+                Err(error) => respond(request, 500, &json!({"error": error.to_string()})),
+            },
+            (tiny_http::Method::Post, "/finished") => {
+                let mut body = String::new();
+                let read = request
+                    .as_reader()
+                    .take(MAX_BODY_BYTES)
+                    .read_to_string(&mut body);
+                let parsed = read.map_err(|error| error.to_string()).and_then(|_| {
+                    serde_json::from_str::<FinishedRequest>(&body).map_err(|e| e.to_string())
+                });
+                match parsed {
+                    Err(error) => respond(
+                        request,
+                        400,
+                        &json!({"error": format!("not a finished request: {error}")}),
+                    ),
+                    Ok(finished)
+                        if !safe_id(&finished.session_id) || !safe_id(&finished.workflow_id) =>
+                    {
+                        respond(
+                            request,
+                            400,
+                            &json!({"error": "session_id and workflow_id must be plain names"}),
+                        )
+                    }
+                    Ok(finished) => match coordinator.finished(&finished) {
+                        Ok(task) => respond(request, 200, &task),
+                        Err(error) => respond(request, 500, &json!({"error": error.to_string()})),
+                    },
+                }
+            }
+            (tiny_http::Method::Get, "/status") => match coordinator.state() {
+                Ok(state) => respond(request, 200, &json!({"state": state})),
+                Err(error) => respond(request, 500, &json!({"error": error.to_string()})),
+            },
+            (_, path) => {
+                let message = format!(
+                    "no such endpoint {path}; use POST /register, POST /finished or GET /status"
+                );
+                respond(request, 404, &json!({"error": message}))
+            }
+        }
+    }
+}
+
+/// Why a worker stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The coordinator could not be reached or answered with an error.
+    #[error("coordinator at {url}: {message}")]
+    Coordinator {
+        /// The coordinator's URL.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A task could not be run at all.
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+}
+
+fn post<T: Serialize>(
+    agent: &ureq::Agent,
+    url: &str,
+    body: &T,
+) -> Result<TaskResponse, TransportError> {
+    let error = |message: String| TransportError::Coordinator {
+        url: url.to_string(),
+        message,
+    };
+    let response = agent
+        .post(url)
+        .send_json(serde_json::to_value(body).map_err(|e| error(e.to_string()))?)
+        .map_err(|e| error(e.to_string()))?;
+    response
+        .into_json::<TaskResponse>()
+        .map_err(|e| error(format!("unreadable answer: {e}")))
+}
+
+/// Pull tasks from the coordinator at `url` until it says stop (reference
+/// `run_worker_loop`); returns the stop response. Each task runs in
+/// `runner`; its finished request is written to its pending file before
+/// it is reported, reported with up to [`FINISHED_RETRY_ATTEMPTS`]
+/// attempts, and removed once the coordinator has it.
+pub fn run_worker(
+    repo_root: &Path,
+    url: &str,
+    cache_dir: Option<std::path::PathBuf>,
+) -> Result<TaskResponse, TransportError> {
+    let base = url.trim_end_matches('/');
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(60))
+        .build();
+    let runner = StepRunner::new(repo_root, cache_dir);
+    let mut task = post(&agent, &format!("{base}/register"), &json!({}))?;
+    while task.action == TaskAction::Run {
+        let finished = runner.run_task(&task)?;
+        let mut attempt = 0;
+        task = loop {
+            attempt += 1;
+            match post(&agent, &format!("{base}/finished"), &finished.request) {
+                Ok(next) => break next,
+                Err(error) if attempt < FINISHED_RETRY_ATTEMPTS => {
+                    eprintln!("warning: {error}; retrying");
+                    std::thread::sleep(FINISHED_RETRY_BACKOFF * attempt);
+                }
+                Err(error) => return Err(error),
+            }
+        };
+        let _ = std::fs::remove_file(&finished.pending_path);
+    }
+    Ok(task)
+}
