@@ -660,6 +660,17 @@ fn pad_bytes_travel_with_the_state_and_count_in_its_digest() {
         unpadded.len() + PAD + r#","pad_bytes":65536"#.len(),
         "the padding follows the JSON document raw"
     );
+    let document: Value = serde_json::Deserializer::from_slice(&state)
+        .into_iter()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(document["state"]["pad_bytes"], PAD);
+    assert_eq!(
+        document["item_faults"],
+        json!({}),
+        "items without faults are left out"
+    );
     let binding = point.binding.as_ref().unwrap();
     let padding = &binding.captured.padding;
     assert_eq!(padding.len(), PAD);
