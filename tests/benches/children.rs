@@ -36,6 +36,9 @@
 //! replay-probe). Figures only, no timing asserts; the component cache
 //! goes to a temporary directory.
 
+#[path = "common/samples.rs"]
+mod samples;
+use samples::{Samples, header};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -79,48 +82,6 @@ fn rss_kib() -> u64 {
 
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
-}
-
-/// Durations of one kind of measurement.
-#[derive(Default)]
-struct Samples(Vec<Duration>);
-
-impl Samples {
-    fn time<R>(&mut self, body: impl FnOnce() -> R) -> R {
-        let started = Instant::now();
-        let result = body();
-        self.0.push(started.elapsed());
-        result
-    }
-
-    fn push_minutes(&mut self, minutes: f64) {
-        self.0.push(Duration::from_secs_f64(minutes * 60.0));
-    }
-
-    fn mean_us(&self) -> f64 {
-        if self.0.is_empty() {
-            return f64::NAN;
-        }
-        self.0.iter().map(Duration::as_secs_f64).sum::<f64>() / self.0.len() as f64 * 1e6
-    }
-
-    fn p50_us(&self) -> f64 {
-        self.quantile_us(0.5)
-    }
-
-    fn quantile_us(&self, q: f64) -> f64 {
-        if self.0.is_empty() {
-            return f64::NAN;
-        }
-        let mut sorted = self.0.clone();
-        sorted.sort();
-        let index = ((sorted.len() - 1) as f64 * q).round() as usize;
-        sorted[index].as_secs_f64() * 1e6
-    }
-}
-
-fn header(title: &str) {
-    println!("\n{title}");
 }
 
 fn row(label: &str, samples: &Samples) {

@@ -27,9 +27,11 @@
 //! Ledger figures are the ledger's minute totals (rounded to 1e-6 min,
 //! i.e. 60 µs, per total) divided by their counts, so they have no p50.
 
+#[path = "common/samples.rs"]
+mod samples;
+use samples::{Samples, header};
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use sandloop::episode::adapter::{CallContext, EpisodeAdapter, Item, Record, SeedSource};
 use sandloop::replay::{
@@ -88,43 +90,6 @@ fn markdown_document(bytes: usize) -> String {
     text
 }
 
-/// Wall times of one kind of call.
-#[derive(Default)]
-struct Samples(Vec<Duration>);
-
-impl Samples {
-    fn time<R>(&mut self, body: impl FnOnce() -> R) -> R {
-        let started = Instant::now();
-        let result = body();
-        self.0.push(started.elapsed());
-        result
-    }
-
-    fn extend(&mut self, other: Samples) {
-        self.0.extend(other.0);
-    }
-
-    fn push_minutes(&mut self, minutes: f64) {
-        self.0.push(Duration::from_secs_f64(minutes * 60.0));
-    }
-
-    fn mean_us(&self) -> f64 {
-        if self.0.is_empty() {
-            return f64::NAN;
-        }
-        self.0.iter().map(Duration::as_secs_f64).sum::<f64>() / self.0.len() as f64 * 1e6
-    }
-
-    fn p50_us(&self) -> f64 {
-        if self.0.is_empty() {
-            return f64::NAN;
-        }
-        let mut sorted = self.0.clone();
-        sorted.sort();
-        sorted[sorted.len() / 2].as_secs_f64() * 1e6
-    }
-}
-
 /// Mean µs per count of a ledger minute total, between two snapshots.
 fn ledger_mean_us(
     before: &Map<String, Value>,
@@ -144,10 +109,6 @@ fn ledger_mean_us(
         },
         n,
     )
-}
-
-fn header(title: &str) {
-    println!("\n{title}");
 }
 
 fn row(label: &str, samples: &Samples) {
