@@ -718,3 +718,7 @@ fn require_state(state: Option<LoopState>) -> Result<LoopState, CoordinatorError
         CoordinatorError::Invariant("the coordinator's state is not initialised".into())
     })
 }
+
+#[cfg(test)]
+#[path = "service_tests.rs"]
+mod tests;
