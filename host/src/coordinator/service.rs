@@ -166,7 +166,8 @@ impl Coordinator {
         if !resume {
             return Err(CoordinatorError::RunningState(existing.active_session_id));
         }
-        // Resume in the session that was active (a child, if one was).
+        // Resume the latest top-level session, as the reference does (a
+        // child that was active at the crash is left as it was).
         let path = state_path(&self.repo_root, &existing.active_session_id);
         create_session_dir(
             &self.repo_root,
@@ -333,30 +334,6 @@ impl Coordinator {
             return Ok(parent);
         }
         Ok(response)
-    }
-
-    /// Ask the loop to stop at the next decision (`sandloop loop stop`):
-    /// writes the session's control file, as a step's stop request does.
-    pub fn request_stop(
-        repo_root: &Path,
-        session_id: &str,
-        reason: &str,
-    ) -> std::io::Result<PathBuf> {
-        let path = control_path(repo_root, session_id);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        let text = serde_json::to_vec_pretty(&json!({
-            "state": "stopped",
-            "reason": reason,
-            "stop_reason": "unresolvable_error",
-            "schema_version": 1,
-        }))
-        .map_err(std::io::Error::other)?;
-        let partial = path.with_extension("json.partial");
-        std::fs::write(&partial, text)?;
-        std::fs::rename(&partial, &path)?;
-        Ok(path)
     }
 
     fn record_finished_task(
