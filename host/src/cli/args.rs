@@ -82,6 +82,10 @@ pub struct LoopServeArgs {
     /// Address to listen on.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub listen: String,
+    /// How long a handed-out task belongs to its worker before another
+    /// worker may take it over, seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub lease_secs: u64,
     /// Continue a running loop.
     #[arg(long)]
     pub resume: bool,

@@ -131,8 +131,39 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Check the configuration and load every plugin before any state is
+/// written (exit 2 with every problem).
+fn check_before_start(
+    repo: &Path,
+    workflow_set: Option<&str>,
+    goal_file: Option<&Path>,
+    runner: &StepRunner,
+) -> Result<(), CliError> {
+    let preflight = crate::coordinator::config::run_preflight(repo, workflow_set, goal_file)
+        .map_err(|error| CliError::Input(error.to_string()))?;
+    runner
+        .check_plugins(&preflight.workflows)
+        .map_err(|problems| {
+            CliError::Input(match problems.as_slice() {
+                [one] => one.clone(),
+                many => format!("{} plugin problems:\n- {}", many.len(), many.join("\n- ")),
+            })
+        })
+}
+
 fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
     let repo = &args.repo;
+    let cache = args
+        .cache_dir
+        .clone()
+        .or_else(crate::sandbox::config::default_cache_dir);
+    let runner = StepRunner::new(repo, cache);
+    check_before_start(
+        repo,
+        args.workflow_set.as_deref(),
+        args.goal_file.as_deref(),
+        &runner,
+    )?;
     let coordinator = Coordinator::open(
         repo,
         args.resume,
@@ -140,11 +171,6 @@ fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
         args.goal_file.as_deref(),
     )
     .map_err(coordinator_error)?;
-    let cache = args
-        .cache_dir
-        .clone()
-        .or_else(crate::sandbox::config::default_cache_dir);
-    let runner = StepRunner::new(repo, cache);
     let mut task = coordinator.register().map_err(coordinator_error)?;
     while task.action == TaskAction::Run {
         let finished = runner
@@ -184,11 +210,24 @@ fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
     }
     match state.map(|state| state.status) {
         Some(LoopStatus::Failed) => Err(CliError::Failed(format!("the loop failed: {reason}"))),
+        Some(LoopStatus::MaxTurns) => Err(CliError::Failed(
+            "the loop used all its turns without meeting the goal".into(),
+        )),
         _ => Ok(()),
     }
 }
 
 fn serve(args: LoopServeArgs) -> Result<(), CliError> {
+    // Bind and check first: a serve that cannot start leaves no loop behind.
+    let server = tiny_http::Server::http(&args.listen)
+        .map_err(|error| CliError::Input(format!("cannot listen on {}: {error}", args.listen)))?;
+    let runner = StepRunner::new(&args.repo, crate::sandbox::config::default_cache_dir());
+    check_before_start(
+        &args.repo,
+        args.workflow_set.as_deref(),
+        args.goal_file.as_deref(),
+        &runner,
+    )?;
     let coordinator = Coordinator::open(
         &args.repo,
         args.resume,
@@ -196,8 +235,6 @@ fn serve(args: LoopServeArgs) -> Result<(), CliError> {
         args.goal_file.as_deref(),
     )
     .map_err(coordinator_error)?;
-    let server = tiny_http::Server::http(&args.listen)
-        .map_err(|error| CliError::Input(format!("cannot listen on {}: {error}", args.listen)))?;
     let address = server
         .server_addr()
         .to_ip()
@@ -206,7 +243,12 @@ fn serve(args: LoopServeArgs) -> Result<(), CliError> {
         "sandloop loop: coordinator listening on http://{address} (POST /register, POST /finished, GET /status); Ctrl-C stops it"
     ));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    crate::coordinator::transport::serve(std::sync::Arc::new(coordinator), server, stop);
+    crate::coordinator::transport::serve(
+        std::sync::Arc::new(coordinator),
+        server,
+        stop,
+        std::time::Duration::from_secs(args.lease_secs),
+    );
     Ok(())
 }
 
@@ -232,8 +274,10 @@ fn latest_state(repo: &Path) -> Result<Option<LoopState>, CliError> {
 
 fn status(args: LoopRepoArgs) -> Result<(), CliError> {
     let Some(state) = latest_state(&args.repo)? else {
-        say("no loop state found");
-        return Ok(());
+        return Err(CliError::Input(format!(
+            "no loop state found in {}; start one with `sandloop loop run`",
+            args.repo.display()
+        )));
     };
     if args.json {
         say(&serde_json::to_string_pretty(&state).expect("serialises"));

@@ -403,7 +403,21 @@ impl WorkflowDefinition {
         for (index, spec) in self.config.dirs.iter().enumerate() {
             let (host, rest) = split_dir_grant(spec)
                 .map_err(|message| field_error(format!("dirs[{index}]"), message))?;
-            specs.push(format!("{}::{rest}", repo_root.join(host).display()));
+            // Resolve symlinks: a link inside the repository must not grant
+            // a directory outside it.
+            let joined = repo_root.join(host);
+            if let (Ok(resolved), Ok(root)) = (joined.canonicalize(), repo_root.canonicalize())
+                && !resolved.starts_with(&root)
+            {
+                return Err(field_error(
+                    format!("dirs[{index}]"),
+                    format!(
+                        "{host:?} resolves to {}, outside the repository; a workflow may only be granted directories inside it",
+                        resolved.display()
+                    ),
+                ));
+            }
+            specs.push(format!("{}::{rest}", joined.display()));
         }
         // Drop the sandbox's `--dir ` prefix: here the grant comes from a file.
         DirGrant::parse_all(&specs).map_err(|message| {

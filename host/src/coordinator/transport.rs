@@ -6,10 +6,13 @@
 //! first, retrying the report with back-off — so a crash between the step
 //! and the report loses nothing.
 //!
-//! The coordinator hands out one task at a time, as the reference does: a
-//! second worker's `register` while a task is out takes it over (its
-//! result is recovered from the pending request or result file, or the
-//! task is recorded as abandoned).
+//! The coordinator hands out one task at a time, as the reference does.
+//! While a task this server handed out is not yet finished, another
+//! `register` is answered 409 (the worker waits and asks again) until the
+//! task's lease runs out; then `register` takes the task over as the
+//! reference's crash recovery does (its result is recovered from the
+//! pending request or result file, or it is recorded as abandoned). A
+//! restarted server has no leases: the first `register` recovers.
 
 use std::io::Read;
 use std::path::Path;
@@ -48,9 +51,32 @@ fn safe_id(id: &str) -> bool {
     !id.is_empty() && !id.contains(['/', '\\']) && id != "." && id != ".."
 }
 
+/// The task this server handed out and when.
+struct Lease {
+    iteration: u32,
+    workflow_id: String,
+    since: std::time::Instant,
+}
+
+fn lease_of(task: &TaskResponse) -> Option<Lease> {
+    (task.action == TaskAction::Run).then(|| Lease {
+        iteration: task.iteration.unwrap_or_default(),
+        workflow_id: task.workflow_id.clone().unwrap_or_default(),
+        since: std::time::Instant::now(),
+    })
+}
+
 /// Serve `coordinator` on `server` until `stop` is set (checked every
-/// 100 ms). Bad requests get 400 with the reason; coordinator failures 500.
-pub fn serve(coordinator: Arc<Coordinator>, server: tiny_http::Server, stop: Arc<AtomicBool>) {
+/// 100 ms). Bad requests get 400 with the reason, a `register` while a
+/// task is leased 409, coordinator failures 500. A task's lease lasts
+/// `lease` (then another worker may take it over).
+pub fn serve(
+    coordinator: Arc<Coordinator>,
+    server: tiny_http::Server,
+    stop: Arc<AtomicBool>,
+    lease: Duration,
+) {
+    let mut leased: Option<Lease> = None;
     while !stop.load(Ordering::SeqCst) {
         let Ok(Some(mut request)) = server.recv_timeout(Duration::from_millis(100)) else {
             continue;
@@ -58,10 +84,23 @@ pub fn serve(coordinator: Arc<Coordinator>, server: tiny_http::Server, stop: Arc
         let method = request.method().clone();
         let url = request.url().to_string();
         match (method, url.as_str()) {
-            (tiny_http::Method::Post, "/register") => match coordinator.register() {
-                Ok(task) => respond(request, 200, &task),
-                Err(error) => respond(request, 500, &json!({"error": error.to_string()})),
-            },
+            (tiny_http::Method::Post, "/register") => {
+                if let Some(out) = leased.as_ref().filter(|out| out.since.elapsed() < lease) {
+                    let message = format!(
+                        "iteration {} ({}) is being run by another worker; one task is out at a time, ask again later",
+                        out.iteration, out.workflow_id
+                    );
+                    respond(request, 409, &json!({"error": message}));
+                    continue;
+                }
+                match coordinator.register() {
+                    Ok(task) => {
+                        leased = lease_of(&task);
+                        respond(request, 200, &task)
+                    }
+                    Err(error) => respond(request, 500, &json!({"error": error.to_string()})),
+                }
+            }
             (tiny_http::Method::Post, "/finished") => {
                 let mut body = String::new();
                 let read = request
@@ -87,7 +126,10 @@ pub fn serve(coordinator: Arc<Coordinator>, server: tiny_http::Server, stop: Arc
                         )
                     }
                     Ok(finished) => match coordinator.finished(&finished) {
-                        Ok(task) => respond(request, 200, &task),
+                        Ok(task) => {
+                            leased = lease_of(&task);
+                            respond(request, 200, &task)
+                        }
                         Err(error) => respond(request, 500, &json!({"error": error.to_string()})),
                     },
                 }
@@ -120,6 +162,9 @@ pub enum TransportError {
     /// A task could not be run at all.
     #[error(transparent)]
     Worker(#[from] WorkerError),
+    /// Another worker holds the task that is out (HTTP 409).
+    #[error("coordinator at {0}: another worker is running the current task")]
+    Busy(String),
 }
 
 fn post<T: Serialize>(
@@ -131,10 +176,14 @@ fn post<T: Serialize>(
         url: url.to_string(),
         message,
     };
-    let response = agent
+    let response = match agent
         .post(url)
         .send_json(serde_json::to_value(body).map_err(|e| error(e.to_string()))?)
-        .map_err(|e| error(e.to_string()))?;
+    {
+        Ok(response) => response,
+        Err(ureq::Error::Status(409, _)) => return Err(TransportError::Busy(url.to_string())),
+        Err(e) => return Err(error(e.to_string())),
+    };
     response
         .into_json::<TaskResponse>()
         .map_err(|e| error(format!("unreadable answer: {e}")))
@@ -155,7 +204,20 @@ pub fn run_worker(
         .timeout(Duration::from_secs(60))
         .build();
     let runner = StepRunner::new(repo_root, cache_dir);
-    let mut task = post(&agent, &format!("{base}/register"), &json!({}))?;
+    // Another worker may hold the task that is out: wait for our turn.
+    let mut waited = false;
+    let mut task = loop {
+        match post(&agent, &format!("{base}/register"), &json!({})) {
+            Err(TransportError::Busy(_)) => {
+                if !waited {
+                    eprintln!("another worker is running the current task; waiting for a turn");
+                    waited = true;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            other => break other?,
+        }
+    };
     while task.action == TaskAction::Run {
         let finished = runner.run_task(&task)?;
         let mut attempt = 0;

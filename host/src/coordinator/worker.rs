@@ -171,6 +171,27 @@ impl StepRunner {
         Ok(plugin)
     }
 
+    /// Load every workflow's plugin and grants now, so a plugin that is not
+    /// a workflow component, or a grant that cannot be given, is reported
+    /// before the loop starts. Returns every problem, each naming the
+    /// workflow's `workflow.toml`.
+    pub fn check_plugins(&self, workflows: &[WorkflowDefinition]) -> Result<(), Vec<String>> {
+        let problems: Vec<String> = workflows
+            .iter()
+            .filter(|workflow| workflow.config.enabled)
+            .filter_map(|workflow| {
+                self.plugin(workflow)
+                    .err()
+                    .map(|error| format!("{}: plugin: {error}", workflow.config_path.display()))
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+
     /// Run the `run` task `task` (reference `_run_task`). A step that fails
     /// — the plugin's own failure, a trap, a deadline, a plugin that cannot
     /// be loaded — is a failed finished request, not an error: the loop

@@ -91,7 +91,12 @@ fn a_failing_plugin_fails_its_iteration_not_the_loop_and_bad_config_is_named() {
         .replace("max_turns = 20", "max_turns = 5");
     std::fs::write(&toml, text).unwrap();
     let output = run(&["loop", "run", "--repo", s(dir.path()), "--json"]);
-    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(
+        code(&output),
+        1,
+        "out of turns without the goal: {}",
+        stderr(&output)
+    );
     let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(report["stop_reason"], "max_turns");
     let history = report["state"]["history"].as_array().unwrap();
@@ -289,4 +294,134 @@ fn a_loop_served_over_http_is_driven_by_a_worker_process() {
         "{}",
         stderr(&output)
     );
+}
+
+#[test]
+fn plugins_and_grants_are_checked_before_any_state_is_written() {
+    // A plugin that is not a component.
+    let dir = tempfile::tempdir().unwrap();
+    init(dir.path(), "Write 2 lines.\n");
+    std::fs::write(dir.path().join(".sandloop/plugins/loop_steps.wasm"), b"x").unwrap();
+    let output = run(&["loop", "run", "--repo", s(dir.path())]);
+    assert_eq!(code(&output), 2, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("workflow.toml: plugin:"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        !dir.path().join(".sandloop/sessions").exists(),
+        "no session was started"
+    );
+    let output = run(&["loop", "status", "--repo", s(dir.path())]);
+    assert_eq!(code(&output), 2);
+    assert!(
+        stderr(&output).contains("no loop state found"),
+        "{}",
+        stderr(&output)
+    );
+
+    // A symlink inside the repository may not grant what lies outside it.
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    init(dir.path(), "Write 2 lines.\n");
+    std::os::unix::fs::symlink(outside.path(), dir.path().join("escape")).unwrap();
+    let plan = dir
+        .path()
+        .join(".sandloop/workflow_sets/main/workflows/plan/workflow.toml");
+    let text = std::fs::read_to_string(&plan)
+        .unwrap()
+        .replace("work::/work", "escape::/work");
+    std::fs::write(&plan, text).unwrap();
+    let output = run(&["loop", "run", "--repo", s(dir.path())]);
+    assert_eq!(code(&output), 2, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("outside the repository"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        0,
+        "nothing written outside"
+    );
+}
+
+#[test]
+fn two_workers_take_turns_and_never_run_a_step_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    init(dir.path(), "Write 4 slow progress lines.\n");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    // A port already taken: refused, and no loop is left behind.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = busy.local_addr().unwrap().to_string();
+    let output = run(&["loop", "serve", "--repo", s(dir.path()), "--listen", &taken]);
+    assert_eq!(code(&output), 2, "{}", stderr(&output));
+    assert!(!dir.path().join(".sandloop/sessions").exists());
+    drop(busy);
+
+    let mut server = sandloop()
+        .args([
+            "loop",
+            "serve",
+            "--repo",
+            s(dir.path()),
+            "--listen",
+            &listen,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while std::net::TcpStream::connect(&listen).is_err()
+        && started.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let url = format!("http://{listen}");
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            sandloop()
+                .args([
+                    "loop",
+                    "worker",
+                    "--repo",
+                    s(dir.path()),
+                    "--coordinator",
+                    &url,
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for worker in workers {
+        let output = worker.wait_with_output().unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let state = state(dir.path());
+    assert_eq!(state["status"], "goal_met");
+    let progress = std::fs::read_to_string(dir.path().join("work/progress.txt")).unwrap();
+    let mut lines: Vec<&str> = progress.lines().collect();
+    let total = lines.len();
+    lines.sort();
+    lines.dedup();
+    assert_eq!(lines.len(), total, "no step ran twice: {progress}");
+    assert_eq!(total, 4);
+    let history = state["history"].as_array().unwrap();
+    assert!(history.iter().all(|e| e["success"] == true), "{history:?}");
 }
