@@ -67,7 +67,12 @@ fn over_http(rounds: u32) -> f64 {
     let serving = {
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || {
-            sandloop::coordinator::transport::serve(coordinator, server, stop)
+            sandloop::coordinator::transport::serve(
+                coordinator,
+                server,
+                stop,
+                std::time::Duration::from_secs(600),
+            )
         })
     };
     let agent = ureq::Agent::new();
