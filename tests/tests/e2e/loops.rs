@@ -425,3 +425,119 @@ fn two_workers_take_turns_and_never_run_a_step_twice() {
     let history = state["history"].as_array().unwrap();
     assert!(history.iter().all(|e| e["success"] == true), "{history:?}");
 }
+
+fn serve_on(repo: &Path, listen: &str, resume: bool) -> std::process::Child {
+    let mut args = vec![
+        "loop",
+        "serve",
+        "--repo",
+        s(repo),
+        "--listen",
+        listen,
+        "--lease-secs",
+        "1",
+    ];
+    if resume {
+        args.push("--resume");
+    }
+    let child = sandloop()
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while std::net::TcpStream::connect(listen).is_err()
+        && started.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+fn iterations_done(repo: &Path) -> u64 {
+    state_or_none(repo)
+        .and_then(|state| state["iteration_count"].as_u64())
+        .unwrap_or(0)
+}
+
+#[test]
+fn killed_workers_and_a_killed_coordinator_lose_no_iteration_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    init(dir.path(), "Write 5 slow progress lines.\n");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let url = format!("http://{listen}");
+    let mut server = serve_on(dir.path(), &listen, false);
+    let worker = || {
+        sandloop()
+            .args([
+                "loop",
+                "worker",
+                "--repo",
+                s(dir.path()),
+                "--coordinator",
+                &url,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    // Kill a worker mid-way; another takes over once the lease ends.
+    let mut first = worker();
+    let started = Instant::now();
+    while iterations_done(dir.path()) < 2 && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let second = worker();
+    // Kill the coordinator while the second worker runs; restart it with
+    // --resume before the worker's retries run out.
+    let started = Instant::now();
+    while iterations_done(dir.path()) < 4 && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut server = serve_on(dir.path(), &listen, true);
+    let output = second.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    server.kill().unwrap();
+    server.wait().unwrap();
+
+    let state = state(dir.path());
+    assert_eq!(state["status"], "goal_met", "{state}");
+    let history = state["history"].as_array().unwrap();
+    let iterations: Vec<u64> = history
+        .iter()
+        .map(|e| e["iteration"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        iterations,
+        (1..=iterations.len() as u64).collect::<Vec<u64>>(),
+        "each iteration once"
+    );
+    let progress = std::fs::read_to_string(dir.path().join("work/progress.txt")).unwrap();
+    let mut lines: Vec<&str> = progress.lines().collect();
+    let total = lines.len();
+    lines.sort();
+    lines.dedup();
+    assert_eq!(
+        lines.len(),
+        total,
+        "no iteration's work written twice: {progress}"
+    );
+    assert!(total >= 5);
+}
