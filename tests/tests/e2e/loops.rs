@@ -228,26 +228,8 @@ fn a_loop_served_over_http_is_driven_by_a_worker_process() {
         .unwrap()
         .port();
     let listen = format!("127.0.0.1:{port}");
-    let mut server = sandloop()
-        .args([
-            "loop",
-            "serve",
-            "--repo",
-            s(dir.path()),
-            "--listen",
-            &listen,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut server = serve_on(dir.path(), &listen, false, 600);
     let url = format!("http://{listen}");
-    let started = Instant::now();
-    while std::net::TcpStream::connect(&listen).is_err()
-        && started.elapsed() < Duration::from_secs(30)
-    {
-        std::thread::sleep(Duration::from_millis(50));
-    }
     let output = run(&[
         "loop",
         "worker",
@@ -365,25 +347,7 @@ fn two_workers_take_turns_and_never_run_a_step_twice() {
     assert!(!dir.path().join(".sandloop/sessions").exists());
     drop(busy);
 
-    let mut server = sandloop()
-        .args([
-            "loop",
-            "serve",
-            "--repo",
-            s(dir.path()),
-            "--listen",
-            &listen,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while std::net::TcpStream::connect(&listen).is_err()
-        && started.elapsed() < Duration::from_secs(30)
-    {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut server = serve_on(dir.path(), &listen, false, 600);
     let url = format!("http://{listen}");
     let workers: Vec<_> = (0..2)
         .map(|_| {
@@ -426,7 +390,10 @@ fn two_workers_take_turns_and_never_run_a_step_twice() {
     assert!(history.iter().all(|e| e["success"] == true), "{history:?}");
 }
 
-fn serve_on(repo: &Path, listen: &str, resume: bool) -> std::process::Child {
+/// `sandloop loop serve` on `listen`, started and listening; tasks are
+/// leased for `lease_secs`.
+fn serve_on(repo: &Path, listen: &str, resume: bool, lease_secs: u32) -> std::process::Child {
+    let lease = lease_secs.to_string();
     let mut args = vec![
         "loop",
         "serve",
@@ -435,7 +402,7 @@ fn serve_on(repo: &Path, listen: &str, resume: bool) -> std::process::Child {
         "--listen",
         listen,
         "--lease-secs",
-        "1",
+        &lease,
     ];
     if resume {
         args.push("--resume");
@@ -472,7 +439,7 @@ fn killed_workers_and_a_killed_coordinator_lose_no_iteration_over_http() {
         .port();
     let listen = format!("127.0.0.1:{port}");
     let url = format!("http://{listen}");
-    let mut server = serve_on(dir.path(), &listen, false);
+    let mut server = serve_on(dir.path(), &listen, false, 1);
     let worker = || {
         sandloop()
             .args([
@@ -506,7 +473,7 @@ fn killed_workers_and_a_killed_coordinator_lose_no_iteration_over_http() {
     server.kill().unwrap();
     server.wait().unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let mut server = serve_on(dir.path(), &listen, true);
+    let mut server = serve_on(dir.path(), &listen, true, 1);
     let output = second.wait_with_output().unwrap();
     assert_eq!(
         output.status.code(),
