@@ -267,9 +267,9 @@ impl Coordinator {
         if let Some(child) = self.dispatch_child_session_after_success(inner, current)? {
             return Ok(child);
         }
-        let workflows = self.workflows_for(inner, &current.workflow_set)?;
+        let workflows = &self.preflight_for(inner, &current.workflow_set)?.workflows;
         let Some(workflow) =
-            choose_next_workflow(&workflows, &current.history, current.iteration_count)
+            choose_next_workflow(workflows, &current.history, current.iteration_count)
         else {
             current.stop_reason = Some("no_eligible_workflow".into());
             current.status = LoopStatus::Failed;
@@ -430,27 +430,17 @@ impl Coordinator {
         ))
     }
 
-    fn preflight_for(
+    /// The preflight of `workflow_set`, run once and kept.
+    fn preflight_for<'a>(
         &self,
-        inner: &mut Inner,
+        inner: &'a mut Inner,
         workflow_set: &str,
-    ) -> Result<PreflightResult, CoordinatorError> {
-        if let Some(preflight) = inner.preflights.get(workflow_set) {
-            return Ok(preflight.clone());
+    ) -> Result<&'a PreflightResult, CoordinatorError> {
+        if !inner.preflights.contains_key(workflow_set) {
+            let preflight = run_preflight(&self.repo_root, Some(workflow_set), None)?;
+            inner.preflights.insert(workflow_set.to_string(), preflight);
         }
-        let preflight = run_preflight(&self.repo_root, Some(workflow_set), None)?;
-        inner
-            .preflights
-            .insert(workflow_set.to_string(), preflight.clone());
-        Ok(preflight)
-    }
-
-    fn workflows_for(
-        &self,
-        inner: &mut Inner,
-        workflow_set: &str,
-    ) -> Result<Vec<WorkflowDefinition>, CoordinatorError> {
-        Ok(self.preflight_for(inner, workflow_set)?.workflows)
+        Ok(&inner.preflights[workflow_set])
     }
 
     fn workflow_expects_goal_check_signal(
@@ -461,9 +451,9 @@ impl Coordinator {
     ) -> bool {
         workflow_id == GOAL_CHECK_WORKFLOW_ID
             || self
-                .workflows_for(inner, workflow_set)
+                .preflight_for(inner, workflow_set)
                 .ok()
-                .and_then(|workflows| workflows.into_iter().find(|w| w.id == workflow_id))
+                .and_then(|preflight| preflight.workflows.iter().find(|w| w.id == workflow_id))
                 .is_some_and(|workflow| workflow.config.emits_goal_check)
     }
 
