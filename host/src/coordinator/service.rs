@@ -488,7 +488,7 @@ impl Coordinator {
             let Some(workflow) = choose_next_workflow(&base.workflows, &[], 0) else {
                 continue;
             };
-            let mut snapshot = snapshot_of(&base);
+            let mut snapshot = snapshot_of(base);
             snapshot.goal = request.goal.clone();
             snapshot.goal_hash = derive_goal_hash(&request.goal);
             snapshot.workflow_set = request.workflow_set.clone();
