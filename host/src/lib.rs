@@ -10,6 +10,7 @@
 
 pub mod cli;
 pub mod coordinator;
+pub mod digest;
 pub mod episode;
 pub mod harness;
 pub mod replay;

@@ -58,7 +58,6 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
-use sha2::{Digest, Sha256};
 
 use super::models::RootConfigSnapshot;
 use crate::sandbox::DirGrant;
@@ -564,7 +563,7 @@ impl ConfigError {
 /// The first [`GOAL_HASH_LENGTH`] hex digits of the SHA-256 of the goal's
 /// UTF-8 bytes (mirrors `derive_goal_hash` in the reference).
 pub fn derive_goal_hash(goal: &str) -> String {
-    let mut hex = hex::encode(Sha256::digest(goal.as_bytes()));
+    let mut hex = crate::digest::sha256_hex(goal.as_bytes());
     hex.truncate(GOAL_HASH_LENGTH);
     hex
 }

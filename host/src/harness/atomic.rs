@@ -35,6 +35,20 @@ pub fn write_json_atomic<T: Serialize + ?Sized>(path: &Path, value: &T) -> io::R
     sync_dir(dir)
 }
 
+/// Replaces `path` with `bytes` through a sibling `*.partial` file renamed
+/// over it, creating the parent directory: readers never see half a file,
+/// but nothing is fsynced (cheap enough for many small files; use
+/// [`write_json_atomic`] where a power loss must not lose the write).
+pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    if let Some(parent) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+        fs::create_dir_all(parent)?;
+    }
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    fs::write(&partial, bytes)?;
+    fs::rename(&partial, path)
+}
+
 /// Fsyncs a directory so a rename in it is durable (no-op where
 /// directories cannot be opened).
 pub fn sync_dir(dir: &Path) -> io::Result<()> {

@@ -104,13 +104,9 @@ pub fn agent_cursor(events: &[TraceEvent], context: &str) -> AgentCursor {
     }
     AgentCursor {
         history_index: events.len() as u64,
-        history_digest: hex(&history.finalize()),
-        context_digest: hex(&Sha256::digest(context.as_bytes())),
+        history_digest: hex::encode(history.finalize()),
+        context_digest: crate::digest::sha256_hex(context.as_bytes()),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -16,7 +16,6 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use super::point::ReplayPoint;
 use crate::episode::adapter::Item;
@@ -134,18 +133,8 @@ pub struct ReplayStore {
     errors: Mutex<Vec<String>>,
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
-}
-
-fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let partial = path.with_extension("partial");
-    std::fs::write(&partial, bytes)?;
-    std::fs::rename(&partial, path)
-}
+use crate::digest::sha256_hex;
+use crate::harness::atomic::replace_file as write_file;
 
 impl ReplayStore {
     /// A store writing under the run directory `root` (files are created on

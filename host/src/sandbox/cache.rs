@@ -5,14 +5,10 @@ use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-/// The sha256 of `bytes` as lowercase hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
+pub use crate::digest::sha256_hex;
 
 /// Where the compiled form of a component with `sha256` lives for `engine`:
 /// the engine's compatibility hash covers the wasmtime version and every

@@ -54,13 +54,8 @@ pub struct SignalState {
 }
 
 fn write_json(path: &Path, value: &serde_json::Value) -> Result<(), String> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|error| error.to_string())?;
-    }
     let text = serde_json::to_vec_pretty(value).map_err(|error| error.to_string())?;
-    let partial = path.with_extension("json.partial");
-    std::fs::write(&partial, text)
-        .and_then(|()| std::fs::rename(&partial, path))
+    crate::harness::atomic::replace_file(path, &text)
         .map_err(|error| format!("cannot write {}: {error}", path.display()))
 }
 

@@ -80,8 +80,7 @@ pub(super) struct GroupPoint {
 /// the same group under the same id).
 pub fn point_id_for(arm: &str, epoch: u32, execution_group_id: &str) -> String {
     let digest = Sha256::digest(format!("{arm}\0{epoch}\0{execution_group_id}").as_bytes());
-    let hex: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();
-    format!("rp-{hex}")
+    format!("rp-{}", hex::encode(&digest[..10]))
 }
 
 pub(super) fn to_wit_fidelity(fidelity: Fidelity) -> wit::Fidelity {
