@@ -45,6 +45,9 @@ pub struct StepRunner {
     repo_root: PathBuf,
     cache_dir: Option<PathBuf>,
     plugins: Mutex<HashMap<(String, String), Arc<WorkflowPlugin>>>,
+    /// One engine (and epoch ticker) for every workflow's plugin, started
+    /// with the first; limits and grants are per workflow, in its config.
+    engine: Mutex<Option<Arc<SandboxEngine>>>,
 }
 
 /// A finished task and where its pending request was written.
@@ -120,7 +123,21 @@ impl StepRunner {
             repo_root: repo_root.to_path_buf(),
             cache_dir,
             plugins: Mutex::new(HashMap::new()),
+            engine: Mutex::new(None),
         }
+    }
+
+    fn engine(&self, config: &SandboxConfig) -> Result<Arc<SandboxEngine>, String> {
+        let mut engine = self.engine.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(engine) = engine.as_ref() {
+            return Ok(Arc::clone(engine));
+        }
+        let started = Arc::new(
+            SandboxEngine::new(config)
+                .map_err(|error| format!("cannot start the engine: {error:#}"))?,
+        );
+        *engine = Some(Arc::clone(&started));
+        Ok(started)
     }
 
     fn plugin(&self, workflow: &WorkflowDefinition) -> Result<Arc<WorkflowPlugin>, String> {
@@ -157,11 +174,10 @@ impl StepRunner {
             pool_instances: 0,
             ..defaults
         };
-        let engine = SandboxEngine::new(&config)
-            .map_err(|error| format!("cannot start the engine: {error:#}"))?;
+        let engine = self.engine(&config)?;
         let plugin = Arc::new(WorkflowPlugin::load(
             &workflow.plugin_path,
-            Arc::new(engine),
+            engine,
             Arc::new(config),
         )?);
         self.plugins

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use wasmtime::Store;
-use wasmtime::component::{HasSelf, InstancePre, Linker};
+use wasmtime::component::{HasSelf, Linker};
 
 use super::cache::{load_or_compile, sha256_hex};
 use super::classify::classify;
@@ -106,7 +106,8 @@ impl signals::Host for HostState {
 pub struct WorkflowPlugin {
     engine: Arc<SandboxEngine>,
     config: Arc<SandboxConfig>,
-    pre: InstancePre<HostState>,
+    /// Linked and checked to be of world `workflow` once, at load.
+    pre: bindings::WorkflowPre<HostState>,
     /// sha256 of the component, lowercase hex.
     pub sha256: String,
 }
@@ -164,7 +165,7 @@ impl WorkflowPlugin {
         let pre = linker.instantiate_pre(&component).map_err(|error| {
             format!("{shown} imports something a workflow plugin may not use: {error:#}")
         })?;
-        bindings::WorkflowPre::new(pre.clone()).map_err(|error| {
+        let pre = bindings::WorkflowPre::new(pre).map_err(|error| {
             format!("{shown} is not a workflow plugin (it must export sandloop:adapter/step@0.1.0): {error:#}")
         })?;
         Ok(Self {
@@ -198,13 +199,11 @@ impl WorkflowPlugin {
         {
             return failed(format!("instantiation: {error:#}"));
         }
-        let result = bindings::WorkflowPre::new(self.pre.clone())
-            .and_then(|pre| pre.instantiate(&mut store))
-            .and_then(|workflow| {
-                workflow
-                    .sandloop_adapter_step()
-                    .call_run_step(&mut store, task)
-            });
+        let result = self.pre.instantiate(&mut store).and_then(|workflow| {
+            workflow
+                .sandloop_adapter_step()
+                .call_run_step(&mut store, task)
+        });
         match result {
             Ok(outcome) => StepOutcome {
                 success: outcome.success,
