@@ -322,7 +322,8 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         .open(&replays_path)
         .map_err(|error| input(format!("cannot write {}: {error}", replays_path.display())))?;
     let started = Instant::now();
-    let replay_number = count_lines(&replays_path) + 1;
+    let earlier = ReplaysFile::read(&replays_path);
+    let replay_number = earlier.lines + 1;
     let target_branch = format!("replay-{replay_number}:{}", args.item);
     let metrics = Arc::new(ReplayMetricLedger::new());
     let mut registry = ReplayPointRegistry::new(MemoryAgentStateStore::new(), Arc::clone(&metrics));
@@ -395,7 +396,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         "replay_wall_minutes": started.elapsed().as_secs_f64() / 60.0,
         "metrics": metrics.snapshot(),
     });
-    append_line(&mut replays, &replays_path, &report)?;
+    append_line(&mut replays, &replays_path, earlier.partial, &report)?;
     if args.json {
         say(&serde_json::to_string_pretty(&report).expect("a JSON value serialises"));
     } else {
@@ -410,18 +411,35 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     }
 }
 
-fn count_lines(path: &Path) -> usize {
-    std::fs::read_to_string(path)
-        .map(|text| text.lines().filter(|line| !line.trim().is_empty()).count())
-        .unwrap_or(0)
+/// What `replays.jsonl` already holds, read once.
+struct ReplaysFile {
+    /// Non-blank lines: earlier replays.
+    lines: usize,
+    /// Whether it ends in a partial line (a crash mid-write).
+    partial: bool,
+}
+
+impl ReplaysFile {
+    fn read(path: &Path) -> Self {
+        let bytes = std::fs::read(path).unwrap_or_default();
+        Self {
+            lines: bytes
+                .split(|byte| *byte == b'\n')
+                .filter(|line| !line.trim_ascii().is_empty())
+                .count(),
+            partial: bytes.last().is_some_and(|last| *last != b'\n'),
+        }
+    }
 }
 
 /// Append `value` as one line, starting a new line first if the file ends
 /// in a partial one (a crash mid-write must not swallow this record).
-fn append_line(file: &mut std::fs::File, path: &Path, value: &Value) -> Result<(), CliError> {
-    let partial = std::fs::read(path)
-        .map(|bytes| bytes.last().is_some_and(|last| *last != b'\n'))
-        .unwrap_or(false);
+fn append_line(
+    file: &mut std::fs::File,
+    path: &Path,
+    partial: bool,
+    value: &Value,
+) -> Result<(), CliError> {
     let mut text = Vec::new();
     if partial {
         text.push(b'\n');

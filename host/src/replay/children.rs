@@ -16,7 +16,7 @@ use super::super::agent_state::AgentStateStore;
 use super::super::fidelity::Fidelity;
 use super::super::metrics::ReplayMetricLedger;
 use super::super::point::{
-    EquivalenceReport, Lifecycle, ReplayPoint, ReplayRestoreResult, RestoreReceipt,
+    EquivalenceReport, ReplayPoint, ReplayRestoreResult, RestoreReceipt,
     validate_equivalence_contract,
 };
 use super::{ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage};
@@ -567,10 +567,7 @@ where
             }
             let mut error = error;
             if cleanup_failed.load(Ordering::SeqCst) || unsafe_outcome.load(Ordering::SeqCst) {
-                if entry_point.lifecycle != Lifecycle::Failed {
-                    entry_point.lifecycle = Lifecycle::Failed;
-                    metrics.increment("replay_point_quarantine_count");
-                }
+                super::quarantine(entry_point, &metrics);
                 error.quarantined = true;
             }
             if error.also.is_none() {

@@ -7,7 +7,9 @@ use serde_json::json;
 use super::*;
 use crate::episode::adapter::ErrorType;
 use crate::replay::agent_state::{MemoryAgentStateStore, agent_cursor};
-use crate::replay::point::{CaptureRequest, EquivalenceCheck, RestoreRequest, StateLease};
+use crate::replay::point::{
+    CaptureRequest, EquivalenceCheck, Lifecycle, RestoreRequest, StateLease,
+};
 use crate::replay::registry::ReplayAdapter;
 use crate::trace::{TraceEventKind, TraceLog};
 

@@ -191,6 +191,15 @@ impl std::fmt::Display for ReplayError {
 
 impl std::error::Error for ReplayError {}
 
+/// Quarantine `point` (`lifecycle = failed`), counted once in
+/// `replay_point_quarantine_count`.
+fn quarantine(point: &mut ReplayPoint, metrics: &ReplayMetricLedger) {
+    if point.lifecycle != Lifecycle::Failed {
+        point.lifecycle = Lifecycle::Failed;
+        metrics.increment("replay_point_quarantine_count");
+    }
+}
+
 /// A lookup error unless `point` is ready (`before` names what needs it).
 fn require_ready(point: &ReplayPoint, before: &str) -> Result<(), ReplayError> {
     if point.lifecycle == Lifecycle::Ready {
@@ -346,11 +355,6 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
         self.index.get(replay_point_id).copied().ok_or_else(|| {
             ReplayError::unavailable(format!("unknown replay point {replay_point_id:?}"))
         })
-    }
-
-    fn entry_mut(&mut self, replay_point_id: &str) -> Result<&mut Entry<B, S::Key>, ReplayError> {
-        let slot = self.slot(replay_point_id)?;
-        Ok(&mut self.entries[slot])
     }
 
     /// Capture a point at `trace`'s head: agent state and adapter state are
@@ -878,8 +882,7 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
             .map(|error| ReplayError::adapter(ReplayStage::Finalize, error));
         let quarantined = finalize_error.is_some();
         if quarantined {
-            entry.point.lifecycle = Lifecycle::Failed;
-            metrics.increment("replay_point_quarantine_count");
+            quarantine(&mut entry.point, &metrics);
         }
         let failure = match (outcome, finalize_error) {
             (Ok(outcome), None) => {
@@ -967,19 +970,6 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
             (Some(adapter), agent) => Err(adapter.also(agent)),
             (None, Some(agent)) => Err(agent),
         }
-    }
-
-    /// Quarantine a point (`lifecycle = failed`) without releasing it,
-    /// e.g. after its instance was lost. Counted in
-    /// `replay_point_quarantine_count`.
-    pub fn quarantine(&mut self, replay_point_id: &str) -> Result<(), ReplayError> {
-        let metrics = Arc::clone(&self.metrics);
-        let entry = self.entry_mut(replay_point_id)?;
-        if entry.point.lifecycle != Lifecycle::Failed {
-            entry.point.lifecycle = Lifecycle::Failed;
-            metrics.increment("replay_point_quarantine_count");
-        }
-        Ok(())
     }
 
     /// Borrow the binding of a ready point (e.g. to export its state).
