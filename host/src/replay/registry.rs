@@ -166,7 +166,8 @@ impl ReplayError {
         Self::new(stage, ReplayCause::Contract(message.into()))
     }
 
-    fn adapter(stage: ReplayStage, error: AdapterError) -> Self {
+    /// A failure of `stage` because the adapter failed.
+    pub(crate) fn adapter(stage: ReplayStage, error: AdapterError) -> Self {
         Self::new(stage, ReplayCause::Adapter(error))
     }
 

@@ -230,14 +230,7 @@ fn a_loop_served_over_http_is_driven_by_a_worker_process() {
     let listen = format!("127.0.0.1:{port}");
     let mut server = serve_on(dir.path(), &listen, false, 600);
     let url = format!("http://{listen}");
-    let output = run(&[
-        "loop",
-        "worker",
-        "--repo",
-        s(dir.path()),
-        "--coordinator",
-        &url,
-    ]);
+    let output = worker_command(dir.path(), &url).output().unwrap();
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     assert!(
         stdout(&output).contains("said stop (goal_met)"),
@@ -245,14 +238,7 @@ fn a_loop_served_over_http_is_driven_by_a_worker_process() {
         stdout(&output)
     );
     // A worker that arrives later is told to stop at once.
-    let output = run(&[
-        "loop",
-        "worker",
-        "--repo",
-        s(dir.path()),
-        "--coordinator",
-        &url,
-    ]);
+    let output = worker_command(dir.path(), &url).output().unwrap();
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     assert!(stdout(&output).contains("said stop (goal_met)"));
     server.kill().unwrap();
@@ -262,14 +248,7 @@ fn a_loop_served_over_http_is_driven_by_a_worker_process() {
     assert_eq!(progress.lines().count(), 2);
 
     // No coordinator: the worker says so and fails.
-    let output = run(&[
-        "loop",
-        "worker",
-        "--repo",
-        s(dir.path()),
-        "--coordinator",
-        &url,
-    ]);
+    let output = worker_command(dir.path(), &url).output().unwrap();
     assert_eq!(code(&output), 1);
     assert!(
         stderr(&output).contains(&format!("coordinator at {url}/register")),
@@ -351,15 +330,7 @@ fn two_workers_take_turns_and_never_run_a_step_twice() {
     let url = format!("http://{listen}");
     let workers: Vec<_> = (0..2)
         .map(|_| {
-            sandloop()
-                .args([
-                    "loop",
-                    "worker",
-                    "--repo",
-                    s(dir.path()),
-                    "--coordinator",
-                    &url,
-                ])
+            worker_command(dir.path(), &url)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -441,15 +412,7 @@ fn killed_workers_and_a_killed_coordinator_lose_no_iteration_over_http() {
     let url = format!("http://{listen}");
     let mut server = serve_on(dir.path(), &listen, false, 1);
     let worker = || {
-        sandloop()
-            .args([
-                "loop",
-                "worker",
-                "--repo",
-                s(dir.path()),
-                "--coordinator",
-                &url,
-            ])
+        worker_command(dir.path(), &url)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -507,4 +470,11 @@ fn killed_workers_and_a_killed_coordinator_lose_no_iteration_over_http() {
         "no iteration's work written twice: {progress}"
     );
     assert!(total >= 5);
+}
+
+/// `sandloop loop worker` for `repo` against the coordinator at `url`.
+fn worker_command(repo: &Path, url: &str) -> std::process::Command {
+    let mut command = sandloop();
+    command.args(["loop", "worker", "--repo", s(repo), "--coordinator", url]);
+    command
 }

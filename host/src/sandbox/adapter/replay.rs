@@ -29,6 +29,7 @@ use crate::trace::TraceLog;
 
 /// The host's handle of a `replay-binding` resource, tied to the instance
 /// generation that created it.
+#[derive(Clone, Copy)]
 pub struct BindingHandle {
     resource: ResourceAny,
     generation: u64,
@@ -308,10 +309,7 @@ impl WasmAdapter {
         if let Some(binding) = lane.registry.binding(&point_id)
             && (lane.options.store.is_some() || forks_children)
         {
-            let binding = BindingHandle {
-                resource: binding.resource,
-                generation: binding.generation,
-            };
+            let binding = *binding;
             let max = self.max_output();
             match self.export_replay_state(&binding) {
                 Ok(Some(bytes)) if bytes.len() > max => {
@@ -624,12 +622,6 @@ pub fn adopt_durable_point(
     };
     let lease = adapter
         .import_replay_state(state, &request)
-        .map_err(|error| ReplayError {
-            stage: crate::replay::ReplayStage::Import,
-            cause: ReplayCause::Adapter(error),
-            also: None,
-            quarantined: false,
-            restore: None,
-        })?;
+        .map_err(|error| ReplayError::adapter(crate::replay::ReplayStage::Import, error))?;
     registry.adopt(adapter, recorded, lease)
 }
