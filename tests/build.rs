@@ -13,6 +13,7 @@ const EXAMPLES: &[&str] = &[
     "bench-adapter",
     "replay-probe",
     "loop-steps",
+    "llm-steps",
 ];
 
 fn main() {

@@ -17,3 +17,6 @@ pub const REPLAY_PROBE: &str = env!("REPLAY_PROBE_WASM");
 /// `loop-steps`: a loop workflow plugin with `plan`, `work` and
 /// `goal_check` steps.
 pub const LOOP_STEPS: &str = env!("LOOP_STEPS_WASM");
+/// `llm-steps`: a loop workflow plugin whose steps ask an
+/// OpenAI-compatible chat-completions endpoint over `wasi:http`.
+pub const LLM_STEPS: &str = env!("LLM_STEPS_WASM");

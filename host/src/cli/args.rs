@@ -64,11 +64,14 @@ pub struct LoopInitArgs {
     /// The repository (default: the current directory).
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub repo: PathBuf,
-    /// The workflow plugin component the template's workflows run (e.g. the
-    /// `loop-steps` example); copied to `.sandloop/plugins/`.
+    /// The workflow plugin component the template's workflows run (the
+    /// `loop-steps` example for `count`, `llm-steps` for `openai`); copied
+    /// to `.sandloop/plugins/`.
     #[arg(long, value_name = "FILE.wasm")]
     pub plugin: PathBuf,
-    /// The template: `count` (plan, work, goal_check until a count is reached).
+    /// The template: `count` (plan, work, goal_check until a count is
+    /// reached) or `openai` (draft and goal_check steps that ask an
+    /// OpenAI-compatible chat-completions endpoint over HTTP).
     #[arg(long, default_value = "count")]
     pub template: String,
 }

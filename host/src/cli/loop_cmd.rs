@@ -8,8 +8,8 @@ use serde_json::json;
 use super::args::{
     LoopCommand, LoopInitArgs, LoopRepoArgs, LoopRunArgs, LoopServeArgs, LoopWorkerArgs,
 };
-use super::{CliError, say};
-use crate::coordinator::config::{ROOT_CONFIG_FILENAME, SANDLOOP_DIRNAME};
+use super::{CliError, loop_templates, say};
+use crate::coordinator::config::SANDLOOP_DIRNAME;
 use crate::coordinator::models::{LoopState, LoopStatus, TaskAction};
 use crate::coordinator::service::{Coordinator, CoordinatorError};
 use crate::coordinator::state_store::StateStore;
@@ -36,53 +36,8 @@ fn coordinator_error(error: CoordinatorError) -> CliError {
     }
 }
 
-const COUNT_GOAL: &str = "Write 3 progress lines, then stop.\n";
-
-fn count_template(plugin: &str) -> Vec<(String, String)> {
-    let workflow = |description: &str, extra: &str| {
-        format!(
-            "plugin = \"{plugin}\"\ndescription = \"{description}\"\ndirs = [\"work::/work\"]\n{extra}"
-        )
-    };
-    let base = format!("{SANDLOOP_DIRNAME}/workflow_sets/main/workflows");
-    vec![
-        (
-            ROOT_CONFIG_FILENAME.to_string(),
-            "goal_file = \"sandloop-goal.txt\"\nworkflow_set = \"main\"\nmax_turns = 20\ncompletion_criteria = [\"work/progress.txt holds the target number of lines\"]\nstop_criteria = [\"a step fails three times in a row\"]\n".to_string(),
-        ),
-        ("sandloop-goal.txt".to_string(), COUNT_GOAL.to_string()),
-        ("work/.keep".to_string(), String::new()),
-        (
-            format!("{base}/plan/workflow.toml"),
-            workflow("Write the plan.", "run_on_start = true\npriority = 10\nrun_every = 1000\n"),
-        ),
-        (format!("{base}/plan/prompt.txt"), "Plan the work toward the goal.\n".to_string()),
-        (
-            format!("{base}/work/workflow.toml"),
-            workflow("Do one step of the work.", "not_before_iteration = 1\npriority = 1\n"),
-        ),
-        (format!("{base}/work/prompt.txt"), "Do one step of the work.\n".to_string()),
-        (
-            format!("{base}/goal_check/workflow.toml"),
-            workflow(
-                "Check whether the goal is met.",
-                "emits_goal_check = true\npriority = 5\n\n[run_after_successes]\nworkflow_id = \"work\"\nevery = 1\n",
-            ),
-        ),
-        (
-            format!("{base}/goal_check/prompt.txt"),
-            "Report whether the goal is met.\n".to_string(),
-        ),
-    ]
-}
-
 fn init(args: LoopInitArgs) -> Result<(), CliError> {
-    if args.template != "count" {
-        return Err(CliError::Input(format!(
-            "--template {:?}: unknown template; the one template is `count`",
-            args.template
-        )));
-    }
+    let template = loop_templates::find(&args.template).map_err(CliError::Input)?;
     let bytes = std::fs::read(&args.plugin).map_err(|error| {
         CliError::Input(format!(
             "cannot read --plugin {}: {error}",
@@ -96,7 +51,7 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
         )));
     }
     let repo = &args.repo;
-    let plugin_rel = format!("{SANDLOOP_DIRNAME}/plugins/loop_steps.wasm");
+    let plugin_rel = format!("{SANDLOOP_DIRNAME}/plugins/{}", template.plugin_file);
     let mut created = Vec::new();
     let write =
         |relative: &str, content: &[u8], created: &mut Vec<String>| -> Result<(), CliError> {
@@ -116,7 +71,7 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
             Ok(())
         };
     write(&plugin_rel, &bytes, &mut created)?;
-    for (relative, content) in count_template(&plugin_rel) {
+    for (relative, content) in (template.files)(&plugin_rel) {
         write(&relative, content.as_bytes(), &mut created)?;
     }
     if created.is_empty() {
@@ -126,7 +81,7 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
         for path in created {
             say(&format!("  {path}"));
         }
-        say("run it with: sandloop loop run");
+        say(template.next_steps);
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 pub mod args;
 pub mod inspect;
 pub mod loop_cmd;
+pub mod loop_templates;
 pub mod plan;
 pub mod replay;
 pub mod run;

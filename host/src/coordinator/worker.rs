@@ -21,6 +21,7 @@ use super::sessions::{
     child_requests_dir_path, control_path, ensure_iteration_dir, goal_check_path,
     pending_finished_request_path, prompt_path, result_path, result_text_path,
 };
+use crate::sandbox::http_grant::HttpGrant;
 use crate::sandbox::workflow::{SignalTarget, StepTask, WorkflowPlugin};
 use crate::sandbox::{SandboxConfig, SandboxEngine};
 
@@ -150,12 +151,6 @@ impl StepRunner {
         {
             return Ok(Arc::clone(plugin));
         }
-        if !workflow.config.http_hosts.is_empty() {
-            return Err(format!(
-                "{}: http_hosts: outgoing HTTP is not available to workflow plugins yet",
-                workflow.config_path.display()
-            ));
-        }
         let defaults = SandboxConfig::default();
         let config = SandboxConfig {
             max_memory_mib: workflow
@@ -174,11 +169,14 @@ impl StepRunner {
             pool_instances: 0,
             ..defaults
         };
+        let http = HttpGrant::new(&workflow.config.http_hosts, config.call_timeout_secs)
+            .map_err(|error| format!("http_hosts: {error}"))?;
         let engine = self.engine(&config)?;
         let plugin = Arc::new(WorkflowPlugin::load(
             &workflow.plugin_path,
             engine,
             Arc::new(config),
+            http,
         )?);
         self.plugins
             .lock()

@@ -5,9 +5,11 @@
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::sandloop::adapter::{log, trace as trace_wit, types};
 use super::config::SandboxConfig;
+use super::http_grant::HttpGrant;
 use super::output::Capture;
 use crate::trace::{TraceEventKind, TraceLog};
 
@@ -70,6 +72,10 @@ pub struct HostState {
     pub trace_emitted: u32,
     /// Where a workflow step's signals go (workflow plugins only).
     pub signals: super::workflow::SignalState,
+    /// Which hosts outgoing HTTP may reach (workflow plugins only; adapters
+    /// are not linked with `wasi:http`). Default: none.
+    pub http: HttpGrant,
+    http_ctx: WasiHttpCtx,
 }
 
 /// Most trace events one call may emit; later ones are refused.
@@ -112,6 +118,8 @@ impl HostState {
             trace_refusals: 0,
             trace_emitted: 0,
             signals: Default::default(),
+            http: HttpGrant::default(),
+            http_ctx: WasiHttpCtx::new(),
         })
     }
 }
@@ -121,6 +129,16 @@ impl WasiView for HostState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http_ctx,
+            table: &mut self.table,
+            hooks: &mut self.http,
         }
     }
 }

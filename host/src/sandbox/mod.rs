@@ -17,6 +17,7 @@ pub mod component;
 pub mod config;
 pub mod engine;
 pub mod host_state;
+pub mod http_grant;
 pub mod output;
 pub mod workflow;
 

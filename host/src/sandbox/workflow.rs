@@ -3,7 +3,9 @@
 //! grants and limits) and may signal the coordinator through the `signals`
 //! import. The host writes each signal as the file the coordinator reads
 //! (`goal_check.json`, `control.json`, `child_requests/*.json`), so crash
-//! recovery works from the files alone.
+//! recovery works from the files alone. A plugin may also make outgoing
+//! HTTP requests through `wasi:http/outgoing-handler`, to the hosts its
+//! `http_hosts` grant names and nowhere else (see [`super::http_grant`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use super::classify::classify;
 use super::config::SandboxConfig;
 use super::engine::SandboxEngine;
 use super::host_state::HostState;
+use super::http_grant::HttpGrant;
 
 /// Host bindings of world `workflow`; `log` is the adapter world's.
 #[allow(missing_docs)]
@@ -108,6 +111,8 @@ pub struct WorkflowPlugin {
     config: Arc<SandboxConfig>,
     /// Linked and checked to be of world `workflow` once, at load.
     pre: bindings::WorkflowPre<HostState>,
+    /// The outgoing-HTTP grant every step starts with.
+    http: HttpGrant,
     /// sha256 of the component, lowercase hex.
     pub sha256: String,
 }
@@ -128,13 +133,15 @@ pub struct StepOutcome {
 pub type StepTask = step::Task;
 
 impl WorkflowPlugin {
-    /// Read, compile (through the cache) and link the plugin at `path`.
-    /// Errors name the file: unreadable, not a component, not of world
-    /// `workflow`.
+    /// Read, compile (through the cache) and link the plugin at `path`,
+    /// whose steps may reach the hosts of `http`. Errors name the file:
+    /// unreadable, not a component, not of world `workflow`, importing
+    /// something beyond WASI p2, `wasi:http` and the world's imports.
     pub fn load(
         path: &Path,
         engine: Arc<SandboxEngine>,
         config: Arc<SandboxConfig>,
+        http: HttpGrant,
     ) -> Result<Self, String> {
         let shown = path.display();
         let bytes =
@@ -161,6 +168,7 @@ impl WorkflowPlugin {
             .and_then(|()| {
                 signals::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
             })
+            .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker))
             .map_err(|error| format!("cannot link {shown}: {error:#}"))?;
         let pre = linker.instantiate_pre(&component).map_err(|error| {
             format!("{shown} imports something a workflow plugin may not use: {error:#}")
@@ -172,6 +180,7 @@ impl WorkflowPlugin {
             engine,
             config,
             pre,
+            http,
             sha256,
         })
     }
@@ -190,6 +199,7 @@ impl WorkflowPlugin {
             Err(error) => return failed(format!("instantiation: {error:#}")),
         };
         state.signals.target = Some(target);
+        state.http = self.http.clone();
         let mut store = Store::new(self.engine.engine(), state);
         store.limiter(|state| &mut state.limiter);
         store.epoch_deadline_trap();
@@ -204,7 +214,7 @@ impl WorkflowPlugin {
                 .sandloop_adapter_step()
                 .call_run_step(&mut store, task)
         });
-        match result {
+        let mut outcome = match result {
             Ok(outcome) => StepOutcome {
                 success: outcome.success,
                 text: outcome.text,
@@ -218,6 +228,15 @@ impl WorkflowPlugin {
                     classified.message
                 ))
             }
+        };
+        let denied = &store.data().http.denied;
+        if !outcome.success && !denied.is_empty() {
+            let error = outcome.error.take().unwrap_or_else(|| "step failed".into());
+            outcome.error = Some(format!(
+                "{error} (outgoing HTTP refused to {}: not in the workflow's http_hosts)",
+                denied.join(", ")
+            ));
         }
+        outcome
     }
 }

@@ -4,6 +4,7 @@
 mod children;
 mod cli_errors;
 mod hostile;
+mod llm_loop;
 mod loops;
 mod replay;
 mod resume;
