@@ -61,7 +61,11 @@ impl<A: Default + 'static> Adapter<A> {
 ///   (which gets only a request) can find one;
 /// - [`CHILDREN`](registry::CHILDREN): the replay children forked in this
 ///   instance, by their fork request's `child-id`, so the `child-risk`
-///   calls (which get only that id) can find one.
+///   calls (which get only that id) can find one;
+/// - [`BINDINGS`](registry::BINDINGS): the replay bindings of this instance,
+///   by the token `binding-token` handed out, so a child instance made from
+///   a snapshot of this one can `resume-binding` (resource handles do not
+///   survive a snapshot; these statics do).
 ///
 /// Entries are weak: the resource owns the value, and dropping its box
 /// ([`GroupBox`], [`ChildBox`]; at release, or when the host drops the
@@ -75,6 +79,8 @@ mod registry {
     thread_local! {
         pub(super) static GROUPS: Entries = const { RefCell::new(BTreeMap::new()) };
         pub(super) static CHILDREN: Entries = const { RefCell::new(BTreeMap::new()) };
+        pub(super) static BINDINGS: Entries = const { RefCell::new(BTreeMap::new()) };
+        pub(super) static NEXT_TOKEN: Cell<u64> = const { Cell::new(1) };
     }
 
     /// Register `value` under `id`, replacing an older value of that id.
@@ -203,8 +209,66 @@ impl<G: 'static> wit_groups::GuestEpisodeGroup for GroupBox<G> {}
 
 /// A replay point's adapter state ([`Replay::Binding`]) inside the
 /// `replay-binding` resource; dropped, running `B`'s `Drop`, when the host
-/// drops the handle.
-pub struct BindingBox<B: 'static>(pub B);
+/// drops the handle (and no snapshot child still resumes it).
+///
+/// The binding sits behind an `Rc` indexed by a per-instance token, so that
+/// `binding-token` / `resume-binding` give snapshot forks with no adapter
+/// code: a child instance made from a snapshot finds the binding by its
+/// token in the snapshotted statics.
+pub struct BindingBox<B: 'static> {
+    binding: Rc<B>,
+    token: u64,
+}
+
+impl<B: 'static> BindingBox<B> {
+    /// Box `binding` under a fresh token.
+    pub fn new(binding: B) -> Self {
+        let token = registry::NEXT_TOKEN.with(|next| {
+            let token = next.get();
+            next.set(token + 1);
+            token
+        });
+        let binding = Rc::new(binding);
+        registry::insert(&registry::BINDINGS, &token.to_string(), &binding);
+        BindingBox { binding, token }
+    }
+
+    /// A second box on the binding `token` names (WIT `resume-binding`),
+    /// or an `unknown-binding` error.
+    pub fn resume(token: u64) -> Result<Self, Error> {
+        let binding =
+            registry::find::<B>(&registry::BINDINGS, &token.to_string()).ok_or_else(|| {
+                Error::new(
+                    "unknown-binding",
+                    format!(
+                        "no replay binding has token {token} in this instance; resume-binding \
+                     needs a token binding-token gave before the snapshot"
+                    ),
+                )
+            })?;
+        Ok(BindingBox { binding, token })
+    }
+
+    /// The adapter's binding value.
+    pub fn binding(&self) -> &B {
+        &self.binding
+    }
+
+    /// The token naming this binding (WIT `binding-token`).
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+}
+
+impl<B: 'static> Drop for BindingBox<B> {
+    /// The last box on a binding unregisters it; a resumed box sharing it
+    /// leaves the entry to the other.
+    fn drop(&mut self) {
+        if Rc::strong_count(&self.binding) == 1 {
+            registry::remove(&registry::BINDINGS, &self.token.to_string(), &self.binding);
+        }
+    }
+}
 
 impl<B: 'static> wit_replay::GuestReplayBinding for BindingBox<B> {}
 
@@ -550,7 +614,7 @@ impl<A: Replay + Default + 'static> Adapter<A> {
     ) -> Result<StateLease<BindingBox<A::Binding>>, Error> {
         let group = registry::group::<A::Group>(&request.execution_group_id)?;
         let lease = Self::instance().capture(&group, request)?;
-        Ok(lease.map_binding(BindingBox))
+        Ok(lease.map_binding(BindingBox::new))
     }
 
     /// `import-replay-state` without the resource.
@@ -559,7 +623,7 @@ impl<A: Replay + Default + 'static> Adapter<A> {
         request: &CaptureRequest,
     ) -> Result<StateLease<BindingBox<A::Binding>>, Error> {
         let lease = Self::instance().import_state(state, request)?;
-        Ok(lease.map_binding(BindingBox))
+        Ok(lease.map_binding(BindingBox::new))
     }
 }
 
@@ -577,7 +641,7 @@ impl<A: Replay + Default + 'static> wit_replay::Guest for Adapter<A> {
         request: wit_replay::RestoreRequest,
     ) -> WitResult<wit_types::RestoreReceipt> {
         let binding: &BindingBox<A::Binding> = binding.get();
-        let receipt = Self::instance().restore(&binding.0, &request.into())?;
+        let receipt = Self::instance().restore(binding.binding(), &request.into())?;
         Ok(receipt.into())
     }
 
@@ -586,7 +650,7 @@ impl<A: Replay + Default + 'static> wit_replay::Guest for Adapter<A> {
         receipt: wit_types::RestoreReceipt,
     ) -> WitResult<wit_types::EquivalenceReport> {
         let binding: &BindingBox<A::Binding> = binding.get();
-        let report = Self::instance().validate(&binding.0, &receipt.into())?;
+        let report = Self::instance().validate(binding.binding(), &receipt.into())?;
         Ok(report.into())
     }
 
@@ -597,7 +661,7 @@ impl<A: Replay + Default + 'static> wit_replay::Guest for Adapter<A> {
     ) -> WitResult<String> {
         let binding: &BindingBox<A::Binding> = binding.get();
         let item = Item::from_json(&item)?;
-        let record = Self::instance().run_suffix(&binding.0, item, &ctx.into())?;
+        let record = Self::instance().run_suffix(binding.binding(), item, &ctx.into())?;
         Ok(record.to_json())
     }
 
@@ -607,13 +671,13 @@ impl<A: Replay + Default + 'static> wit_replay::Guest for Adapter<A> {
         suffix_succeeded: bool,
     ) -> WitResult<()> {
         let binding: &BindingBox<A::Binding> = binding.get();
-        Self::instance().finalize_suffix(&binding.0, &request.into(), suffix_succeeded)?;
+        Self::instance().finalize_suffix(binding.binding(), &request.into(), suffix_succeeded)?;
         Ok(())
     }
 
     fn release_replay_state(binding: wit_replay::ReplayBindingBorrow<'_>) -> WitResult<()> {
         let binding: &BindingBox<A::Binding> = binding.get();
-        Self::instance().release_state(&binding.0)?;
+        Self::instance().release_state(binding.binding())?;
         Ok(())
     }
 
@@ -621,7 +685,7 @@ impl<A: Replay + Default + 'static> wit_replay::Guest for Adapter<A> {
         binding: wit_replay::ReplayBindingBorrow<'_>,
     ) -> WitResult<Option<Vec<u8>>> {
         let binding: &BindingBox<A::Binding> = binding.get();
-        Ok(Self::instance().export_state(&binding.0)?)
+        Ok(Self::instance().export_state(binding.binding())?)
     }
 
     fn import_replay_state(
@@ -629,6 +693,16 @@ impl<A: Replay + Default + 'static> wit_replay::Guest for Adapter<A> {
         request: wit_replay::CaptureRequest,
     ) -> WitResult<wit_replay::StateLease> {
         Ok(Self::import_point(state, &request.into())?.into())
+    }
+
+    fn binding_token(binding: wit_replay::ReplayBindingBorrow<'_>) -> WitResult<Option<u64>> {
+        let binding: &BindingBox<A::Binding> = binding.get();
+        Ok(Some(binding.token()))
+    }
+
+    fn resume_binding(token: u64) -> WitResult<wit_replay::ReplayBinding> {
+        let resumed = BindingBox::<A::Binding>::resume(token)?;
+        Ok(wit_replay::ReplayBinding::new(resumed))
     }
 }
 
@@ -1060,6 +1134,41 @@ mod tests {
     }
 
     #[test]
+    fn a_binding_is_resumed_by_its_token_until_it_is_dropped() {
+        type A = Adapter<Counter>;
+        let group = prepare("seed-t", group_ctx("g-t"));
+        let first = A::capture_point(&capture_request("g-t"))
+            .unwrap()
+            .binding
+            .unwrap();
+        let second = A::capture_point(&capture_request("g-t"))
+            .unwrap()
+            .binding
+            .unwrap();
+        assert_ne!(
+            first.token(),
+            second.token(),
+            "every binding has its own token"
+        );
+        let resumed = BindingBox::<Snapshot>::resume(first.token()).unwrap();
+        assert!(
+            std::ptr::eq(resumed.binding(), first.binding()),
+            "the same state, shared"
+        );
+        drop(resumed);
+        assert!(
+            BindingBox::<Snapshot>::resume(first.token()).is_ok(),
+            "first still holds it"
+        );
+        drop(first);
+        let token = second.token();
+        drop(second);
+        let error = BindingBox::<Snapshot>::resume(token).unwrap_err();
+        assert_eq!(error.kind, "unknown-binding");
+        A::release_group(group, group_ctx("g-t")).unwrap();
+    }
+
+    #[test]
     fn capture_finds_the_group_prepared_under_its_id() {
         type A = Adapter<Counter>;
         let before = registry::len(&registry::GROUPS);
@@ -1071,9 +1180,12 @@ mod tests {
         let lease = A::capture_point(&capture_request("g-b")).unwrap();
         assert_eq!(lease.fidelity, Fidelity::Exact);
         assert_eq!(lease.projection_digest.as_deref(), Some("digest:seed-b/2"));
-        assert_eq!(lease.binding.as_ref().unwrap().0.captured, "seed-b/2");
+        assert_eq!(
+            lease.binding.as_ref().unwrap().binding().captured,
+            "seed-b/2"
+        );
         let lease = A::capture_point(&capture_request("g-a")).unwrap();
-        assert_eq!(lease.binding.unwrap().0.captured, "seed-a/2");
+        assert_eq!(lease.binding.unwrap().binding().captured, "seed-a/2");
 
         // release unregisters; the point captured before lives on
         A::release_group(first, group_ctx("g-a")).unwrap();
@@ -1126,11 +1238,11 @@ mod tests {
         let old = prepare("old", group_ctx("g-same"));
         let new = prepare("new", group_ctx("g-same"));
         let lease = A::capture_point(&capture_request("g-same")).unwrap();
-        assert_eq!(lease.binding.unwrap().0.captured, "new/2");
+        assert_eq!(lease.binding.unwrap().binding().captured, "new/2");
         // releasing the older group keeps the newer one capturable
         A::release_group(old, group_ctx("g-same")).unwrap();
         let lease = A::capture_point(&capture_request("g-same")).unwrap();
-        assert_eq!(lease.binding.unwrap().0.captured, "new/2");
+        assert_eq!(lease.binding.unwrap().binding().captured, "new/2");
         drop(new);
     }
 
