@@ -65,4 +65,58 @@ fn main() {
         println!("cargo:rustc-env={var}={}", file.display());
     }
     println!("cargo:rustc-env=SANDLOOP_WORKSPACE={}", workspace.display());
+    build_other_languages(&workspace, &target_dir);
+}
+
+/// The Python and JavaScript example adapters, built by their own scripts
+/// when their toolchains are installed (`.ci/guest-toolchains.sh`). Each
+/// component's path is exported as `{NAME}_WASM`, empty when its toolchain
+/// is missing: the tests that need it then fail and say how to install it
+/// (or, with `SANDLOOP_SKIP_GUEST_LANGS=1`, report themselves skipped).
+fn build_other_languages(workspace: &std::path::Path, target_dir: &std::path::Path) {
+    let languages: &[(&str, &str, &[&str])] = &[
+        (
+            "python-adapter",
+            "target/guest-toolchains/venv/bin/componentize-py",
+            &["python_adapter", "python_noop"],
+        ),
+        (
+            "js-adapter",
+            "examples/js-adapter/node_modules/.bin/componentize-js",
+            &["js_adapter", "js_noop"],
+        ),
+    ];
+    println!(
+        "cargo:rerun-if-changed={}",
+        workspace.join("target/guest-toolchains").display()
+    );
+    for (example, tool, components) in languages {
+        let out = target_dir.join("other-languages");
+        let installed = workspace.join(tool).exists();
+        let built = installed && {
+            let script = workspace.join("examples").join(example).join("build.sh");
+            let status = Command::new("bash")
+                .arg(&script)
+                .arg(&out)
+                .status()
+                .expect("run bash to build the example components");
+            assert!(status.success(), "{} failed", script.display());
+            true
+        };
+        if !installed {
+            println!(
+                "cargo:warning={example} not built: its toolchain is missing (bash .ci/guest-toolchains.sh installs it)"
+            );
+        }
+        for component in *components {
+            let file = out.join(format!("{component}.wasm"));
+            let value = if built {
+                assert!(file.is_file(), "missing component {}", file.display());
+                file.display().to_string()
+            } else {
+                String::new()
+            };
+            println!("cargo:rustc-env={}_WASM={value}", component.to_uppercase());
+        }
+    }
 }

@@ -12,7 +12,6 @@
 //! items, so process start-up and component loading are not counted.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
 use sandloop::episode::adapter::{
@@ -25,65 +24,13 @@ use serde_json::json;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const VARIANTS_PER_SEED: usize = 10;
+#[path = "common/runs.rs"]
+mod runs;
+use runs::{VARIANTS_PER_SEED, env_usize, median, write_items};
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn write_items(path: &Path, seeds: usize) -> usize {
-    let mut text = String::new();
-    for s in 0..seeds {
-        text.push_str(
-            &json!({"item_id": format!("s{s}"), "family": format!("f{s}"), "text": "seed"})
-                .to_string(),
-        );
-        text.push('\n');
-        for v in 0..VARIANTS_PER_SEED {
-            let item = json!({
-                "item_id": format!("s{s}~v{v}"), "family": format!("f{s}"), "is_variant": true,
-                "seed_item_id": format!("s{s}"), "variant_spec": {"spec_id": format!("v{v}")},
-            });
-            text.push_str(&item.to_string());
-            text.push('\n');
-        }
-    }
-    std::fs::write(path, text).unwrap();
-    seeds * (1 + VARIANTS_PER_SEED)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    values[values.len() / 2]
-}
-
-/// Wall seconds of one `sandloop run` over `items`.
+/// Wall seconds of one `sandloop run` of the no-op component over `items`.
 fn sandloop_run(items: &Path, workers: usize, cache: &Path) -> f64 {
-    let out = tempfile::tempdir().unwrap();
-    let started = Instant::now();
-    let status = Command::new(env!("CARGO_BIN_EXE_sandloop"))
-        .args([
-            "run",
-            "--adapter",
-            sandloop_tests::BENCH_ADAPTER,
-            "--json",
-            "--workers",
-        ])
-        .arg(workers.to_string())
-        .arg("--items")
-        .arg(items)
-        .arg("--out")
-        .arg(out.path().join("run"))
-        .env("SANDLOOP_CACHE_DIR", cache)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    let seconds = started.elapsed().as_secs_f64();
-    assert!(status.success(), "sandloop run failed");
-    seconds
+    runs::sandloop_run(sandloop_tests::BENCH_ADAPTER, items, workers, cache)
 }
 
 /// The same work with a native no-op adapter, in-process.

@@ -20,3 +20,32 @@ pub const LOOP_STEPS: &str = env!("LOOP_STEPS_WASM");
 /// `llm-steps`: a loop workflow plugin whose steps ask an
 /// OpenAI-compatible chat-completions endpoint over `wasi:http`.
 pub const LLM_STEPS: &str = env!("LLM_STEPS_WASM");
+
+/// A component built from another language's example by its `build.sh`,
+/// or `None` when that toolchain was not installed at build time
+/// (`bash .ci/guest-toolchains.sh` installs both).
+fn other_language(path: &'static str) -> Option<&'static str> {
+    (!path.is_empty()).then_some(path)
+}
+
+/// `examples/python-adapter/app.py` (world `explorer`), built with
+/// componentize-py.
+pub fn python_adapter() -> Option<&'static str> {
+    other_language(env!("PYTHON_ADAPTER_WASM"))
+}
+
+/// `examples/python-adapter/noop.py`: bench-adapter's no-op logic in Python.
+pub fn python_noop() -> Option<&'static str> {
+    other_language(env!("PYTHON_NOOP_WASM"))
+}
+
+/// `examples/js-adapter/adapter.js` (world `explorer`), built with
+/// componentize-js.
+pub fn js_adapter() -> Option<&'static str> {
+    other_language(env!("JS_ADAPTER_WASM"))
+}
+
+/// `examples/js-adapter/noop.js`: bench-adapter's no-op logic in JavaScript.
+pub fn js_noop() -> Option<&'static str> {
+    other_language(env!("JS_NOOP_WASM"))
+}

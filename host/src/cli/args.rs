@@ -18,7 +18,10 @@ pub struct Cli {
 pub enum Command {
     /// Run an adapter over seeds and variants, epoch after epoch, into a run directory.
     Run(Box<RunArgs>),
-    /// Show a component's sha256, size, exports, imports and protocols.
+    /// Show a component's sha256, size, exports, imports and protocols; for
+    /// one that does not fit the contract, which interface or function is
+    /// missing, mistyped (expected and found WIT signature) or of another WIT
+    /// version.
     Inspect(InspectArgs),
     /// Run one item of a finished run again from its nearest replay point
     /// (exit 0: the item succeeded; 1: it failed again; 2: bad input).
@@ -28,6 +31,44 @@ pub enum Command {
     /// Drive a goal-directed loop of sandboxed workflow plugins.
     #[command(subcommand)]
     Loop(LoopCommand),
+    /// Scaffold a new project (`sandloop new adapter NAME`).
+    #[command(subcommand)]
+    New(NewCommand),
+}
+
+/// `sandloop new` commands.
+#[derive(Debug, Subcommand)]
+pub enum NewCommand {
+    /// Scaffold a working adapter project in PARENT/NAME (Rust, Python or
+    /// JavaScript) with its own copy of wit/adapter.wit, sample items, and
+    /// the commands to build and run it.
+    Adapter(NewAdapterArgs),
+}
+
+/// The language of a scaffolded adapter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AdapterLang {
+    /// A Rust crate built with `cargo build --target wasm32-wasip2`.
+    Rust,
+    /// A Python module built with componentize-py.
+    Python,
+    /// A JavaScript module built into a component.
+    Js,
+}
+
+/// Options of `sandloop new adapter`.
+#[derive(Debug, Args)]
+pub struct NewAdapterArgs {
+    /// The project's name and directory: lowercase letters, digits and `-`,
+    /// starting with a letter (e.g. `my-adapter`).
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The language to write the adapter in.
+    #[arg(long, value_enum, default_value_t = AdapterLang::Rust)]
+    pub lang: AdapterLang,
+    /// The directory to create the project in (default: the current directory).
+    #[arg(long, value_name = "PARENT", default_value = ".")]
+    pub dir: PathBuf,
 }
 
 /// `sandloop loop` commands.

@@ -5,6 +5,7 @@ pub mod args;
 pub mod inspect;
 pub mod loop_cmd;
 pub mod loop_templates;
+pub mod new_cmd;
 pub mod plan;
 pub mod replay;
 pub mod run;
@@ -81,6 +82,7 @@ pub fn main() -> i32 {
         args::Command::Replay(args) => replay::replay(args),
         args::Command::Plan(args) => plan::plan(args),
         args::Command::Loop(command) => loop_cmd::run(command),
+        args::Command::New(command) => new_cmd::run(command),
     };
     match result {
         Ok(()) => 0,

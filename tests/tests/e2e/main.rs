@@ -3,9 +3,11 @@
 
 mod children;
 mod cli_errors;
+mod conformance;
 mod hostile;
 mod llm_loop;
 mod loops;
+mod new_adapter;
 mod replay;
 mod resume;
 mod run;

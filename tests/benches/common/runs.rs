@@ -1,0 +1,70 @@
+//! Whole `sandloop run` invocations for the benches that measure per-item
+//! cost: the items file they run over and the wall time of one run.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use serde_json::json;
+
+/// Variants per seed in [`write_items`].
+pub const VARIANTS_PER_SEED: usize = 10;
+
+/// Write `seeds` seeds with [`VARIANTS_PER_SEED`] variants each to `path`
+/// (JSON lines with `item_id`, `family`, `text` / `variant_spec`); returns
+/// the number of items.
+pub fn write_items(path: &Path, seeds: usize) -> usize {
+    let mut text = String::new();
+    for s in 0..seeds {
+        text.push_str(
+            &json!({"item_id": format!("s{s}"), "family": format!("f{s}"), "text": "seed"})
+                .to_string(),
+        );
+        text.push('\n');
+        for v in 0..VARIANTS_PER_SEED {
+            let item = json!({
+                "item_id": format!("s{s}~v{v}"), "family": format!("f{s}"), "is_variant": true,
+                "seed_item_id": format!("s{s}"), "variant_spec": {"spec_id": format!("v{v}")},
+            });
+            text.push_str(&item.to_string());
+            text.push('\n');
+        }
+    }
+    std::fs::write(path, text).unwrap();
+    seeds * (1 + VARIANTS_PER_SEED)
+}
+
+/// `name` from the environment as a number, or `default`.
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The median of `values` (upper middle for an even count).
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    values[values.len() / 2]
+}
+
+/// Wall seconds of one `sandloop run --adapter ADAPTER` over `items` with
+/// `workers` lanes and the compiled-component cache at `cache`.
+pub fn sandloop_run(adapter: &str, items: &Path, workers: usize, cache: &Path) -> f64 {
+    let out = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let status = Command::new(env!("CARGO_BIN_EXE_sandloop"))
+        .args(["run", "--adapter", adapter, "--json", "--workers"])
+        .arg(workers.to_string())
+        .arg("--items")
+        .arg(items)
+        .arg("--out")
+        .arg(out.path().join("run"))
+        .env("SANDLOOP_CACHE_DIR", cache)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    let seconds = started.elapsed().as_secs_f64();
+    assert!(status.success(), "sandloop run --adapter {adapter} failed");
+    seconds
+}

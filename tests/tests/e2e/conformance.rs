@@ -1,0 +1,281 @@
+//! Adapters in any language: one conformance suite run against every
+//! example adapter — Rust (`hello-adapter`, `markdown-explorer`), Python
+//! (`examples/python-adapter`, componentize-py) and JavaScript
+//! (`examples/js-adapter`, componentize-js) — through the real binary.
+//!
+//! The Python and JavaScript components are built by the tests' build
+//! script when their toolchains are installed (`bash
+//! .ci/guest-toolchains.sh`). Without them these tests fail and say so;
+//! `SANDLOOP_SKIP_GUEST_LANGS=1` turns that into a printed skip for a
+//! machine that cannot install them (CI always installs them).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::support::*;
+use sandloop_tests::{HELLO_ADAPTER, MARKDOWN_EXPLORER, js_adapter, python_adapter};
+
+/// Every `adapter_error.type` the host writes (see "Error records" in the
+/// README).
+const ERROR_TYPES: &[&str] = &[
+    "adapter_error",
+    "invalid_item",
+    "invalid_output",
+    "output_too_large",
+    "deadline",
+    "memory_limit",
+    "fuel_exhausted",
+    "stack_overflow",
+    "trap",
+    "missing_export",
+    "instance_lost",
+    "instantiation",
+    "replay_contract",
+    "replay_risk_denied",
+];
+
+/// The other-language components, or `None` (after printing why) when the
+/// toolchains are missing and skipping was asked for.
+fn other_languages() -> Option<[(&'static str, &'static str); 2]> {
+    match (python_adapter(), js_adapter()) {
+        (Some(python), Some(js)) => Some([("python", python), ("js", js)]),
+        _ if std::env::var_os("SANDLOOP_SKIP_GUEST_LANGS").is_some() => {
+            eprintln!(
+                "SKIPPED: the Python/JavaScript adapters were not built (SANDLOOP_SKIP_GUEST_LANGS is set)"
+            );
+            None
+        }
+        _ => panic!(
+            "the Python/JavaScript example adapters were not built: their toolchains are \
+             missing. Run `bash .ci/guest-toolchains.sh`, then the tests again \
+             (or set SANDLOOP_SKIP_GUEST_LANGS=1 to skip them knowingly)"
+        ),
+    }
+}
+
+/// A finished run: its records and summary.
+struct Run {
+    records: Vec<Value>,
+    summary: Value,
+}
+
+fn run_adapter(adapter: &str, out: &Path, extra: &[&str]) -> Run {
+    let mut args = vec!["run", "--adapter", adapter, "--out", s(out)];
+    args.extend_from_slice(extra);
+    let output = run(&args);
+    assert_eq!(code(&output), 0, "{adapter}: {}", stderr(&output));
+    Run {
+        records: records(out),
+        summary: json_file(&out.join("summary.json")),
+    }
+}
+
+/// The rules every adapter's run must keep, whatever its language: record
+/// shape, one record per item id, the error classes, the totals of the
+/// summary, and every suffix tied to a prefix of its group.
+fn check_conformance(name: &str, run: &Run) {
+    assert!(!run.records.is_empty(), "{name}: no records");
+    assert_eq!(
+        run.summary["record_count"].as_u64(),
+        Some(run.records.len() as u64),
+        "{name}: record_count"
+    );
+    let mut ids = BTreeSet::new();
+    let (mut raw, mut novel) = (0.0, 0.0);
+    let mut prefixes = BTreeSet::new();
+    for record in &run.records {
+        let id = record["item_id"].as_str().expect("item_id is a string");
+        assert!(ids.insert(id.to_string()), "{name}: {id} recorded twice");
+        let keys = record["observation_keys"].as_array();
+        assert!(
+            keys.is_some_and(|keys| keys.iter().all(Value::is_string)),
+            "{name}: {id}: observation_keys must be a list of strings: {record}"
+        );
+        assert!(record["accepted"].is_boolean(), "{name}: {id}: accepted");
+        raw += record["raw_value"].as_f64().expect("raw_value");
+        novel += record["novel_value"].as_f64().expect("novel_value");
+        if let Some(error) = record.get("adapter_error") {
+            let kind = error["type"].as_str().unwrap_or("");
+            assert!(
+                ERROR_TYPES.contains(&kind),
+                "{name}: {id}: unknown error type {kind:?}"
+            );
+            assert_eq!(
+                record["accepted"], false,
+                "{name}: {id}: a failure is not accepted"
+            );
+        }
+        if record["record_kind"] == "shared_prefix" {
+            prefixes.insert(record["execution_group_id"].to_string());
+        }
+    }
+    for record in &run.records {
+        if record["record_kind"] == "episode_suffix" {
+            assert!(
+                prefixes.contains(&record["execution_group_id"].to_string()),
+                "{name}: suffix {} has no prefix record in its group",
+                record["item_id"]
+            );
+        }
+    }
+    let total = |key: &str| run.summary[key].as_f64().unwrap();
+    assert!(
+        (total("raw_value_total") - raw).abs() < 1e-9,
+        "{name}: raw_value_total"
+    );
+    assert!(
+        (total("novel_value_total") - novel).abs() < 1e-9,
+        "{name}: novel_value_total"
+    );
+}
+
+/// Records keyed by item id, without what legitimately differs between
+/// languages: durations and the text of a trap's message.
+fn comparable(run: &Run) -> BTreeMap<String, Value> {
+    run.records
+        .iter()
+        .map(|record| {
+            let mut record = record.clone();
+            let map = record.as_object_mut().unwrap();
+            map.remove("duration_minutes");
+            if let Some(Value::Object(error)) = map.get_mut("adapter_error")
+                && error["type"] == "trap"
+            {
+                error.remove("message");
+            }
+            (map["item_id"].as_str().unwrap().to_string(), record)
+        })
+        .collect()
+}
+
+#[test]
+fn rust_example_adapters_keep_the_conformance_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = workspace_file("examples/python-adapter/items.jsonl");
+    let hello = run_adapter(
+        HELLO_ADAPTER,
+        &dir.path().join("hello"),
+        &["--items", s(&items)],
+    );
+    check_conformance("hello-adapter", &hello);
+
+    let docs = workspace_file("examples/markdown-explorer/sample-docs");
+    let catalog = workspace_file("examples/markdown-explorer/catalog.json");
+    let grant = format!("{}::/docs:ro", s(&docs));
+    let explorer = run_adapter(
+        MARKDOWN_EXPLORER,
+        &dir.path().join("markdown"),
+        &["--dir", &grant, "--variants", s(&catalog), "--epochs", "2"],
+    );
+    check_conformance("markdown-explorer", &explorer);
+}
+
+#[test]
+fn python_and_javascript_adapters_keep_the_rules_and_agree_record_for_record() {
+    let Some(languages) = other_languages() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let example = |file: &str| workspace_file(&format!("examples/python-adapter/{file}"));
+    let (items, faults, catalog) = (
+        example("items.jsonl"),
+        example("faults.jsonl"),
+        example("catalog.json"),
+    );
+    let mut by_language = Vec::new();
+    for (language, adapter) in languages {
+        let out = |name: &str| dir.path().join(format!("{language}-{name}"));
+        let inspect = run(&["inspect", adapter, "--json"]);
+        assert_eq!(code(&inspect), 0, "{language}: {}", stderr(&inspect));
+        let info: Value = serde_json::from_str(&stdout(&inspect)).unwrap();
+        let protocols = info["protocols"].to_string();
+        for protocol in ["seeds", "variants", "recoverable-v0"] {
+            assert!(protocols.contains(protocol), "{language}: {protocols}");
+        }
+
+        let plain = run_adapter(adapter, &out("items"), &["--items", s(&items)]);
+        check_conformance(language, &plain);
+
+        let seeded = run_adapter(
+            adapter,
+            &out("seeds"),
+            &["--variants", s(&catalog), "--epochs", "5"],
+        );
+        check_conformance(language, &seeded);
+        assert_eq!(
+            seeded.summary["stop_reason"], "seed_queue_empty",
+            "{language}: the adapter's seeds run out after epoch 3"
+        );
+        assert!(
+            seeded.summary["variant_records_total"].as_u64().unwrap() > 0,
+            "{language}: variants ran"
+        );
+
+        let hostile = run_adapter(
+            adapter,
+            &out("faults"),
+            &[
+                "--items",
+                s(&faults),
+                "--call-timeout",
+                "2",
+                "--max-memory",
+                "128",
+            ],
+        );
+        check_conformance(language, &hostile);
+        let error_of = |id: &str| {
+            let record = hostile
+                .records
+                .iter()
+                .find(|record| record["item_id"] == id)
+                .unwrap_or_else(|| panic!("{language}: no record for {id}"));
+            record["adapter_error"]["type"].as_str().map(str::to_string)
+        };
+        for (id, expected) in [
+            ("fault-raise", "trap"),
+            ("fault-error", "adapter_error"),
+            ("fault-loop", "deadline"),
+            ("fault-memory", "memory_limit"),
+            ("fault-bad-json", "invalid_output"),
+            ("fault-raise-prepare", "trap"),
+            ("no-text", "adapter_error"),
+            ("attack-infinite-loop", "deadline"),
+        ] {
+            assert_eq!(error_of(id).as_deref(), Some(expected), "{language}: {id}");
+        }
+        for index in 1..=9 {
+            let id = format!("ok-{index:02}");
+            assert_eq!(
+                error_of(&id),
+                None,
+                "{language}: {id} is untouched by its neighbours"
+            );
+        }
+        by_language.push((language, plain, seeded, hostile));
+    }
+    let [
+        (_, py_plain, py_seeded, py_hostile),
+        (_, js_plain, js_seeded, js_hostile),
+    ] = <[_; 2]>::try_from(by_language).ok().unwrap();
+    for (what, python, js) in [
+        ("items", py_plain, js_plain),
+        ("seeds and variants", py_seeded, js_seeded),
+        ("faults", py_hostile, js_hostile),
+    ] {
+        let (python, js) = (comparable(&python), comparable(&js));
+        assert_eq!(
+            python.keys().collect::<Vec<_>>(),
+            js.keys().collect::<Vec<_>>(),
+            "{what}: the same items"
+        );
+        for (id, record) in &python {
+            assert_eq!(
+                record, &js[id],
+                "{what}: {id} differs between Python and JavaScript"
+            );
+        }
+    }
+}
