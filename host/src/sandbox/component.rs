@@ -51,6 +51,16 @@ pub enum LoadError {
     /// wasmtime rejected the component.
     #[error("{path} could not be compiled: {message}")]
     Compile { path: String, message: String },
+    /// The component's own initial linear memory is above the memory limit.
+    #[error(
+        "{path} starts with {needed_mib} MiB of linear memory, above the limit of {limit_mib} MiB; \
+         raise --max-memory to at least {needed_mib}"
+    )]
+    MemoryTooSmall {
+        path: String,
+        needed_mib: u64,
+        limit_mib: u64,
+    },
     /// An import the sandbox does not provide.
     #[error("{path} imports something the sandbox does not provide: {message}")]
     Link { path: String, message: String },
@@ -212,6 +222,29 @@ impl Examined {
     }
 }
 
+/// A compile error, told as a memory limit when the pooling allocator
+/// refused the component's initial memory (wasmtime says "memory has a
+/// minimum byte size of N which exceeds the limit of 0xM bytes").
+pub(crate) fn compile_error(path: &str, error: &wasmtime::Error, limit_mib: u64) -> LoadError {
+    let message = format!("{error:#}");
+    let needed = message
+        .split("minimum byte size of ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|bytes| bytes.parse::<u64>().ok());
+    match needed {
+        Some(bytes) if message.contains("exceeds the limit") => LoadError::MemoryTooSmall {
+            path: path.to_string(),
+            needed_mib: bytes.div_ceil(1 << 20),
+            limit_mib,
+        },
+        _ => LoadError::Compile {
+            path: path.to_string(),
+            message,
+        },
+    }
+}
+
 /// Read, validate, compile and link the component at `path`.
 ///
 /// Errors: [`LoadError`] for unreadable files, non-WebAssembly, core modules,
@@ -258,10 +291,7 @@ pub fn examine(
         &sha256,
         config.cache_dir.as_deref(),
     )
-    .map_err(|error| LoadError::Compile {
-        path: shown.clone(),
-        message: format!("{error:#}"),
-    })?;
+    .map_err(|error| compile_error(&shown, &error, config.max_memory_mib))?;
     let compile_ms = started.elapsed().as_secs_f64() * 1000.0;
 
     let ty = component.component_type();

@@ -156,7 +156,10 @@ impl WorkflowPlugin {
             &sha256,
             config.cache_dir.as_deref(),
         )
-        .map_err(|error| format!("{shown} could not be compiled: {error:#}"))?;
+        .map_err(|error| {
+            super::component::compile_error(&shown.to_string(), &error, config.max_memory_mib)
+                .to_string()
+        })?;
         let mut linker: Linker<HostState> = Linker::new(engine.engine());
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .and_then(|()| {

@@ -248,3 +248,33 @@ fn a_granted_directory_must_exist() {
     );
     assert!(!out.exists());
 }
+
+#[test]
+fn a_memory_limit_below_the_components_own_memory_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "items.jsonl",
+        &[serde_json::json!({"item_id": "a", "family": "f", "text": "hello"})],
+    );
+    let out = dir.path().join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        HELLO_ADAPTER,
+        "--items",
+        s(&items),
+        "--max-memory",
+        "1",
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&output), 2, "{}", stderr(&output));
+    let error = stderr(&output);
+    assert!(
+        error.contains("starts with 2 MiB of linear memory, above the limit of 1 MiB")
+            && error.contains("raise --max-memory to at least 2"),
+        "{error}"
+    );
+    assert!(!out.exists(), "nothing is written");
+}
