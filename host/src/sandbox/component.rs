@@ -1018,7 +1018,9 @@ fn found_exports(engine: &wasmtime::Engine, component: &Component) -> Vec<(Strin
 
 /// The linker every adapter instance is created with: WASI p2 (restricted by
 /// each instance's context) plus the `log` and `trace` imports.
-fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostState>> {
+/// The linker every adapter instance gets: WASI p2 (no ambient authority;
+/// grants come with the store) and the `types`, `log` and `trace` imports.
+pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
     types::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;

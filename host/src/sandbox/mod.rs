@@ -19,6 +19,7 @@ pub mod engine;
 pub mod host_state;
 pub mod http_grant;
 pub mod output;
+pub mod snapshot;
 pub mod workflow;
 
 pub use adapter::{BindingHandle, CallObserver, CallReport, ReplayOptions, WasmAdapter};

@@ -11,4 +11,5 @@ mod new_adapter;
 mod replay;
 mod resume;
 mod run;
+mod snapshot;
 mod support;
