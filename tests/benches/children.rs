@@ -157,6 +157,7 @@ impl Lane {
                 store: None,
                 minimum_fidelity: Fidelity::SemanticEquivalent,
                 child_workers: workers,
+                snapshots: None,
             });
         let ctx = ctx(&format!("g-{name}"));
         let prepared = adapter

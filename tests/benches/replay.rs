@@ -223,6 +223,7 @@ fn main() {
             store: None,
             minimum_fidelity: Fidelity::SemanticEquivalent,
             child_workers: 0,
+            snapshots: None,
         });
 
     // 1. The prefix, without replay (prepare + release) and with replay

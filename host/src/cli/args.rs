@@ -254,6 +254,18 @@ pub enum FailurePolicyArg {
     Fatal,
 }
 
+/// How isolated children are forked (`sandloop run --fork`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ForkArg {
+    /// `state` when the adapter exports `replay-children`, else `snapshot`.
+    Auto,
+    /// The adapter's own state transfer (`replay-children`).
+    State,
+    /// A snapshot of the live instance, compiled once per replay point.
+    Snapshot,
+}
+
 /// Limits and grants for every adapter instance.
 #[derive(Debug, Args, Clone)]
 pub struct SandboxArgs {
@@ -330,6 +342,13 @@ pub struct RunArgs {
     /// `replay-children`); 0 runs each suffix from the replay point instead.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub child_workers: usize,
+    /// How a group's isolated children are forked from its replay point:
+    /// `state` (the adapter exports and adopts its state through
+    /// `replay-children`), `snapshot` (a snapshot of the live instance,
+    /// no adapter code), `auto` (state when the adapter exports
+    /// `replay-children`, else snapshot).
+    #[arg(long, value_enum, default_value_t = ForkArg::Auto)]
+    pub fork: ForkArg,
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
     pub resume: bool,

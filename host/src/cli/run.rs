@@ -10,7 +10,7 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
-use super::args::{FailurePolicyArg, RunArgs, SandboxArgs};
+use super::args::{FailurePolicyArg, ForkArg, RunArgs, SandboxArgs};
 use super::{CliError, open_sandbox, say};
 use crate::episode::adapter::SeedSource;
 use crate::episode::policy::FailurePolicy;
@@ -22,8 +22,9 @@ use crate::harness::{
 };
 use crate::replay::ReplayMetricLedger;
 use crate::replay::durable::{POINTS_FILE, ReplayStore, STATES_DIR, cut_back_points};
+use crate::sandbox::snapshot::Instrumented;
 use crate::sandbox::{
-    CallLog, CallObserver, DirGrant, ReplayOptions, SandboxConfig, WasmAdapter, load,
+    CallLog, CallObserver, DirGrant, LoadedAdapter, ReplayOptions, SandboxConfig, WasmAdapter, load,
 };
 
 /// The longest `--call-timeout` accepted, seconds.
@@ -127,6 +128,11 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let replay_minimum = crate::replay::fidelity::parse_minimum(&args.replay_min_fidelity)
         .map_err(|error| CliError::Input(format!("--replay-min-fidelity: {error}")))?;
     check_out_dir(&args.out, args.resume)?;
+    if args.fork == ForkArg::Snapshot && (args.no_replay || args.child_workers == 0) {
+        return Err(CliError::Input(
+            "--fork snapshot forks children of replay points: it needs replay (no --no-replay) and --child-workers 1 or more".into(),
+        ));
+    }
 
     // Every input is checked before anything is written.
     // Each lane may hold a chunk of forked children besides its own
@@ -164,6 +170,12 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             Some(VariantCatalog::open(path).map_err(|error| CliError::Input(error_chain(&error)))?)
         }
     };
+
+    let snapshots = snapshot_forks(&args, &loaded)?;
+    let lanes_run = snapshots.as_ref().map_or_else(
+        || Arc::clone(&loaded),
+        |instrumented| Arc::clone(instrumented.loaded()),
+    );
 
     let mut arm = arm_config(&args, &loaded.info.sha256);
     let checkpoint = args.out.join("checkpoint.json");
@@ -220,10 +232,11 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         store: Some(Arc::new(ReplayStore::new(&args.out))),
         minimum_fidelity: replay_minimum,
         child_workers: args.child_workers,
+        snapshots: snapshots.clone(),
     });
     let factory = |lane: usize| {
         let adapter = WasmAdapter::new(
-            Arc::clone(&loaded),
+            Arc::clone(&lanes_run),
             branch_id(lane),
             Some(Arc::clone(&observer)),
         );
@@ -510,6 +523,7 @@ fn write_manifest(args: &RunArgs, info: &crate::sandbox::ComponentInfo) -> Resul
             "no_replay": args.no_replay,
             "replay_min_fidelity": args.replay_min_fidelity,
             "child_workers": args.child_workers,
+            "fork": args.fork,
         },
     }));
     let manifest = json!({
@@ -698,4 +712,49 @@ impl Progress {
             .map(|t| t.clone())
             .unwrap_or_default()
     }
+}
+
+/// The instrumented component children are snapshot-forked from, when
+/// `--fork` (or `auto`, for an adapter that exports `replay` but not
+/// `replay-children`) asks for snapshot forks; `None` for state transfer or
+/// no children at all. Errors (exit 2) when `--fork` asks for what the
+/// adapter cannot do, or wizer refuses the component.
+fn snapshot_forks(
+    args: &RunArgs,
+    loaded: &LoadedAdapter,
+) -> Result<Option<Arc<Instrumented>>, CliError> {
+    let protocols = loaded.protocols;
+    if !protocols.replay || args.no_replay || args.child_workers == 0 {
+        if args.fork == ForkArg::Snapshot {
+            return Err(CliError::Input(format!(
+                "--fork snapshot: {} does not export `replay`, so it has no replay points to fork from",
+                args.adapter.display()
+            )));
+        }
+        return Ok(None);
+    }
+    let snapshot = match args.fork {
+        ForkArg::State if !protocols.replay_children => {
+            return Err(CliError::Input(format!(
+                "--fork state: {} does not export `replay-children`; use --fork snapshot",
+                args.adapter.display()
+            )));
+        }
+        ForkArg::State => false,
+        ForkArg::Snapshot => true,
+        ForkArg::Auto => !protocols.replay_children,
+    };
+    if !snapshot {
+        return Ok(None);
+    }
+    if protocols.child_risk {
+        eprintln!(
+            "sandloop run: warning: --fork snapshot does not apply {}'s child-risk policies \
+             (they assess replay-children children); --fork state does",
+            args.adapter.display()
+        );
+    }
+    Instrumented::load(loaded)
+        .map(|instrumented| Some(Arc::new(instrumented)))
+        .map_err(|error| CliError::Input(format!("--fork snapshot: {error}")))
 }

@@ -65,6 +65,11 @@ pub struct PointLine {
     /// finalisation or release): its state is not trusted for replay even
     /// if it was released afterwards.
     pub quarantined: bool,
+    /// The point's snapshot, when children were forked from a snapshot of
+    /// the live instance: `sha256`, `bytes`, `snapshot_ms`, `compile_ms`.
+    pub snapshot: Option<Value>,
+    /// Why the point could not be snapshotted, if that was asked and failed.
+    pub snapshot_error: Option<String>,
 }
 
 impl PointLine {
@@ -91,6 +96,12 @@ impl PointLine {
             self.durable_error.clone().map_or(Value::Null, Value::from),
         );
         record.insert("quarantined".into(), Value::from(self.quarantined));
+        if let Some(snapshot) = &self.snapshot {
+            record.insert("snapshot".into(), snapshot.clone());
+        }
+        if let Some(error) = &self.snapshot_error {
+            record.insert("snapshot_error".into(), Value::from(error.clone()));
+        }
         record
     }
 
@@ -108,6 +119,10 @@ impl PointLine {
             durable_error: Option<String>,
             #[serde(default)]
             quarantined: bool,
+            #[serde(default)]
+            snapshot: Option<Value>,
+            #[serde(default)]
+            snapshot_error: Option<String>,
         }
         let point = ReplayPoint::from_record(record)?;
         let extra: Extra = serde_json::from_value(Value::Object(record.clone()))
@@ -122,6 +137,8 @@ impl PointLine {
             durable_state: extra.durable_state,
             durable_error: extra.durable_error,
             quarantined: extra.quarantined,
+            snapshot: extra.snapshot,
+            snapshot_error: extra.snapshot_error,
         })
     }
 }
@@ -437,6 +454,8 @@ mod tests {
             capture_minutes: 0.001,
             durable_state: None,
             durable_error: None,
+            snapshot: None,
+            snapshot_error: None,
             quarantined: false,
         }
     }

@@ -32,6 +32,7 @@ use crate::trace::{TraceEvent, TraceLog};
 
 mod children;
 mod replay;
+mod snapshot_children;
 pub use children::{MAX_CHILDREN_PER_FORK, WasmChild, WasmChildForker};
 pub use replay::{BindingHandle, ReplayOptions, adopt_durable_point, point_id_for};
 use replay::{GroupPoint, ReplayLane};
@@ -83,6 +84,8 @@ pub struct GroupHandle {
 
 struct Live {
     store: Store<HostState>,
+    /// The component instance (snapshot forks read its memories).
+    instance: wasmtime::component::Instance,
     episode: Option<episode::Guest>,
     seeds: Option<seeds::Guest>,
     variants: Option<variants::Guest>,
@@ -216,6 +219,7 @@ impl WasmAdapter {
                 .transpose()
                 .map_err(fail)?,
             store,
+            instance,
         };
         self.live = Some(live);
         self.generation += 1;

@@ -369,3 +369,166 @@ fn markdown_explorer_runs_variants_as_children_and_denies_oversized_edits() {
         child["observation_keys"]
     );
 }
+
+#[test]
+fn snapshot_forks_run_each_child_in_its_own_copy_of_the_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs: &[(&str, &[&str])] = &[
+        ("ok-1", &[]),
+        ("traps", &["suffix_traps"]),
+        ("fails", &["suffix_fails"]),
+        ("ok-2", &[]),
+    ];
+    let (out, records) = children_run(dir.path(), &[], specs, &["--fork", "snapshot"]);
+    let seed = find(&records, "s", "episode_suffix");
+    for (id, record) in [
+        ("s", seed),
+        ("ok-1", variant(&records, "ok-1")),
+        ("ok-2", variant(&records, "ok-2")),
+    ] {
+        assert!(record.get("adapter_error").is_none(), "{id}: {record}");
+        assert_eq!(
+            record["via"], "replay",
+            "{id}: the suffix ran on the resumed binding"
+        );
+        assert_eq!(
+            record["counter_before"], seed["counter_before"],
+            "{id}: every child starts from the point, unseen by its siblings"
+        );
+        let replay = &record["replay"];
+        assert_eq!(replay["fork"], "snapshot", "{id}");
+        assert_eq!(replay["isolated"], true, "{id}");
+        assert_eq!(replay["achieved_fidelity"], "exact", "{id}");
+        assert_eq!(replay["promotion_eligible"], true, "{id}");
+        assert_eq!(replay["branch_id"], record["item_id"], "{id}");
+    }
+    for (spec, error_type) in [("traps", "trap"), ("fails", "adapter_error")] {
+        let record = variant(&records, spec);
+        assert_eq!(
+            record["adapter_error"]["type"], error_type,
+            "{spec}: {record}"
+        );
+        assert_eq!(record["replay"]["stage"], "suffix", "{spec}");
+        assert_eq!(record["replay"]["fork"], "snapshot", "{spec}");
+    }
+    let points = jsonl(&out.join("replay-points.jsonl"));
+    assert_eq!(points.len(), 1);
+    let snapshot = &points[0]["snapshot"];
+    assert!(snapshot["bytes"].as_u64().unwrap() > 64 << 10, "{snapshot}");
+    assert_eq!(snapshot["sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(points[0]["quarantined"], false);
+    let replay = summary_replay(&out);
+    assert_eq!(replay["child_session_fork_success_count"], 5, "{replay}");
+    assert_eq!(replay["child_session_release_success_count"], 5, "{replay}");
+}
+
+#[test]
+fn markdown_explorer_gives_the_same_records_forked_by_snapshot_or_by_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = workspace_file("examples/markdown-explorer/sample-docs");
+    let catalog = workspace_file("examples/markdown-explorer/catalog.json");
+    let grant = format!("{}::/docs:ro", s(&docs));
+    let mut runs = Vec::new();
+    for fork in ["snapshot", "state"] {
+        let out = dir.path().join(fork);
+        let output = run(&[
+            "run",
+            "--adapter",
+            MARKDOWN_EXPLORER,
+            "--dir",
+            &grant,
+            "--variants",
+            s(&catalog),
+            "--epochs",
+            "2",
+            "--fork",
+            fork,
+            "--out",
+            s(&out),
+        ]);
+        assert_eq!(code(&output), 0, "{fork}: {}", stderr(&output));
+        if fork == "snapshot" {
+            assert!(
+                stderr(&output).contains("does not apply")
+                    && stderr(&output).contains("child-risk"),
+                "the unscreened risk policy is said: {}",
+                stderr(&output)
+            );
+        }
+        // What legitimately differs: timings, the fork, and the risk
+        // screens snapshot children do not get.
+        let comparable: std::collections::BTreeMap<String, Value> = records(&out)
+            .into_iter()
+            .map(|mut record| {
+                let map = record.as_object_mut().unwrap();
+                map.remove("duration_minutes");
+                if let Some(Value::Object(replay)) = map.get_mut("replay") {
+                    replay.retain(|key, _| {
+                        !key.ends_with("_minutes")
+                            && !["fork", "intent_assessment", "outcome_assessment"]
+                                .contains(&key.as_str())
+                    });
+                }
+                (map["item_id"].as_str().unwrap().to_string(), record)
+            })
+            .collect();
+        runs.push(comparable);
+    }
+    let (snapshot, state) = (&runs[0], &runs[1]);
+    assert_eq!(
+        snapshot.keys().collect::<Vec<_>>(),
+        state.keys().collect::<Vec<_>>()
+    );
+    let children = snapshot
+        .values()
+        .filter(|record| record["replay"]["isolated"] == true)
+        .count();
+    assert!(children >= 10, "variants ran as children: {children}");
+    for (id, record) in snapshot {
+        assert_eq!(record, &state[id], "{id}");
+    }
+}
+
+#[test]
+fn snapshot_forks_are_refused_where_there_is_nothing_to_fork() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "items.jsonl",
+        &[json!({"item_id": "a", "family": "f", "text": "hello"})],
+    );
+    for (adapter, extra, expected) in [
+        (
+            sandloop_tests::HELLO_ADAPTER,
+            &[][..],
+            "does not export `replay`",
+        ),
+        (
+            REPLAY_PROBE,
+            &["--child-workers", "0"][..],
+            "--child-workers 1 or more",
+        ),
+        (REPLAY_PROBE, &["--no-replay"][..], "needs replay"),
+    ] {
+        let out = dir.path().join("out");
+        let mut args = vec![
+            "run",
+            "--adapter",
+            adapter,
+            "--items",
+            s(&items),
+            "--fork",
+            "snapshot",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--out", s(&out)]);
+        let output = run(&args);
+        assert_eq!(code(&output), 2, "{extra:?}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(expected),
+            "{extra:?}: {}",
+            stderr(&output)
+        );
+        assert!(!out.exists(), "nothing is written");
+    }
+}

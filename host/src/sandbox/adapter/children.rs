@@ -16,6 +16,7 @@ use super::replay::{
     GroupPoint, adapter_error_of, error_block, receipt_from_wit, receipt_to_wit, report_from_wit,
     to_wit_fidelity,
 };
+use super::snapshot_children::{SnapshotForker, SnapshotPoint};
 use super::{GroupHandle, WasmAdapter, declared, item_id, parse_record, to_json};
 use crate::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
 use crate::replay::{
@@ -43,6 +44,23 @@ pub struct WasmChild {
     ctx: CallContext,
     trace: Option<TraceLog>,
     released: bool,
+}
+
+/// Where a group's children come from: the point's exported state
+/// (`replay-children`), or its compiled snapshot.
+enum ForkSource {
+    State(Arc<Vec<u8>>),
+    Snapshot(Arc<SnapshotPoint>),
+}
+
+impl ForkSource {
+    /// The `fork` value of a child's `replay` block.
+    fn name(&self) -> &'static str {
+        match self {
+            ForkSource::State(_) => "state",
+            ForkSource::Snapshot(_) => "snapshot",
+        }
+    }
 }
 
 /// Forks children of one point from its exported state.
@@ -265,19 +283,29 @@ fn intent_of(item: &Item) -> Map<String, Value> {
 
 impl WasmAdapter {
     /// Run every item of `handle`'s group as an isolated child of its
-    /// replay point, when the component exports `replay-children` and the
-    /// point's state was exported. `None` otherwise (the items then run one
-    /// by one from the point).
+    /// replay point, when the point was snapshotted, or the component
+    /// exports `replay-children` and the point's state was exported. `None`
+    /// otherwise (the items then run one by one from the point).
     pub(super) fn run_children(
         &mut self,
         handle: &GroupHandle,
         items: &[Item],
         ctx: &CallContext,
     ) -> Option<Vec<(Result<Record, AdapterError>, f64)>> {
-        let (point_id, state) = {
+        let (point_id, source) = {
             let point = handle.point.borrow();
-            let GroupPoint { id, state, .. } = point.as_ref()?;
-            (id.clone(), Arc::clone(state.as_ref()?))
+            let GroupPoint {
+                id,
+                state,
+                snapshot,
+                ..
+            } = point.as_ref()?;
+            let source = match (snapshot, state) {
+                (Some(snapshot), _) => ForkSource::Snapshot(Arc::clone(snapshot)),
+                (None, Some(state)) => ForkSource::State(Arc::clone(state)),
+                (None, None) => return None,
+            };
+            (id.clone(), source)
         };
         let mut lane = self.replay.take()?;
         let workers = lane.options.child_workers;
@@ -306,26 +334,40 @@ impl WasmAdapter {
                     }
                 })
                 .collect();
-            let mut forker = WasmChildForker {
-                parent: self,
-                state: Arc::clone(&state),
-                ctx: ctx.clone(),
-                fork_at: (
-                    point.cursor.trace_id.clone(),
-                    point.created_event_id.clone(),
-                    point.cursor.next_sequence + 1,
-                ),
+            let fork_at = (
+                point.cursor.trace_id.clone(),
+                point.created_event_id.clone(),
+                point.cursor.next_sequence + 1,
+            );
+            let outcome = match &source {
+                ForkSource::State(state) => {
+                    let mut forker = WasmChildForker {
+                        parent: self,
+                        state: Arc::clone(state),
+                        ctx: ctx.clone(),
+                        fork_at,
+                    };
+                    lane.registry
+                        .run_child_group_from(&mut forker, &point_id, tasks, workers, true)
+                }
+                ForkSource::Snapshot(snapshot) => {
+                    let mut forker = SnapshotForker {
+                        parent: self,
+                        point: Arc::clone(snapshot),
+                        ctx: ctx.clone(),
+                        fork_at,
+                    };
+                    lane.registry
+                        .run_child_group_from(&mut forker, &point_id, tasks, workers, true)
+                }
             };
-            let outcome =
-                lane.registry
-                    .run_child_group_from(&mut forker, &point_id, tasks, workers, true);
             let next = point.cursor.next_sequence + 1;
             match outcome {
                 Ok(outcomes) => {
                     results.extend(
                         outcomes
                             .into_iter()
-                            .map(|outcome| child_result(outcome, &point, next)),
+                            .map(|outcome| child_result(outcome, &point, next, source.name())),
                     );
                 }
                 Err(error) => {
@@ -335,6 +377,7 @@ impl WasmAdapter {
                         block.insert("replay_point_id".into(), Value::from(point_id.clone()));
                         block.insert("fidelity".into(), Value::from(point.fidelity.as_str()));
                         block.insert("isolated".into(), Value::Bool(true));
+                        block.insert("fork".into(), Value::from(source.name()));
                         block.insert(
                             "child_id".into(),
                             item.get("item_id").cloned().unwrap_or(Value::Null),
@@ -359,6 +402,7 @@ fn child_result(
     outcome: ChildOutcome,
     point: &crate::replay::ReplayPoint,
     first_sequence: u64,
+    fork: &str,
 ) -> (Result<Record, AdapterError>, f64) {
     let (restore, child_id, mut extra) = match &outcome {
         ChildOutcome::Succeeded(result) => {
@@ -399,6 +443,7 @@ fn child_result(
     block.append(&mut extra);
     block.insert("fidelity".into(), Value::from(point.fidelity.as_str()));
     block.insert("isolated".into(), Value::Bool(true));
+    block.insert("fork".into(), Value::from(fork));
     block.insert("child_id".into(), Value::from(child_id.clone()));
     block.insert(
         "trace_id".into(),

@@ -16,6 +16,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use wasmtime::component::ResourceAny;
 
+use super::snapshot_children::SnapshotPoint;
 use super::{GroupHandle, WasmAdapter, declared, item_id, parse_record, to_json};
 use crate::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
 use crate::replay::durable::{PointLine, ReplayStore};
@@ -25,6 +26,7 @@ use crate::replay::{
     ReplayRestoreResult, RestoreReceipt, RestoreRequest, StateLease, agent_cursor,
 };
 use crate::sandbox::bindings::exports::sandloop::adapter::replay as wit;
+use crate::sandbox::snapshot::Instrumented;
 use crate::trace::TraceLog;
 
 /// The host's handle of a `replay-binding` resource, tied to the instance
@@ -33,6 +35,13 @@ use crate::trace::TraceLog;
 pub struct BindingHandle {
     resource: ResourceAny,
     generation: u64,
+}
+
+impl BindingHandle {
+    /// The resource in the instance that captured it.
+    pub(super) fn resource(&self) -> ResourceAny {
+        self.resource
+    }
 }
 
 /// Replay settings shared by every lane of a run.
@@ -48,6 +57,11 @@ pub struct ReplayOptions {
     /// 0 keeps the serial `run_from` per suffix even when the adapter
     /// exports `replay-children`.
     pub child_workers: usize,
+    /// Fork children from snapshots of the live instance (`--fork
+    /// snapshot`): the lanes' instances are of this instrumented
+    /// component, and each point is snapshotted right after its capture.
+    /// `None` forks by state transfer (`replay-children`), if at all.
+    pub snapshots: Option<Arc<Instrumented>>,
 }
 
 /// The replay state of one lane: its registry and settings.
@@ -74,6 +88,9 @@ pub(super) struct GroupPoint {
     line: PointLine,
     /// The exported state, kept when children are forked from it.
     pub(super) state: Option<Arc<Vec<u8>>>,
+    /// The point frozen as a compiled snapshot, when children are forked
+    /// from snapshots.
+    pub(super) snapshot: Option<Arc<SnapshotPoint>>,
 }
 
 /// A deterministic, file-name-safe point id for a group of an arm and
@@ -169,7 +186,7 @@ fn instance_lost(what: &str) -> AdapterError {
 }
 
 impl WasmAdapter {
-    fn binding_alive(&self, binding: &BindingHandle) -> bool {
+    pub(super) fn binding_alive(&self, binding: &BindingHandle) -> bool {
         binding.generation == self.generation && self.live.is_some()
     }
 
@@ -302,9 +319,25 @@ impl WasmAdapter {
             durable_state: None,
             durable_error: None,
             quarantined: false,
+            snapshot: None,
+            snapshot_error: None,
         };
-        let forks_children =
-            lane.options.child_workers > 0 && self.loaded.indices.replay_children.is_some();
+        let mut snapshot = None;
+        if let Some(instrumented) = lane.options.snapshots.clone()
+            && lane.options.child_workers > 0
+            && let Some(binding) = lane.registry.binding(&point_id).copied()
+        {
+            match self.snapshot_point(&instrumented, &binding) {
+                Ok(point) => {
+                    line.snapshot = Some(point.to_record());
+                    snapshot = Some(Arc::new(point));
+                }
+                Err(error) => line.snapshot_error = Some(error),
+            }
+        }
+        let forks_children = lane.options.child_workers > 0
+            && snapshot.is_none()
+            && self.loaded.indices.replay_children.is_some();
         let mut state = None;
         if let Some(binding) = lane.registry.binding(&point_id)
             && (lane.options.store.is_some() || forks_children)
@@ -343,6 +376,7 @@ impl WasmAdapter {
             id: point_id,
             line,
             state,
+            snapshot,
         });
         Some(fields)
     }
