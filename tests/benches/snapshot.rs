@@ -444,6 +444,7 @@ fn main() {
         dirs,
         cache_dir: Some(dir.path().join(cache)),
         pool_instances: 16,
+        incremental_compilation: true,
         ..SandboxConfig::default()
     };
 

@@ -143,7 +143,12 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         0
     };
     let slots = (args.workers as u32 + 2) * 2 + args.workers as u32 * child_slots;
-    let (engine, config) = open_sandbox(sandbox_config(&args.sandbox, slots)?)?;
+    let mut config = sandbox_config(&args.sandbox, slots)?;
+    // Snapshot forks compile a component per replay point whose functions
+    // are the instrumented component's: keep them for reuse.
+    config.incremental_compilation =
+        args.fork != ForkArg::State && !args.no_replay && args.child_workers > 0;
+    let (engine, config) = open_sandbox(config)?;
     let loaded = Arc::new(load(&args.adapter, engine, config)?);
     let protocols = loaded.protocols;
     let items = args

@@ -230,9 +230,10 @@ pub struct WorkflowConfig {
     /// (`[A-Za-z_][A-Za-z0-9_]*`); unset ones are skipped. Default none.
     #[serde(default)]
     pub env: Vec<String>,
-    /// Hosts the plugin may reach by outgoing HTTP, `host` or `host:port`
-    /// (a DNS name or IPv4 address; no scheme, path or wildcard). Default
-    /// none.
+    /// Hosts the plugin may reach by outgoing HTTP, `host` (HTTPS on 443)
+    /// or `host:port` (that port, HTTP or HTTPS); a DNS name or IPv4
+    /// address, no scheme, path or wildcard (see
+    /// [`crate::sandbox::http_grant`]). Default none.
     #[serde(default)]
     pub http_hosts: Vec<String>,
     /// Linear-memory limit of the plugin instance in MiB (at least 1);

@@ -105,6 +105,10 @@ pub struct SandboxConfig {
     /// Instance slots to reserve in the pooling allocator; `0` picks the
     /// on-demand allocator instead.
     pub pool_instances: u32,
+    /// Keep Cranelift's compiled functions in memory for the engine's later
+    /// compiles ([`super::function_cache`]): a snapshot fork's component
+    /// reuses the functions of the component it was taken from. Default off.
+    pub incremental_compilation: bool,
 }
 
 impl Default for SandboxConfig {
@@ -119,6 +123,7 @@ impl Default for SandboxConfig {
             max_guest_output_bytes: 64 << 10,
             cache_dir: default_cache_dir(),
             pool_instances: 64,
+            incremental_compilation: false,
         }
     }
 }

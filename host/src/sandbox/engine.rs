@@ -8,6 +8,7 @@ use std::time::Duration;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::config::SandboxConfig;
+use super::function_cache::FunctionCache;
 
 /// How often the epoch advances; a call's deadline is a number of ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -52,6 +53,9 @@ impl SandboxEngine {
                 .pagemap_scan(wasmtime::Enabled::Auto);
             wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
                 .memory_reservation(memory_bytes.next_power_of_two() as u64);
+        }
+        if config.incremental_compilation {
+            wasm.enable_incremental_compilation(Arc::new(FunctionCache::default()))?;
         }
         let engine = Engine::new(&wasm)?;
         let stop = Arc::new(AtomicBool::new(false));

@@ -1,19 +1,22 @@
 //! Outgoing HTTP of workflow plugins (`wasi:http/outgoing-handler`), gated
 //! by the workflow's `http_hosts` grant.
 //!
-//! A plugin reaches a host only when an entry allows it: `host` allows the
-//! scheme's default port (80 for `http`, 443 for `https`), `host:port`
-//! exactly that port. Names compare case-insensitively and are never
-//! resolved before the check, so a grant for `api.example.com` does not open
-//! whatever else shares its address. Anything else is answered with the
-//! `wasi:http` error `HTTP-request-denied` and remembered, so a failed step
-//! can say which destination was refused.
+//! A plugin reaches a host only when an entry allows it: `host` allows
+//! HTTPS on port 443, `host:port` exactly that port (HTTP or HTTPS). Names
+//! compare case-insensitively and are never resolved before the check, so a
+//! grant for `api.example.com` does not open whatever else shares its
+//! address (and a granted name that resolves to a private address is
+//! reached: grant names you trust). Authorities with userinfo and IPv6
+//! literals are refused. Anything else is answered with the `wasi:http`
+//! error `HTTP-request-denied` and remembered, so a failed step can say
+//! which destination was refused.
 //!
 //! Requests are sent by wasmtime-wasi-http's client (hyper; HTTPS through
 //! rustls with the webpki roots). While the guest waits on a response the
 //! host is blocked outside the guest, where the epoch deadline cannot fire,
 //! so every timeout of a request (connect, first byte, between bytes) is
-//! capped at the plugin's call deadline.
+//! capped at the plugin's call deadline, and so is the whole exchange up to
+//! the response head (the TLS handshake has no timeout of its own).
 
 use std::time::Duration;
 
@@ -76,13 +79,21 @@ impl HttpGrant {
     }
 
     /// Whether a request to `host` on `port` (`None`: the scheme's default)
-    /// over HTTPS (`https`) or plain HTTP is allowed.
+    /// over HTTPS (`https`) or plain HTTP is allowed. A bare entry allows
+    /// HTTPS on 443 only; plain HTTP, and any other port, needs the entry
+    /// `host:port`. IPv6 literals (`[..]`) are never allowed: an entry
+    /// cannot name one.
     pub fn allows(&self, host: &str, port: Option<u16>, https: bool) -> bool {
-        let default_port = if https { 443 } else { 80 };
-        let port = port.unwrap_or(default_port);
-        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.starts_with('[') {
+            return false;
+        }
+        let port = port.unwrap_or(if https { 443 } else { 80 });
         self.hosts.iter().any(|allowed| {
-            allowed.host.eq_ignore_ascii_case(host) && allowed.port.unwrap_or(default_port) == port
+            allowed.host.eq_ignore_ascii_case(host)
+                && match allowed.port {
+                    Some(granted) => granted == port,
+                    None => https && port == 443,
+                }
         })
     }
 
@@ -124,9 +135,12 @@ impl WasiHttpHooks for HttpGrant {
         drop(fut);
         let uri = request.uri();
         let https = uri.scheme() == Some(&Scheme::HTTPS);
-        let allowed = uri
-            .authority()
-            .is_some_and(|authority| self.allows(authority.host(), authority.port_u16(), https));
+        // Userinfo (`user@host`) is refused outright: the connection would
+        // be made to the whole authority, not to the host checked here.
+        let allowed = uri.authority().is_some_and(|authority| {
+            !authority.as_str().contains('@')
+                && self.allows(authority.host(), authority.port_u16(), https)
+        });
         if !allowed {
             let shown = uri.authority().map_or_else(
                 || "(no host)".to_string(),
@@ -141,9 +155,18 @@ impl WasiHttpHooks for HttpGrant {
             return Box::new(async { Err(Error::HttpRequestDenied) });
         }
         let options = self.capped(options);
+        let cap = self.timeout_cap;
         Box::new(async move {
             use http_body_util::BodyExt;
-            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            let send = wasmtime_wasi_http::default_send_request(request, options);
+            // The TLS handshake has no timeout of its own: the whole send,
+            // up to the response head, gets the call deadline too.
+            let (response, io) = match cap {
+                Some(cap) => tokio::time::timeout(cap, send)
+                    .await
+                    .map_err(|_| Error::ConnectionTimeout)??,
+                None => send.await?,
+            };
             Ok((
                 response.map(BodyExt::boxed_unsync),
                 Box::new(io) as Box<dyn Future<Output = Result<(), Error>> + Send>,
@@ -162,13 +185,18 @@ mod tests {
     }
 
     #[test]
-    fn a_bare_host_allows_only_the_default_port_of_the_scheme() {
+    fn a_bare_host_allows_only_https_on_443() {
         let grant = grant(&["api.example.com"]);
         assert!(grant.allows("api.example.com", None, true));
         assert!(grant.allows("API.Example.com", Some(443), true));
-        assert!(grant.allows("api.example.com", None, false));
+        assert!(
+            !grant.allows("api.example.com", None, false),
+            "no cleartext"
+        );
+        assert!(!grant.allows("api.example.com", Some(443), false));
         assert!(!grant.allows("api.example.com", Some(8443), true));
         assert!(!grant.allows("api.example.com", Some(80), true));
+        assert!(!grant.allows("[api.example.com]", None, true));
         assert!(!grant.allows("evil.example.com", None, true));
         assert!(!grant.allows("example.com", None, true));
     }
@@ -181,6 +209,27 @@ mod tests {
         assert!(!grant.allows("127.0.0.1", None, false));
         assert!(!grant.allows("127.0.0.1", Some(8081), false));
         assert!(!grant.allows("localhost", Some(8080), false));
+    }
+
+    #[test]
+    fn userinfo_is_refused_and_remembered() {
+        use http_body_util::BodyExt;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut grant = grant(&["127.0.0.1:8080"]);
+        let request = http::Request::builder()
+            .uri("http://x@127.0.0.1:8080/")
+            .body(
+                http_body_util::Empty::<bytes::Bytes>::new()
+                    .map_err(|never| match never {})
+                    .boxed_unsync(),
+            )
+            .unwrap();
+        let future = grant.send_request(request, None, Box::new(async { Ok(()) }));
+        let result = runtime.block_on(Box::into_pin(future));
+        assert!(matches!(result, Err(Error::HttpRequestDenied)));
+        assert_eq!(grant.denied, vec!["127.0.0.1:8080".to_string()]);
     }
 
     #[test]

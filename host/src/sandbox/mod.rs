@@ -16,6 +16,7 @@ pub mod classify;
 pub mod component;
 pub mod config;
 pub mod engine;
+pub mod function_cache;
 pub mod host_state;
 pub mod http_grant;
 pub mod output;

@@ -432,6 +432,7 @@ impl Instrumented {
             &linker,
             &instrumented,
             &sha256,
+            original.config.cache_dir.as_deref(),
             "instrumented component",
             format!("{component} (wizer-instrumented)"),
         )?;
@@ -583,8 +584,11 @@ impl Instrumented {
         })
     }
 
-    /// Compile `snapshot` through the cache (keyed by its sha256), link it
-    /// and check it still exports the original's interfaces, then build its
+    /// Compile `snapshot` (in memory only: a snapshot carries the guest's
+    /// heap — the items it read, anything granted to it — so it is never
+    /// written to the on-disk cache; the engine's function cache, when on,
+    /// reuses the instrumented component's functions), link it and check
+    /// it still exports the original's interfaces, then build its
     /// copy-on-write memory images.
     ///
     /// Errors: [`SnapshotError::Compile`] or [`SnapshotError::Link`].
@@ -597,6 +601,7 @@ impl Instrumented {
             &self.linker,
             &snapshot.bytes,
             &snapshot.sha256,
+            None,
             &what,
             format!("{} ({what})", self.component),
         )?;
@@ -714,25 +719,26 @@ fn reset_budget(store: &mut Store<HostState>, loaded: &LoadedAdapter) -> wasmtim
 /// snapshot) through the cache under `sha256`, link it and bind the
 /// interfaces of `base`'s protocols, as a [`LoadedAdapter`] shown as
 /// `path`; errors name `component` and `what`.
+#[allow(clippy::too_many_arguments)] // one call per kind of derived component
 fn load_derived(
     component: &str,
     base: &LoadedAdapter,
     linker: &Linker<HostState>,
     bytes: &[u8],
     sha256: &str,
+    cache_dir: Option<&std::path::Path>,
     what: &str,
     path: String,
 ) -> Result<(LoadedAdapter, CacheOutcome), SnapshotError> {
     let started = Instant::now();
     let engine = base.engine.engine();
-    let (compiled, cache) =
-        load_or_compile(engine, bytes, sha256, base.config.cache_dir.as_deref()).map_err(
-            |error| SnapshotError::Compile {
-                component: component.to_string(),
-                what: what.to_string(),
-                message: format!("{error:#}"),
-            },
-        )?;
+    let (compiled, cache) = load_or_compile(engine, bytes, sha256, cache_dir).map_err(|error| {
+        SnapshotError::Compile {
+            component: component.to_string(),
+            what: what.to_string(),
+            message: format!("{error:#}"),
+        }
+    })?;
     let compile_ms = started.elapsed().as_secs_f64() * 1000.0;
     let link = |error: wasmtime::Error| SnapshotError::Link {
         component: component.to_string(),

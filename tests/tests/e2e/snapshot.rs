@@ -35,6 +35,7 @@ fn config(cache: &Path, dirs: Vec<DirGrant>) -> SandboxConfig {
         dirs,
         cache_dir: Some(cache.to_path_buf()),
         pool_instances: 16,
+        incremental_compilation: true,
         ..SandboxConfig::default()
     }
 }

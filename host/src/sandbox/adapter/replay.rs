@@ -323,8 +323,11 @@ impl WasmAdapter {
             snapshot_error: None,
         };
         let mut snapshot = None;
+        // A group of one item has no child to fork: its snapshot would be
+        // compiled for nothing.
         if let Some(instrumented) = lane.options.snapshots.clone()
             && lane.options.child_workers > 0
+            && items.len() > 1
             && let Some(binding) = lane.registry.binding(&point_id).copied()
         {
             match self.snapshot_point(&instrumented, &binding) {
