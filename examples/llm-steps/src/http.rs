@@ -117,9 +117,7 @@ fn write_body(outgoing: &OutgoingBody, body: &[u8]) -> Result<(), String> {
 
 fn describe(error: ErrorCode) -> String {
     match error {
-        ErrorCode::HttpRequestDenied => {
-            "HTTP request denied: the host is not in the workflow's http_hosts".into()
-        }
+        ErrorCode::HttpRequestDenied => "HTTP request denied by the host".into(),
         other => format!("HTTP error: {other:?}"),
     }
 }

@@ -51,6 +51,16 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
         )));
     }
     let repo = &args.repo;
+    let root = repo.join(crate::coordinator::config::ROOT_CONFIG_FILENAME);
+    if root.exists() {
+        // Writing a second template beside the first would merge their
+        // workflow sets.
+        return Err(CliError::Input(format!(
+            "{} exists: this repository already has a loop, and nothing was written \
+             (remove it to start over, or give another --repo)",
+            root.display()
+        )));
+    }
     let plugin_rel = format!("{SANDLOOP_DIRNAME}/plugins/{}", template.plugin_file);
     let mut created = Vec::new();
     let write =
@@ -74,14 +84,13 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
     for (relative, content) in (template.files)(&plugin_rel) {
         write(&relative, content.as_bytes(), &mut created)?;
     }
-    if created.is_empty() {
-        say("the loop is already initialised; nothing was written");
-    } else {
-        say("created:");
-        for path in created {
-            say(&format!("  {path}"));
-        }
-        say(template.next_steps);
+    say("created:");
+    for path in created {
+        say(&format!("  {path}"));
+    }
+    say(template.next_steps);
+    if args.repo != std::path::Path::new(".") {
+        say(&format!("(with --repo {})", args.repo.display()));
     }
     Ok(())
 }

@@ -236,7 +236,7 @@ impl WorkflowPlugin {
         if !outcome.success && !denied.is_empty() {
             let error = outcome.error.take().unwrap_or_else(|| "step failed".into());
             outcome.error = Some(format!(
-                "{error} (outgoing HTTP refused to {}: not in the workflow's http_hosts)",
+                "{error} (outgoing HTTP refused to {}: add it to http_hosts in the workflow's workflow.toml to allow it)",
                 denied.join(", ")
             ));
         }

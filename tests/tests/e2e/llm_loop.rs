@@ -110,6 +110,20 @@ fn init_openai(repo: &Path, http_host: Option<&str>) {
         "{}",
         stdout(&output)
     );
+    // A second init, of either template, would merge two loops: refused.
+    let again = run(&["loop", "init", "--repo", s(repo), "--plugin", LLM_STEPS]);
+    assert_eq!(code(&again), 2, "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("already has a loop"),
+        "{}",
+        stderr(&again)
+    );
+    assert!(
+        !repo
+            .join(".sandloop/workflow_sets/main/workflows/plan")
+            .exists(),
+        "nothing of the count template was written"
+    );
     let workflows = repo.join(".sandloop/workflow_sets/main/workflows");
     for workflow in ["draft", "goal_check"] {
         let path = workflows.join(workflow).join("workflow.toml");
