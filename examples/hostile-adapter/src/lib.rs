@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | `none` | a normal record | record it |
 //! | `infinite_loop` | spins forever | stop it at the deadline |
+//! | `sleep` | sleeps for an hour (`std::thread::sleep`: a blocking WASI poll) | stop it at the deadline |
 //! | `memory_bomb` | allocates and touches memory until allocation fails | stop it at the memory limit |
 //! | `stack_overflow` | unbounded, non-tail recursion | classify the trap |
 //! | `trap_prepare` | panics in `prepare-episode-group` (seed only) | record a prepare error |
@@ -163,6 +164,10 @@ fn run(item: &Item, stage: &str) -> Result<String, AdapterError> {
     log::info!("{stage}: attack {attack}");
     let record = match attack.as_str() {
         "infinite_loop" => infinite_loop(),
+        "sleep" => {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+            Record::with_keys(["attack:sleep"]).with("woke", true)
+        }
         "memory_bomb" => memory_bomb(),
         "stack_overflow" => {
             let depth = stack_overflow();

@@ -245,6 +245,8 @@ impl WasmAdapter {
         let live = self.live.as_mut().expect("instantiated above");
         let traced_before = trace.as_ref().map_or(0, |log| log.events().len());
         live.store.set_epoch_deadline(self.deadline_ticks);
+        live.store.data_mut().call_deadline =
+            Some(std::time::Instant::now() + std::time::Duration::from_secs_f64(timeout));
         if let Some(fuel) = fuel
             && let Err(error) = live.store.set_fuel(fuel)
         {

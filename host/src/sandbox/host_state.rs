@@ -75,6 +75,10 @@ pub struct HostState {
     /// Which hosts outgoing HTTP may reach (workflow plugins only; adapters
     /// are not linked with `wasi:http`). Default: none.
     pub http: HttpGrant,
+    /// When the current call's deadline passes: a WASI sleep or clock wait
+    /// that would end later is stopped (see [`link_deadline_clocks`]).
+    /// `None` until the first call.
+    pub call_deadline: Option<std::time::Instant>,
     http_ctx: WasiHttpCtx,
 }
 
@@ -120,6 +124,7 @@ impl HostState {
             signals: Default::default(),
             http: HttpGrant::default(),
             http_ctx: WasiHttpCtx::new(),
+            call_deadline: None,
         })
     }
 }
@@ -198,4 +203,60 @@ impl HostState {
         log.emit(kind, payload, event.action_id, event.causation_id)
             .map_err(|error| error.to_string())
     }
+}
+
+/// The WASI clock import whose waits [`link_deadline_clocks`] bounds.
+const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
+
+/// Replace `subscribe-duration` and `subscribe-instant` of the monotonic
+/// clock in `linker` (after WASI p2 was added) with versions that refuse
+/// to wait past the current call's deadline.
+///
+/// A guest that sleeps or waits on a clock blocks inside the host, where
+/// the epoch deadline cannot interrupt it. A wait that would end after the
+/// deadline is therefore stopped when it is asked for, as the deadline
+/// would stop it (`Trap::Interrupt`, classified `deadline`); shorter waits
+/// run as usual. Other waits are bounded elsewhere: outgoing HTTP by the
+/// grant's timeouts; sockets and stdin are not granted.
+pub fn link_deadline_clocks(
+    linker: &mut wasmtime::component::Linker<HostState>,
+) -> wasmtime::Result<()> {
+    use wasmtime::component::Resource;
+    use wasmtime_wasi::clocks::WasiClocksView;
+    use wasmtime_wasi::p2::DynPollable;
+    use wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host;
+
+    fn within_deadline(state: &HostState, nanos: u64) -> wasmtime::Result<()> {
+        let Some(deadline) = state.call_deadline else {
+            return Ok(());
+        };
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if u128::from(nanos) > left.as_nanos() {
+            return Err(wasmtime::Trap::Interrupt.into());
+        }
+        Ok(())
+    }
+    linker.allow_shadowing(true);
+    let mut clock = linker.instance(MONOTONIC_CLOCK)?;
+    clock.func_wrap(
+        "subscribe-duration",
+        |mut store: wasmtime::StoreContextMut<'_, HostState>,
+         (nanos,): (u64,)|
+         -> wasmtime::Result<(Resource<DynPollable>,)> {
+            within_deadline(store.data(), nanos)?;
+            Ok((store.data_mut().clocks().subscribe_duration(nanos)?,))
+        },
+    )?;
+    clock.func_wrap(
+        "subscribe-instant",
+        |mut store: wasmtime::StoreContextMut<'_, HostState>,
+         (when,): (u64,)|
+         -> wasmtime::Result<(Resource<DynPollable>,)> {
+            let now = store.data_mut().clocks().now()?;
+            within_deadline(store.data(), when.saturating_sub(now))?;
+            Ok((store.data_mut().clocks().subscribe_instant(when)?,))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
 }

@@ -162,6 +162,7 @@ impl WorkflowPlugin {
         })?;
         let mut linker: Linker<HostState> = Linker::new(engine.engine());
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .and_then(|()| super::host_state::link_deadline_clocks(&mut linker))
             .and_then(|()| {
                 crate::sandbox::bindings::sandloop::adapter::log::add_to_linker::<
                     HostState,
@@ -203,6 +204,10 @@ impl WorkflowPlugin {
         };
         state.signals.target = Some(target);
         state.http = self.http.clone();
+        state.call_deadline = Some(
+            std::time::Instant::now()
+                + std::time::Duration::from_secs_f64(self.config.call_timeout_secs),
+        );
         let mut store = Store::new(self.engine.engine(), state);
         store.limiter(|state| &mut state.limiter);
         store.epoch_deadline_trap();

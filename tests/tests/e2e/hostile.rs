@@ -35,6 +35,9 @@ fn a_mix_of_attacks_is_contained_and_reported() {
 
     let suffix = |id: &str| find(&records, id, "episode_suffix");
     assert_eq!(error_type(suffix("attack-infinite-loop")), "deadline");
+    // A guest blocked in a WASI sleep is not running wasm, where the epoch
+    // deadline fires: the host's clocks wake it at the deadline.
+    assert_eq!(error_type(suffix("attack-sleep")), "deadline");
     assert_eq!(error_type(suffix("attack-memory-bomb")), "memory_limit");
     let stack = error_type(suffix("attack-stack-overflow"));
     assert!(stack == "stack_overflow" || stack == "trap", "{stack}");
