@@ -269,7 +269,8 @@ pub enum ForkArg {
 /// Limits and grants for every adapter instance.
 #[derive(Debug, Args, Clone)]
 pub struct SandboxArgs {
-    /// Linear-memory limit per instance, MiB.
+    /// Linear-memory limit of each linear memory of an instance, MiB (a
+    /// component with several memories may use this much in each).
     #[arg(long, value_name = "MIB", default_value_t = 512)]
     pub max_memory: u64,
     /// Deadline for one adapter call, seconds.

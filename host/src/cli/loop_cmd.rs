@@ -217,6 +217,14 @@ fn serve(args: LoopServeArgs) -> Result<(), CliError> {
 }
 
 fn worker(args: LoopWorkerArgs) -> Result<(), CliError> {
+    let url = args.coordinator.trim();
+    if !(url.starts_with("http://") || url.starts_with("https://"))
+        || url.splitn(2, "://").nth(1).is_none_or(str::is_empty)
+    {
+        return Err(CliError::Input(format!(
+            "--coordinator {url:?}: expected the coordinator's URL, http://HOST:PORT (what `sandloop loop serve` printed)"
+        )));
+    }
     let cache = args
         .cache_dir
         .clone()
@@ -279,7 +287,10 @@ fn status(args: LoopRepoArgs) -> Result<(), CliError> {
 fn stop(args: LoopRepoArgs) -> Result<(), CliError> {
     let store = StateStore::<LoopState>::new(&args.repo);
     store.try_mutate(|state: Option<LoopState>| match state {
-        None => Err(CliError::Input("no loop state found".into())),
+        None => Err(CliError::Input(format!(
+            "no loop state found in {}; there is no loop to stop (start one with `sandloop loop run`)",
+            args.repo.display()
+        ))),
         Some(mut state) => {
             state.stop_requested = true;
             Ok((state, ()))

@@ -668,7 +668,7 @@ fn load_root_parts(repo_root: &Path, goal_file: Option<&Path>) -> RootLoad {
     let text = match read_text(
         &repo_root.join(ROOT_CONFIG_FILENAME),
         file.clone(),
-        "root config",
+        "root config (create one with `sandloop loop init --plugin STEPS.wasm`, or pass --repo)",
     ) {
         Ok(text) => text,
         Err(error) => return failed(error),

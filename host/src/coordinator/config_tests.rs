@@ -518,7 +518,10 @@ fn missing_files_are_named() {
 
     repo.remove("sandloop-loop.toml");
     let error = load_root_config(repo.root(), None).unwrap_err();
-    assert_eq!(error.to_string(), "sandloop-loop.toml: missing root config");
+    assert_eq!(
+        error.to_string(),
+        "sandloop-loop.toml: missing root config (create one with `sandloop loop init --plugin STEPS.wasm`, or pass --repo)"
+    );
 }
 
 impl Repo {
