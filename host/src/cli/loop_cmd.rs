@@ -218,9 +218,11 @@ fn serve(args: LoopServeArgs) -> Result<(), CliError> {
 
 fn worker(args: LoopWorkerArgs) -> Result<(), CliError> {
     let url = args.coordinator.trim();
-    if !(url.starts_with("http://") || url.starts_with("https://"))
-        || url.splitn(2, "://").nth(1).is_none_or(str::is_empty)
-    {
+    let host = url
+        .split_once("://")
+        .filter(|(scheme, _)| matches!(*scheme, "http" | "https"))
+        .map(|(_, rest)| rest);
+    if host.is_none_or(str::is_empty) {
         return Err(CliError::Input(format!(
             "--coordinator {url:?}: expected the coordinator's URL, http://HOST:PORT (what `sandloop loop serve` printed)"
         )));
