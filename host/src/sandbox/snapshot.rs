@@ -692,9 +692,29 @@ pub fn instrument(component: &str, bytes: &[u8]) -> Result<Vec<u8>, SnapshotErro
     })
 }
 
-/// Run `body`, turning a panic inside wizer into an error message.
+thread_local! {
+    /// Set while wizer runs on this thread: its panics become errors, so
+    /// the process's panic hook keeps quiet about them.
+    static IN_WIZER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `body`, turning a panic inside wizer into an error message (wizer
+/// panics, e.g., when an accessor call failed and it gets no memory to
+/// read); the panic is not printed.
 fn catch_panic<R>(body: impl FnOnce() -> Result<R, String>) -> Result<R, String> {
-    std::panic::catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|panic| {
+    static QUIET_HOOK: std::sync::Once = std::sync::Once::new();
+    QUIET_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !IN_WIZER.with(std::cell::Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    IN_WIZER.with(|flag| flag.set(true));
+    let caught = std::panic::catch_unwind(AssertUnwindSafe(body));
+    IN_WIZER.with(|flag| flag.set(false));
+    caught.unwrap_or_else(|panic| {
         let what = panic
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
