@@ -35,8 +35,8 @@
 // retryableInfraError}` object). Throwing anything else (an `Error`) makes
 // the call trap.
 
-import { log } from 'sandloop:adapter/log@0.1.0';
-import { emit as traceEmit } from 'sandloop:adapter/trace@0.1.0';
+import { log } from 'sandloop:adapter/log@0.2.0';
+import { emit as traceEmit } from 'sandloop:adapter/trace@0.2.0';
 
 const ADAPTER = 'js-adapter';
 

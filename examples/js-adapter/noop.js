@@ -5,7 +5,7 @@
 // `prepareEpisodeGroup` returns an empty group with a fixed prefix record,
 // `releaseEpisodeGroup` does nothing. Items are never parsed.
 
-import { log } from 'sandloop:adapter/log@0.1.0';
+import { log } from 'sandloop:adapter/log@0.2.0';
 
 // Observation record of every item.
 const RECORD = '{"observation_keys":["k"],"accepted":true}';

@@ -23,9 +23,9 @@ pub mod imports {
         inline: "
             package sandloop:guest-imports@0.1.0;
             world imports {
-                import sandloop:adapter/types@0.1.0;
-                import sandloop:adapter/log@0.1.0;
-                import sandloop:adapter/trace@0.1.0;
+                import sandloop:adapter/types@0.2.0;
+                import sandloop:adapter/log@0.2.0;
+                import sandloop:adapter/trace@0.2.0;
             }
         ",
         world: "sandloop:guest-imports/imports@0.1.0",
@@ -45,7 +45,7 @@ macro_rules! export_interface {
                 export_macro_name: $macro_lit,
                 default_bindings_module: $bindings,
                 with: {
-                    "sandloop:adapter/types@0.1.0": crate::bindings::imports::sandloop::adapter::types,
+                    "sandloop:adapter/types@0.2.0": crate::bindings::imports::sandloop::adapter::types,
                 },
             });
         }
@@ -56,7 +56,7 @@ export_interface!(
     /// The `episode` export.
     episode,
     "package sandloop:guest-episode@0.1.0;
-     world export-episode { export sandloop:adapter/episode@0.1.0; }",
+     world export-episode { export sandloop:adapter/episode@0.2.0; }",
     "sandloop:guest-episode/export-episode@0.1.0",
     "__sandloop_export_episode",
     "sandloop_guest::bindings::episode"
@@ -65,7 +65,7 @@ export_interface!(
     /// The `seeds` export.
     seeds,
     "package sandloop:guest-seeds@0.1.0;
-     world export-seeds { export sandloop:adapter/seeds@0.1.0; }",
+     world export-seeds { export sandloop:adapter/seeds@0.2.0; }",
     "sandloop:guest-seeds/export-seeds@0.1.0",
     "__sandloop_export_seeds",
     "sandloop_guest::bindings::seeds"
@@ -74,7 +74,7 @@ export_interface!(
     /// The `variants` export.
     variants,
     "package sandloop:guest-variants@0.1.0;
-     world export-variants { export sandloop:adapter/variants@0.1.0; }",
+     world export-variants { export sandloop:adapter/variants@0.2.0; }",
     "sandloop:guest-variants/export-variants@0.1.0",
     "__sandloop_export_variants",
     "sandloop_guest::bindings::variants"
@@ -83,7 +83,7 @@ export_interface!(
     /// The `episode-groups` export.
     episode_groups,
     "package sandloop:guest-episode-groups@0.1.0;
-     world export-episode-groups { export sandloop:adapter/episode-groups@0.1.0; }",
+     world export-episode-groups { export sandloop:adapter/episode-groups@0.2.0; }",
     "sandloop:guest-episode-groups/export-episode-groups@0.1.0",
     "__sandloop_export_episode_groups",
     "sandloop_guest::bindings::episode_groups"
@@ -92,7 +92,7 @@ export_interface!(
     /// The `replay` export.
     replay,
     "package sandloop:guest-replay@0.1.0;
-     world export-replay { export sandloop:adapter/replay@0.1.0; }",
+     world export-replay { export sandloop:adapter/replay@0.2.0; }",
     "sandloop:guest-replay/export-replay@0.1.0",
     "__sandloop_export_replay",
     "sandloop_guest::bindings::replay"
@@ -101,7 +101,7 @@ export_interface!(
     /// The `replay-children` export.
     replay_children,
     "package sandloop:guest-replay-children@0.1.0;
-     world export-replay-children { export sandloop:adapter/replay-children@0.1.0; }",
+     world export-replay-children { export sandloop:adapter/replay-children@0.2.0; }",
     "sandloop:guest-replay-children/export-replay-children@0.1.0",
     "__sandloop_export_replay_children",
     "sandloop_guest::bindings::replay_children"
@@ -110,7 +110,7 @@ export_interface!(
     /// The `child-risk` export.
     child_risk,
     "package sandloop:guest-child-risk@0.1.0;
-     world export-child-risk { export sandloop:adapter/child-risk@0.1.0; }",
+     world export-child-risk { export sandloop:adapter/child-risk@0.2.0; }",
     "sandloop:guest-child-risk/export-child-risk@0.1.0",
     "__sandloop_export_child_risk",
     "sandloop_guest::bindings::child_risk"

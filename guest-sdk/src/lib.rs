@@ -3,7 +3,7 @@
 //! An *adapter* is a WebAssembly component that the sandloop host runs in a
 //! sandbox: it executes work items and reports observation records. This
 //! crate gives a Rust author the contract of `wit/adapter.wit`
-//! (`sandloop:adapter@0.1.0`) as plain traits over JSON objects, and one
+//! (`sandloop:adapter@0.2.0`) as plain traits over JSON objects, and one
 //! macro that exports an adapter type as a component.
 //!
 //! ## A complete minimal adapter

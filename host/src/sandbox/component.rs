@@ -26,7 +26,7 @@ use crate::episode::adapter::Protocols;
 /// The WIT package every interface name is qualified with.
 pub const WIT_PACKAGE: &str = "sandloop:adapter";
 /// The WIT package version this host speaks.
-pub const WIT_VERSION: &str = "0.1.0";
+pub const WIT_VERSION: &str = "0.2.0";
 
 /// Why a component cannot be used. Each message names the file and says
 /// what to do; the CLI maps these to exit code 2.
@@ -351,7 +351,7 @@ pub struct Problem {
     /// `not_an_interface`, `unmet_dependency` or `nothing_to_run`.
     pub kind: &'static str,
     /// The interface concerned, as the host expects it
-    /// (`sandloop:adapter/episode@0.1.0`).
+    /// (`sandloop:adapter/episode@0.2.0`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interface: Option<String>,
     /// The function concerned.
@@ -965,7 +965,7 @@ fn checker(interface: &str, function: &str) -> Option<Checker> {
 }
 
 /// The contract interface `name` is (`episode` for
-/// `sandloop:adapter/episode@0.1.0`), if it is one at this host's version.
+/// `sandloop:adapter/episode@0.2.0`), if it is one at this host's version.
 fn contract_interface(name: &str) -> Option<&str> {
     let short = name
         .strip_prefix(WIT_PACKAGE)?
@@ -1147,7 +1147,7 @@ mod tests {
         let unmet = unmet_dependencies(&replay_only);
         assert_eq!(unmet.len(), 1);
         assert!(
-            unmet[0].contains("exports `sandloop:adapter/replay@0.1.0` without `sandloop:adapter/episode-groups@0.1.0`"),
+            unmet[0].contains("exports `sandloop:adapter/replay@0.2.0` without `sandloop:adapter/episode-groups@0.2.0`"),
             "{unmet:?}"
         );
         let mut both = protocols(false, false, false, true);
@@ -1157,7 +1157,7 @@ mod tests {
         risk_only.child_risk = true;
         let unmet = unmet_dependencies(&risk_only);
         assert!(
-            unmet[0].contains("exports `sandloop:adapter/child-risk@0.1.0` without `sandloop:adapter/replay-children@0.1.0`"),
+            unmet[0].contains("exports `sandloop:adapter/child-risk@0.2.0` without `sandloop:adapter/replay-children@0.2.0`"),
             "{unmet:?}"
         );
         let mut children_only = protocols(false, false, false, true);
@@ -1165,7 +1165,7 @@ mod tests {
         let unmet = unmet_dependencies(&children_only);
         assert!(
             unmet[0].contains(
-                "`sandloop:adapter/replay-children@0.1.0` without `sandloop:adapter/replay@0.1.0`"
+                "`sandloop:adapter/replay-children@0.2.0` without `sandloop:adapter/replay@0.2.0`"
             ),
             "{unmet:?}"
         );
@@ -1236,11 +1236,11 @@ mod tests {
         assert_eq!(report.problems.len(), 1, "{:?}", messages(&report));
         let problem = &report.problems[0];
         assert_eq!(problem.kind, "other_version");
-        assert_eq!(problem.expected.as_deref(), Some("sandloop:adapter@0.1.0"));
+        assert_eq!(problem.expected.as_deref(), Some("sandloop:adapter@0.2.0"));
         assert_eq!(problem.found.as_deref(), Some("sandloop:adapter@0.0.9"));
         assert_eq!(
             problem.interface.as_deref(),
-            Some("sandloop:adapter/episode@0.1.0")
+            Some("sandloop:adapter/episode@0.2.0")
         );
         assert!(
             problem.message.contains("sandloop:adapter/episode@0.0.9"),
@@ -1250,7 +1250,7 @@ mod tests {
         assert!(
             problem
                 .message
-                .contains("this host speaks sandloop:adapter@0.1.0"),
+                .contains("this host speaks sandloop:adapter@0.2.0"),
             "{}",
             problem.message
         );
@@ -1371,7 +1371,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("\n  - exports `sandloop:adapter/replay-children@0.1.0` without"),
+            text.contains("\n  - exports `sandloop:adapter/replay-children@0.2.0` without"),
             "{text}"
         );
         // The error names the file once, first.
@@ -1423,7 +1423,7 @@ mod tests {
         );
         assert_eq!(protocol_of("episode-groups"), "recoverable-v0");
         assert_eq!(
-            contract_interface("sandloop:adapter/episode@0.1.0"),
+            contract_interface("sandloop:adapter/episode@0.2.0"),
             Some("episode")
         );
         assert_eq!(contract_interface("sandloop:adapter/episode@0.0.9"), None);

@@ -178,7 +178,7 @@ impl WorkflowPlugin {
             format!("{shown} imports something a workflow plugin may not use: {error:#}")
         })?;
         let pre = bindings::WorkflowPre::new(pre).map_err(|error| {
-            format!("{shown} is not a workflow plugin (it must export sandloop:adapter/step@0.1.0): {error:#}")
+            format!("{shown} is not a workflow plugin (it must export sandloop:adapter/step@0.2.0): {error:#}")
         })?;
         Ok(Self {
             engine,

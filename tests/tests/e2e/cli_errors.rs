@@ -36,7 +36,7 @@ fn inspect_reports_protocols_from_exports() {
     }
     let text = stdout(&run(&["inspect", MARKDOWN_EXPLORER]));
     assert!(
-        text.contains("sandloop:adapter/episode-groups@0.1.0"),
+        text.contains("sandloop:adapter/episode-groups@0.2.0"),
         "{text}"
     );
 }

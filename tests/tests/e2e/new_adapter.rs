@@ -245,14 +245,14 @@ fn inspect_names_the_missing_or_mistyped_export_and_the_expected_signature() {
     assert_eq!(code(&output), 2, "{}", stderr(&output));
     let facts = stdout(&output);
     assert!(facts.contains("protocols  none"), "{facts}");
-    assert!(facts.contains("sandloop:adapter/episode@0.1.0"), "{facts}");
+    assert!(facts.contains("sandloop:adapter/episode@0.2.0"), "{facts}");
     let message = stderr(&output);
     for expected in [
         s(&component),
-        "exports `sandloop:adapter/episode@0.1.0`, but its function `execute` has the wrong signature",
+        "exports `sandloop:adapter/episode@0.2.0`, but its function `execute` has the wrong signature",
         "expected  execute: func(item: json, ctx: context) -> result<json, adapter-error>",
         "found     execute: func(item: string) -> string",
-        "exports `sandloop:adapter/variants@0.1.0` without its function `compile-variant`",
+        "exports `sandloop:adapter/variants@0.2.0` without its function `compile-variant`",
         "expected  compile-variant: func(spec: json, seed: json) -> result<json, adapter-error>",
         "compile: func(spec: string, seed: string) -> string",
     ] {
@@ -268,7 +268,7 @@ fn inspect_names_the_missing_or_mistyped_export_and_the_expected_signature() {
         .map(|problem| problem["kind"].as_str().unwrap())
         .collect();
     assert_eq!(kinds, ["wrong_signature", "missing_function"], "{info}");
-    assert_eq!(problems[0]["interface"], "sandloop:adapter/episode@0.1.0");
+    assert_eq!(problems[0]["interface"], "sandloop:adapter/episode@0.2.0");
     assert_eq!(problems[0]["function"], "execute");
     assert_eq!(
         problems[0]["found"],
@@ -301,7 +301,7 @@ fn inspect_names_the_missing_or_mistyped_export_and_the_expected_signature() {
     copy_dir(&fixture, &old);
     let wit = old.join("wit/mismatched.wit");
     let text = std::fs::read_to_string(&wit).unwrap().replace(
-        "package sandloop:adapter@0.1.0;",
+        "package sandloop:adapter@0.2.0;",
         "package sandloop:adapter@0.0.9;",
     );
     std::fs::write(&wit, text).unwrap();
@@ -316,13 +316,13 @@ fn inspect_names_the_missing_or_mistyped_export_and_the_expected_signature() {
             problem["interface"],
             format!("sandloop:adapter/{interface}@0.1.0")
         );
-        assert_eq!(problem["expected"], "sandloop:adapter@0.1.0");
+        assert_eq!(problem["expected"], "sandloop:adapter@0.2.0");
         assert_eq!(problem["found"], "sandloop:adapter@0.0.9");
     }
     let message = stderr(&run(&["inspect", s(&component)]));
     assert!(
         message.contains(
-            "exports `sandloop:adapter/episode@0.0.9`, but this host speaks sandloop:adapter@0.1.0"
+            "exports `sandloop:adapter/episode@0.0.9`, but this host speaks sandloop:adapter@0.2.0"
         ),
         "{message}"
     );

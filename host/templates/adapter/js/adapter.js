@@ -1,7 +1,7 @@
 // {{name}}: a sandloop adapter in JavaScript.
 //
 // World `plain` of `wit/adapter.wit`: the component exports one interface,
-// `sandloop:adapter/episode@0.1.0`, with one function, `execute`. The host
+// `sandloop:adapter/episode@0.2.0`, with one function, `execute`. The host
 // calls it once per work item -- a JSON object such as
 // `{"item_id": "a", "text": "some words"}`, one line of items.jsonl -- and
 // expects an observation record back (a JSON object).
@@ -9,13 +9,13 @@
 // componentize-js (build.sh) turns this ES module into the component: each
 // exported interface is an exported object named after it in camelCase
 // (`episode`), imports are modules named after the interface
-// (`sandloop:adapter/log@0.1.0`). A function whose WIT result is
+// (`sandloop:adapter/log@0.2.0`). A function whose WIT result is
 // `result<T, adapter-error>` returns T, or throws a
 // `{kind, message, retryableInfraError}` object: a declared error. Throwing
 // anything else (an Error) makes the call trap: the host records a `trap`
 // error record and goes on with a fresh instance.
 
-import { log } from 'sandloop:adapter/log@0.1.0';
+import { log } from 'sandloop:adapter/log@0.2.0';
 
 export const episode = {
   /** Observe one item: which distinct words its `text` holds. */

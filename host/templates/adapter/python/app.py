@@ -1,7 +1,7 @@
 """{{name}}: a sandloop adapter in Python.
 
 World `plain` of `wit/adapter.wit`: the component exports one interface,
-`sandloop:adapter/episode@0.1.0`, with one function, `execute`. The host
+`sandloop:adapter/episode@0.2.0`, with one function, `execute`. The host
 calls it once per work item -- a JSON object such as
 `{"item_id": "a", "text": "some words"}`, one line of items.jsonl -- and
 expects an observation record back (a JSON object).
