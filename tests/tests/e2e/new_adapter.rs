@@ -314,7 +314,7 @@ fn inspect_names_the_missing_or_mistyped_export_and_the_expected_signature() {
         assert_eq!(problem["kind"], "other_version", "{problem}");
         assert_eq!(
             problem["interface"],
-            format!("sandloop:adapter/{interface}@0.1.0")
+            format!("sandloop:adapter/{interface}@0.2.0")
         );
         assert_eq!(problem["expected"], "sandloop:adapter@0.2.0");
         assert_eq!(problem["found"], "sandloop:adapter@0.0.9");
