@@ -151,16 +151,20 @@ type Guests<'a> = (
     &'a mut wasmtime::Store<crate::sandbox::host_state::HostState>,
 );
 
-impl WasmChild {
-    /// Call `name` in the child's instance (with the child's trace when
-    /// `traced`), or say the instance is gone.
-    fn child_call<R>(
+impl WasmAdapter {
+    /// Call `name` in this child instance (threading the child's trace
+    /// through `trace` when `traced`), or say the instance is gone: a
+    /// child's instance is not replaced after a failure. Shared by state
+    /// and snapshot children.
+    pub(super) fn child_call<R>(
         &mut self,
         name: &'static str,
+        child_id: &str,
+        trace: &mut Option<TraceLog>,
         traced: bool,
-        body: impl FnOnce(Guests<'_>) -> wasmtime::Result<Result<R, wit_types::AdapterError>>,
+        body: impl FnOnce(&mut super::Live) -> wasmtime::Result<Result<R, wit_types::AdapterError>>,
     ) -> Result<R, AdapterError> {
-        if self.adapter.live.is_none() {
+        if self.live.is_none() {
             return Err(AdapterError::new(
                 ErrorType::InstanceLost,
                 format!(
@@ -168,20 +172,32 @@ impl WasmChild {
                 ),
             ));
         }
-        let trace = if traced { self.trace.take() } else { None };
-        let (result, trace) = self
-            .adapter
-            .call(name, Some(&self.child_id), trace, |live| {
+        let taken = if traced { trace.take() } else { None };
+        let (result, returned) = self.call(name, Some(child_id), taken, body);
+        if traced {
+            *trace = returned;
+        }
+        result?.map_err(declared)
+    }
+}
+
+impl WasmChild {
+    /// Call `name` in the child's instance with its `replay-children` (and
+    /// `child-risk`) exports.
+    fn child_call<R>(
+        &mut self,
+        name: &'static str,
+        traced: bool,
+        body: impl FnOnce(Guests<'_>) -> wasmtime::Result<Result<R, wit_types::AdapterError>>,
+    ) -> Result<R, AdapterError> {
+        self.adapter
+            .child_call(name, &self.child_id, &mut self.trace, traced, |live| {
                 let children = live
                     .replay_children
                     .as_ref()
                     .expect("a child implies the replay-children export");
                 body((children, live.child_risk.as_ref(), &mut live.store))
-            });
-        if traced {
-            self.trace = trace;
-        }
-        result?.map_err(declared)
+            })
     }
 }
 

@@ -197,36 +197,21 @@ type Guests<'a> = (
 );
 
 impl SnapshotChild {
-    /// Call `name` in the child's instance (with the child's trace when
-    /// `traced`), or say the instance is gone.
+    /// Call `name` in the child's instance with its `replay` export.
     fn child_call<R>(
         &mut self,
         name: &'static str,
         traced: bool,
         body: impl FnOnce(Guests<'_>) -> wasmtime::Result<Result<R, wit_replay::AdapterError>>,
     ) -> Result<R, AdapterError> {
-        if self.adapter.live.is_none() {
-            return Err(AdapterError::new(
-                ErrorType::InstanceLost,
-                format!(
-                    "the child's instance was dropped after an earlier failure; cannot call {name}"
-                ),
-            ));
-        }
-        let trace = if traced { self.trace.take() } else { None };
-        let (result, trace) = self
-            .adapter
-            .call(name, Some(&self.child_id), trace, |live| {
+        self.adapter
+            .child_call(name, &self.child_id, &mut self.trace, traced, |live| {
                 let replay = live
                     .replay
                     .as_ref()
                     .expect("snapshots are taken of replay adapters");
                 body((replay, &mut live.store))
-            });
-        if traced {
-            self.trace = trace;
-        }
-        result?.map_err(declared)
+            })
     }
 }
 
