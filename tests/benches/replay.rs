@@ -27,10 +27,12 @@
 //! Ledger figures are the ledger's minute totals (rounded to 1e-6 min,
 //! i.e. 60 µs, per total) divided by their counts, so they have no p50.
 
+#[path = "common/markdown.rs"]
+mod markdown;
+use markdown::markdown_document;
 #[path = "common/samples.rs"]
 mod samples;
 use samples::{Samples, header};
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use sandloop::episode::adapter::{CallContext, EpisodeAdapter, Item, Record, SeedSource};
@@ -57,37 +59,6 @@ fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// A deterministic markdown document of at least `bytes` bytes, with every
-/// element the explorer counts (headings, lists, fences, tables, quotes,
-/// links, footnotes, task lists, raw HTML).
-fn markdown_document(bytes: usize) -> String {
-    let mut text =
-        String::from("# Widget Toolkit\n\nA generated README for the replay benchmark.\n\n");
-    let mut section = 0usize;
-    while text.len() < bytes {
-        let n = section;
-        let _ = write!(
-            text,
-            "## Section {n}\n\n\
-             Paragraph {n} with *emphasis*, **strong text**, `inline_{n}()`, \
-             ~~struck~~ words and a [link to {n}](https://example.com/{n}).\n\
-             It has a footnote[^f{n}] and runs over two lines.\n\n\
-             - item {n}.a\n  - nested {n}.b\n    - deeper {n}.c\n- item {n}.d\n\n\
-             1. first {n}\n2. second {n}\n\n\
-             - [ ] open task {n}\n- [x] done task {n}\n\n\
-             ```rust\nfn section_{n}() -> usize {{\n    {n}\n}}\n```\n\n\
-             | key | value |\n|-----|-------|\n| a{n} | {n} |\n| b{n} | {m} |\n\n\
-             > A quote in section {n}.\n\n\
-             ### Details {n}\n\n\
-             <details><summary>more {n}</summary>hidden {n}</details>\n\n\
-             [^f{n}]: Footnote {n}.\n\n",
-            m = n * 7
-        );
-        section += 1;
-    }
-    text
 }
 
 /// Mean µs per count of a ledger minute total, between two snapshots.

@@ -37,10 +37,12 @@
 //! `SANDLOOP_BENCH_SNAPSHOT_PAD_KB=N` probe padding, default 64). Figures
 //! only, no timing asserts.
 
+#[path = "common/markdown.rs"]
+mod markdown;
+use markdown::markdown_document;
 #[path = "common/samples.rs"]
 mod samples;
 use samples::{Samples, header};
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,36 +103,6 @@ fn ctx() -> Context {
         branch_id: "queue_worker_01".into(),
         execution_group_id: Some(GROUP.into()),
     }
-}
-
-/// A deterministic markdown document of at least `bytes` bytes (as the
-/// replay bench makes it).
-fn markdown_document(bytes: usize) -> String {
-    let mut text =
-        String::from("# Widget Toolkit\n\nA generated README for the snapshot benchmark.\n\n");
-    let mut section = 0usize;
-    while text.len() < bytes {
-        let n = section;
-        let _ = write!(
-            text,
-            "## Section {n}\n\n\
-             Paragraph {n} with *emphasis*, **strong text**, `inline_{n}()`, \
-             ~~struck~~ words and a [link to {n}](https://example.com/{n}).\n\
-             It has a footnote[^f{n}] and runs over two lines.\n\n\
-             - item {n}.a\n  - nested {n}.b\n    - deeper {n}.c\n- item {n}.d\n\n\
-             1. first {n}\n2. second {n}\n\n\
-             - [ ] open task {n}\n- [x] done task {n}\n\n\
-             ```rust\nfn section_{n}() -> usize {{\n    {n}\n}}\n```\n\n\
-             | key | value |\n|-----|-------|\n| a{n} | {n} |\n| b{n} | {m} |\n\n\
-             > A quote in section {n}.\n\n\
-             ### Details {n}\n\n\
-             <details><summary>more {n}</summary>hidden {n}</details>\n\n\
-             [^f{n}]: Footnote {n}.\n\n",
-            m = n * 7
-        );
-        section += 1;
-    }
-    text
 }
 
 /// The cheap call each child (and each baseline instance) makes.

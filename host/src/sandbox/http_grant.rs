@@ -179,6 +179,26 @@ impl WasiHttpHooks for HttpGrant {
 mod tests {
     use super::*;
 
+    /// Whether an empty request to `uri` through `grant`'s hook is
+    /// answered `HTTP-request-denied`.
+    fn denied(grant: &mut HttpGrant, uri: &str) -> bool {
+        use http_body_util::BodyExt;
+        let request = http::Request::builder()
+            .uri(uri)
+            .body(
+                http_body_util::Empty::<bytes::Bytes>::new()
+                    .map_err(|never| match never {})
+                    .boxed_unsync(),
+            )
+            .unwrap();
+        let future = grant.send_request(request, None, Box::new(async { Ok(()) }));
+        let result = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(Box::into_pin(future));
+        matches!(result, Err(Error::HttpRequestDenied))
+    }
+
     fn grant(entries: &[&str]) -> HttpGrant {
         let entries: Vec<String> = entries.iter().map(|entry| entry.to_string()).collect();
         HttpGrant::new(&entries, 30.0).unwrap()
@@ -213,22 +233,8 @@ mod tests {
 
     #[test]
     fn userinfo_is_refused_and_remembered() {
-        use http_body_util::BodyExt;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
         let mut grant = grant(&["127.0.0.1:8080"]);
-        let request = http::Request::builder()
-            .uri("http://x@127.0.0.1:8080/")
-            .body(
-                http_body_util::Empty::<bytes::Bytes>::new()
-                    .map_err(|never| match never {})
-                    .boxed_unsync(),
-            )
-            .unwrap();
-        let future = grant.send_request(request, None, Box::new(async { Ok(()) }));
-        let result = runtime.block_on(Box::into_pin(future));
-        assert!(matches!(result, Err(Error::HttpRequestDenied)));
+        assert!(denied(&mut grant, "http://x@127.0.0.1:8080/"));
         assert_eq!(grant.denied, vec!["127.0.0.1:8080".to_string()]);
     }
 
@@ -266,23 +272,9 @@ mod tests {
 
     #[test]
     fn a_refused_request_is_denied_and_remembered() {
-        use http_body_util::BodyExt;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
         let mut grant = grant(&["allowed.example"]);
         for _ in 0..2 {
-            let request = http::Request::builder()
-                .uri("https://other.example/v1/chat")
-                .body(
-                    http_body_util::Empty::<bytes::Bytes>::new()
-                        .map_err(|never| match never {})
-                        .boxed_unsync(),
-                )
-                .unwrap();
-            let future = grant.send_request(request, None, Box::new(async { Ok(()) }));
-            let result = runtime.block_on(Box::into_pin(future));
-            assert!(matches!(result, Err(Error::HttpRequestDenied)));
+            assert!(denied(&mut grant, "https://other.example/v1/chat"));
         }
         assert_eq!(grant.denied, vec!["other.example:443".to_string()]);
     }
