@@ -1,13 +1,87 @@
-//! `sandloop inspect`: what a component is, which protocols it offers, and —
-//! when it does not fit the contract — what is missing or mistyped, in words
-//! an adapter author can act on.
+//! `sandloop inspect`: what a component is, which protocols it offers, how
+//! its replay points can fork children, and — when it does not fit the
+//! contract — what is missing or mistyped, in words an adapter author can
+//! act on.
 
 use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
 
 use super::args::InspectArgs;
 use super::{CliError, open_sandbox, say};
+use crate::episode::adapter::Protocols;
 use crate::sandbox::SandboxConfig;
 use crate::sandbox::component::examine;
+use crate::sandbox::snapshot::{ForkKind, auto_fork, instrument};
+
+/// How a component's replay points can fork children (`forks` in `--json`).
+#[derive(Serialize)]
+struct Forks {
+    /// By state transfer: the component exports `replay-children`.
+    state: bool,
+    /// By snapshot: the component exports `replay` and wizer can
+    /// instrument it.
+    snapshot: bool,
+    /// Why a component exporting `replay` cannot be snapshotted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snapshot_error: Option<String>,
+    /// Wall milliseconds wizer took to instrument the component.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instrument_ms: Option<f64>,
+    /// What `sandloop run --fork auto` does.
+    auto: Option<ForkKind>,
+}
+
+impl Forks {
+    /// Check the component at `path` (its `bytes`) with `protocols`.
+    fn check(path: &str, bytes: Option<&[u8]>, protocols: &Protocols) -> Forks {
+        let mut forks = Forks {
+            state: protocols.replay && protocols.replay_children,
+            snapshot: false,
+            snapshot_error: None,
+            instrument_ms: None,
+            auto: auto_fork(protocols),
+        };
+        if protocols.replay {
+            let started = Instant::now();
+            match bytes.map(|bytes| instrument(path, bytes)) {
+                Some(Ok(_)) => forks.snapshot = true,
+                Some(Err(error)) => forks.snapshot_error = Some(error.to_string()),
+                None => forks.snapshot_error = Some("the component file cannot be read".into()),
+            }
+            forks.instrument_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        if forks.auto == Some(ForkKind::Snapshot) && !forks.snapshot {
+            forks.auto = None;
+        }
+        forks
+    }
+
+    /// The `forks` line of the text report.
+    fn describe(&self) -> String {
+        let auto = match self.auto {
+            Some(ForkKind::State) => "; --fork auto forks by state",
+            Some(ForkKind::Snapshot) => "; --fork auto forks by snapshot",
+            None => "",
+        };
+        match (self.state, self.snapshot, &self.snapshot_error) {
+            (false, false, None) => {
+                "none (no `replay` export: no replay points to fork from)".into()
+            }
+            (true, true, _) => format!("state, snapshot{auto}"),
+            (false, true, _) => format!(
+                "snapshot (wizer instruments it in {:.0} ms){auto}",
+                self.instrument_ms.unwrap_or(0.0)
+            ),
+            (state, _, error) => format!(
+                "{}snapshot impossible: {}{auto}",
+                if state { "state; " } else { "" },
+                error.as_deref().unwrap_or("unknown")
+            ),
+        }
+    }
+}
 
 /// Print the component's facts; `--json` prints [`crate::sandbox::ComponentInfo`]
 /// plus `problems` (each [`crate::sandbox::component::Problem`]; empty for a
@@ -29,16 +103,20 @@ pub fn inspect(args: InspectArgs) -> Result<(), CliError> {
     let (engine, config) = open_sandbox(config)?;
     let examined = examine(&args.component, engine, Arc::clone(&config))?;
     let info = &examined.info;
+    let bytes = std::fs::read(&args.component).ok();
+    let forks = Forks::check(&info.path, bytes.as_deref(), &examined.protocols());
     if args.json {
-        /// The info's fields in their order, then the problems.
-        #[derive(serde::Serialize)]
+        /// The info's fields in their order, the forks, then the problems.
+        #[derive(Serialize)]
         struct Inspection<'a> {
             #[serde(flatten)]
             info: &'a crate::sandbox::ComponentInfo,
+            forks: &'a Forks,
             problems: &'a [crate::sandbox::component::Problem],
         }
         let inspection = Inspection {
             info,
+            forks: &forks,
             problems: &examined.problems,
         };
         say(&serde_json::to_string_pretty(&inspection).expect("inspection serialises"));
@@ -51,6 +129,7 @@ pub fn inspect(args: InspectArgs) -> Result<(), CliError> {
         } else {
             say(&format!("protocols  {}", info.protocols.join(", ")));
         }
+        say(&format!("forks      {}", forks.describe()));
         say("exports");
         for export in &info.exports {
             say(&format!("  {export}"));

@@ -15,13 +15,14 @@ use super::args::{ReplayArgs, SandboxArgs};
 use super::run::sandbox_config;
 use super::{CliError, open_sandbox, say};
 use crate::episode::adapter::{CallContext, Item, Record};
-use crate::replay::durable::{PointLine, load_points, read_durable_state};
+use crate::replay::durable::{DurableKind, PointLine, load_points, read_durable_state};
 use crate::replay::{
     Fidelity, Lifecycle, MemoryAgentStateStore, ReplayMetricLedger, ReplayPointRegistry,
     select_before,
 };
-use crate::sandbox::adapter::adopt_durable_point;
-use crate::sandbox::{WasmAdapter, load};
+use crate::sandbox::adapter::{adopt_durable_point, adopt_snapshot_point};
+use crate::sandbox::snapshot::Instrumented;
+use crate::sandbox::{LoadedAdapter, WasmAdapter, load};
 use crate::trace::TraceLog;
 
 /// `replays.jsonl`: one line per `sandloop replay` of the run.
@@ -292,7 +293,11 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         args.cache_dir.clone(),
         args.no_cache,
     );
-    let (engine, config) = open_sandbox(sandbox_config(&sandbox, 2)?)?;
+    let mut config = sandbox_config(&sandbox, 2)?;
+    // As in the run that wrote it: a snapshot is compiled beside the
+    // instrumented component, whose functions it reuses.
+    config.incremental_compilation = state_file.kind == DurableKind::Snapshot;
+    let (engine, config) = open_sandbox(config)?;
     let loaded = Arc::new(load(&adapter_path, engine, config).map_err(|error| match error {
         crate::sandbox::LoadError::Read { .. } if args.adapter.is_none() => input(format!(
             "{error}; the run's component moved? give it with --adapter (its sha256 must match the run's)"
@@ -327,15 +332,24 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     let target_branch = format!("replay-{replay_number}:{}", args.item);
     let metrics = Arc::new(ReplayMetricLedger::new());
     let mut registry = ReplayPointRegistry::new(MemoryAgentStateStore::new(), Arc::clone(&metrics));
-    let mut adapter = WasmAdapter::new(Arc::clone(&loaded), "replay", None);
     let import_started = Instant::now();
-    let adopted = adopt_durable_point(
-        &mut adapter,
-        &mut registry,
-        &line.point,
-        &line.execution_group_id,
-        &state,
-    );
+    let (mut adapter, snapshot) = match (state_file.kind, state_file.binding_token) {
+        (DurableKind::Snapshot, Some(token)) => {
+            let (adapter, compile) = snapshot_adapter(&loaded, &state, &state_file.sha256)?;
+            (adapter, Some((token, compile)))
+        }
+        _ => (WasmAdapter::new(Arc::clone(&loaded), "replay", None), None),
+    };
+    let adopted = match snapshot {
+        Some((token, _)) => adopt_snapshot_point(&mut adapter, &mut registry, &line.point, token),
+        None => adopt_durable_point(
+            &mut adapter,
+            &mut registry,
+            &line.point,
+            &line.execution_group_id,
+            &state,
+        ),
+    };
     let import_minutes = import_started.elapsed().as_secs_f64() / 60.0;
     let mut trace = TraceLog::fork(
         &line.point.cursor.trace_id,
@@ -388,6 +402,8 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
             "fidelity_filtered": selection.fidelity_filtered,
         },
         "import_minutes": import_minutes,
+        "restored_from": state_file.kind,
+        "snapshot_compile": snapshot.map(|(_, compile)| compile),
         "restore": restore,
         "succeeded": succeeded,
         "outcome": result,
@@ -409,6 +425,35 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
             args.item
         ))),
     }
+}
+
+/// An adapter over the point's snapshot component `bytes` (sha256
+/// `sha256`): `loaded` is instrumented (through the compile cache, as in
+/// the run) and the snapshot compiled beside it. Returns the adapter, not
+/// yet instantiated, and what the two steps cost (`instrument_ms`,
+/// `compile_ms`, `cache` of the instrumented component).
+fn snapshot_adapter(
+    loaded: &LoadedAdapter,
+    bytes: &[u8],
+    sha256: &str,
+) -> Result<(WasmAdapter, Value), CliError> {
+    let failed = |error: crate::sandbox::snapshot::SnapshotError| {
+        CliError::Failed(format!("cannot load the replay point's snapshot: {error}"))
+    };
+    let instrumented = Instrumented::load(loaded).map_err(failed)?;
+    let compiled = instrumented
+        .compile_snapshot_bytes(bytes, sha256)
+        .map_err(failed)?;
+    let cost = json!({
+        "instrument_ms": instrumented.info.compile.as_secs_f64() * 1000.0
+            + instrumented.info.instrument.as_secs_f64() * 1000.0,
+        "instrumented_cache": instrumented.info.cache,
+        "compile_ms": (compiled.compile + compiled.image).as_secs_f64() * 1000.0,
+    });
+    Ok((
+        WasmAdapter::new(Arc::clone(compiled.loaded()), "replay", None),
+        cost,
+    ))
 }
 
 /// What `replays.jsonl` already holds, read once.
@@ -584,6 +629,18 @@ fn print_report(
             }
             say(&format!("  outcome    failed: {error}"));
         }
+    }
+    if let Some(compile) = report["snapshot_compile"].as_object() {
+        let ms = |key: &str| compile.get(key).and_then(Value::as_f64).unwrap_or(0.0);
+        say(&format!(
+            "  snapshot   restored from the point's snapshot component: instrumented in {:.0} ms ({}), compiled in {:.0} ms",
+            ms("instrument_ms"),
+            compile
+                .get("instrumented_cache")
+                .and_then(Value::as_str)
+                .unwrap_or("?"),
+            ms("compile_ms"),
+        ));
     }
     say(&format!(
         "  time       import {:.2} ms, restore {:.2} ms, equivalence {:.2} ms, suffix {:.2} ms",

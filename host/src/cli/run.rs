@@ -22,7 +22,7 @@ use crate::harness::{
 };
 use crate::replay::ReplayMetricLedger;
 use crate::replay::durable::{POINTS_FILE, ReplayStore, STATES_DIR, cut_back_points};
-use crate::sandbox::snapshot::Instrumented;
+use crate::sandbox::snapshot::{ForkKind, Instrumented, auto_fork};
 use crate::sandbox::{
     CallLog, CallObserver, DirGrant, LoadedAdapter, ReplayOptions, SandboxConfig, WasmAdapter, load,
 };
@@ -747,17 +747,10 @@ fn snapshot_forks(
         }
         ForkArg::State => false,
         ForkArg::Snapshot => true,
-        ForkArg::Auto => !protocols.replay_children,
+        ForkArg::Auto => auto_fork(&protocols) == Some(ForkKind::Snapshot),
     };
     if !snapshot {
         return Ok(None);
-    }
-    if protocols.child_risk {
-        eprintln!(
-            "sandloop run: warning: --fork snapshot does not apply {}'s child-risk policies \
-             (they assess replay-children children); --fork state does",
-            args.adapter.display()
-        );
     }
     Instrumented::load(loaded)
         .map(|instrumented| Some(Arc::new(instrumented)))

@@ -1,8 +1,9 @@
 //! Durable replay points in a run directory: `replay-points.jsonl` (one
-//! public record per point, written when its group finished) and
-//! `replay-points/<id>.bin` (the adapter's exported state) with
-//! `<id>.items.json` (the group's items, so a suffix can run again in
-//! another process).
+//! public record per point, written when its group finished) and, per
+//! point, either `replay-points/<id>.bin` (the adapter's exported state) or
+//! `replay-points/<id>.wasm` (a snapshot component of the live instance,
+//! when the run forked its children by snapshot), with `<id>.items.json`
+//! (the group's items, so a suffix can run again in another process).
 //!
 //! Point ids are deterministic per arm, epoch and group, so a resumed run
 //! that runs a group again writes the same files; readers keep the last
@@ -25,10 +26,30 @@ pub const POINTS_FILE: &str = "replay-points.jsonl";
 /// `replay-points/`, the folder of durable states.
 pub const STATES_DIR: &str = "replay-points";
 
-/// Where a point's exported state is, and how to check it.
+/// What a durable point's file holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DurableKind {
+    /// The bytes `export-replay-state` gave; a later process rebuilds the
+    /// binding with `import-replay-state` in a fresh instance.
+    #[default]
+    State,
+    /// A snapshot component of the instance that captured the point (its
+    /// linear memories and globals baked in as data); a later process
+    /// instantiates it and asks `resume-binding` for the binding named by
+    /// [`DurableState::binding_token`].
+    Snapshot,
+}
+
+/// Where a point's durable form is, and how to check it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DurableState {
-    /// Path relative to the run directory, `replay-points/<id>.bin`.
+    /// What the file holds; `state` when absent (lines written before
+    /// snapshot points existed).
+    #[serde(default)]
+    pub kind: DurableKind,
+    /// Path relative to the run directory: `replay-points/<id>.bin` for a
+    /// state, `replay-points/<id>.wasm` for a snapshot.
     pub file: String,
     /// sha256 of the file, lowercase hex.
     pub sha256: String,
@@ -38,6 +59,10 @@ pub struct DurableState {
     pub items_file: String,
     /// sha256 of the items file, lowercase hex.
     pub items_sha256: String,
+    /// For a snapshot: the token `binding-token` gave for the point's
+    /// binding, which `resume-binding` takes in the snapshot's instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding_token: Option<u64>,
 }
 
 /// One line of `replay-points.jsonl`: the point's public record
@@ -167,19 +192,55 @@ impl ReplayStore {
     /// Write `state` and the group's `items` for point `id`, each atomically
     /// (a temporary file renamed into place).
     pub fn write_state(&self, id: &str, state: &[u8], items: &[Item]) -> io::Result<DurableState> {
+        self.write_durable(id, DurableKind::State, state, items, None)
+    }
+
+    /// Write the snapshot component `component` of point `id`, whose
+    /// binding answers to `binding_token`, and the group's `items`, each
+    /// atomically.
+    pub fn write_snapshot(
+        &self,
+        id: &str,
+        component: &[u8],
+        binding_token: u64,
+        items: &[Item],
+    ) -> io::Result<DurableState> {
+        self.write_durable(
+            id,
+            DurableKind::Snapshot,
+            component,
+            items,
+            Some(binding_token),
+        )
+    }
+
+    fn write_durable(
+        &self,
+        id: &str,
+        kind: DurableKind,
+        bytes: &[u8],
+        items: &[Item],
+        binding_token: Option<u64>,
+    ) -> io::Result<DurableState> {
         let dir = self.root.join(STATES_DIR);
         std::fs::create_dir_all(&dir)?;
-        let file = format!("{STATES_DIR}/{id}.bin");
+        let extension = match kind {
+            DurableKind::State => "bin",
+            DurableKind::Snapshot => "wasm",
+        };
+        let file = format!("{STATES_DIR}/{id}.{extension}");
         let items_file = format!("{STATES_DIR}/{id}.items.json");
-        write_file(&self.root.join(&file), state)?;
+        write_file(&self.root.join(&file), bytes)?;
         let items_json = serde_json::to_vec(items).map_err(io::Error::other)?;
         write_file(&self.root.join(&items_file), &items_json)?;
         Ok(DurableState {
+            kind,
             file,
-            sha256: sha256_hex(state),
-            size_bytes: state.len() as u64,
+            sha256: sha256_hex(bytes),
+            size_bytes: bytes.len() as u64,
             items_file,
             items_sha256: sha256_hex(&items_json),
+            binding_token,
         })
     }
 
@@ -298,6 +359,7 @@ pub fn cut_back_points(root: &Path, next_epoch: u32) -> io::Result<usize> {
                 {
                     let dir = root.join(STATES_DIR);
                     let _ = std::fs::remove_file(dir.join(format!("{id}.bin")));
+                    let _ = std::fs::remove_file(dir.join(format!("{id}.wasm")));
                     let _ = std::fs::remove_file(dir.join(format!("{id}.items.json")));
                 }
             }
@@ -365,12 +427,22 @@ pub fn read_jsonl(
     Ok(())
 }
 
-/// Read a durable state and the group's items, checking the state's size
-/// and sha256 against the record.
+/// Read a durable state (or snapshot component) and the group's items,
+/// checking the file's size and sha256 against the record, and that a
+/// snapshot names its binding token.
 pub fn read_durable_state(
     root: &Path,
     durable: &DurableState,
 ) -> Result<(Vec<u8>, Vec<Item>), DurableError> {
+    if durable.kind == DurableKind::Snapshot && durable.binding_token.is_none() {
+        return Err(DurableError::Tampered {
+            path: root.join(POINTS_FILE).display().to_string(),
+            what: format!(
+                "the snapshot point {} has no durable_state.binding_token",
+                durable.file
+            ),
+        });
+    }
     for name in [&durable.file, &durable.items_file] {
         if !is_state_file_name(name) {
             return Err(DurableError::Tampered {
@@ -520,21 +592,66 @@ mod tests {
     }
 
     #[test]
+    fn snapshot_points_keep_their_kind_and_binding_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ReplayStore::new(dir.path());
+        let item: Item = serde_json::from_str(r#"{"item_id":"s"}"#).unwrap();
+        let durable = store
+            .write_snapshot("rp-1", b"\0asm\x0d\0\x01\0", 42, &[item])
+            .unwrap();
+        assert_eq!(durable.kind, DurableKind::Snapshot);
+        assert_eq!(durable.file, "replay-points/rp-1.wasm");
+        assert_eq!(durable.binding_token, Some(42));
+        let mut point = line("rp-1", Lifecycle::Released);
+        point.durable_state = Some(durable.clone());
+        store.append_point(&point);
+        let text = std::fs::read_to_string(dir.path().join(POINTS_FILE)).unwrap();
+        assert!(text.contains(r#""kind":"snapshot""#), "{text}");
+        assert!(text.contains(r#""binding_token":42"#), "{text}");
+        assert_eq!(load_points(dir.path()).unwrap()[0], point);
+        let (bytes, items) = read_durable_state(dir.path(), &durable).unwrap();
+        assert_eq!(bytes.len(), 8);
+        assert_eq!(items[0]["item_id"], "s");
+
+        // A line without `kind` (written before snapshots) is a state, and a
+        // snapshot that lost its token is refused by name.
+        let legacy: DurableState = serde_json::from_value(serde_json::json!({
+            "file": "replay-points/rp-0.bin", "sha256": "00", "size_bytes": 1,
+            "items_file": "replay-points/rp-0.items.json", "items_sha256": "00",
+        }))
+        .unwrap();
+        assert_eq!(legacy.kind, DurableKind::State);
+        assert_eq!(legacy.binding_token, None);
+        let mut tokenless = durable;
+        tokenless.binding_token = None;
+        let error = read_durable_state(dir.path(), &tokenless)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("binding_token"), "{error}");
+    }
+
+    #[test]
     fn resume_drops_the_points_of_epochs_that_run_again() {
         let dir = tempfile::tempdir().unwrap();
         let store = ReplayStore::new(dir.path());
         for (id, epoch) in [("rp-a", 1), ("rp-b", 2), ("rp-c", 3)] {
             let mut point = line(id, Lifecycle::Released);
             point.epoch = epoch;
-            point.durable_state = Some(store.write_state(id, b"x", &[]).unwrap());
+            point.durable_state = Some(if epoch == 3 {
+                store.write_snapshot(id, b"\0asm", 7, &[]).unwrap()
+            } else {
+                store.write_state(id, b"x", &[]).unwrap()
+            });
             store.append_point(&point);
         }
+        assert!(dir.path().join("replay-points/rp-c.wasm").exists());
         assert_eq!(cut_back_points(dir.path(), 2).unwrap(), 2);
         let points = load_points(dir.path()).unwrap();
         assert_eq!(points.len(), 1);
         assert_eq!(points[0].point.replay_point_id, "rp-a");
         assert!(dir.path().join("replay-points/rp-a.bin").exists());
         assert!(!dir.path().join("replay-points/rp-b.bin").exists());
+        assert!(!dir.path().join("replay-points/rp-c.wasm").exists());
         assert!(!dir.path().join("replay-points/rp-c.items.json").exists());
         assert_eq!(cut_back_points(dir.path(), 2).unwrap(), 0);
     }

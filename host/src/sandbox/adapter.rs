@@ -34,7 +34,9 @@ mod children;
 mod replay;
 mod snapshot_children;
 pub use children::{MAX_CHILDREN_PER_FORK, WasmChild, WasmChildForker};
-pub use replay::{BindingHandle, ReplayOptions, adopt_durable_point, point_id_for};
+pub use replay::{
+    BindingHandle, ReplayOptions, adopt_durable_point, adopt_snapshot_point, point_id_for,
+};
 use replay::{GroupPoint, ReplayLane};
 
 /// What one call left behind besides its result, handed to a

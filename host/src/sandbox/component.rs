@@ -137,6 +137,11 @@ pub struct Examined {
 }
 
 impl Examined {
+    /// The protocols whose interfaces fit the contract.
+    pub fn protocols(&self) -> Protocols {
+        self.protocols
+    }
+
     /// Why the component cannot be loaded (its contract problems first,
     /// then an import the sandbox does not provide), or `None` when it can.
     pub fn error(&self) -> Option<LoadError> {

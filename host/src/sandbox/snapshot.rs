@@ -257,6 +257,32 @@ pub struct InstrumentInfo {
     pub cache: CacheOutcome,
 }
 
+/// How `sandloop run --fork auto` forks a group's children from its replay
+/// point, given the component's protocols: by state transfer when it
+/// exports `replay-children` (cheaper per child, and what its `child-risk`
+/// policy was written for), else by snapshot when it exports `replay`;
+/// `None` when it has no replay points to fork from.
+pub fn auto_fork(protocols: &Protocols) -> Option<ForkKind> {
+    if !protocols.replay {
+        None
+    } else if protocols.replay_children {
+        Some(ForkKind::State)
+    } else {
+        Some(ForkKind::Snapshot)
+    }
+}
+
+/// How children are forked from a replay point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForkKind {
+    /// The adapter exports its state and each child adopts it
+    /// (`replay-children`).
+    State,
+    /// Each child is a fresh instance of a snapshot of the live parent.
+    Snapshot,
+}
+
 /// A component prepared for snapshots: the original bytes (wizer's
 /// rewrite starts from them), the instrumented component compiled and
 /// linked as a [`LoadedAdapter`] with the original's protocols, and one
@@ -593,14 +619,28 @@ impl Instrumented {
     ///
     /// Errors: [`SnapshotError::Compile`] or [`SnapshotError::Link`].
     pub fn compile_snapshot(&self, snapshot: &Snapshot) -> Result<CompiledSnapshot, SnapshotError> {
-        let what = format!("snapshot {}", &snapshot.sha256[..12]);
+        self.compile_snapshot_bytes(&snapshot.bytes, &snapshot.sha256)
+    }
+
+    /// [`Instrumented::compile_snapshot`] for a snapshot component's
+    /// `bytes` with their `sha256` (lowercase hex), e.g. a durable replay
+    /// point read back from a run directory. A snapshot of another
+    /// component fails to link or to export the original's interfaces.
+    ///
+    /// Errors: [`SnapshotError::Compile`] or [`SnapshotError::Link`].
+    pub fn compile_snapshot_bytes(
+        &self,
+        bytes: &[u8],
+        sha256: &str,
+    ) -> Result<CompiledSnapshot, SnapshotError> {
+        let what = format!("snapshot {}", &sha256[..12.min(sha256.len())]);
         let started = Instant::now();
         let (loaded, cache) = load_derived(
             &self.component,
             &self.loaded,
             &self.linker,
-            &snapshot.bytes,
-            &snapshot.sha256,
+            bytes,
+            sha256,
             None,
             &what,
             format!("{} ({what})", self.component),
@@ -618,7 +658,7 @@ impl Instrumented {
             })?;
         Ok(CompiledSnapshot {
             loaded: Arc::new(loaded),
-            sha256: snapshot.sha256.clone(),
+            sha256: sha256.to_owned(),
             cache,
             compile,
             image: started.elapsed(),

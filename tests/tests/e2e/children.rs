@@ -302,22 +302,31 @@ fn markdown_explorer_runs_variants_as_children_and_denies_oversized_edits() {
     )
     .unwrap();
     let catalog = workspace_file("examples/markdown-explorer/catalog.json");
-    let out = dir.path().join("out");
     let grant = format!("{}::/docs:ro", s(&docs));
+    // The same policy screens children forked by state and by snapshot.
+    for fork in ["state", "snapshot"] {
+        check_screened_children(dir.path(), &grant, &catalog, fork);
+    }
+}
+
+fn check_screened_children(dir: &Path, grant: &str, catalog: &Path, fork: &str) {
+    let out = dir.join(fork);
     let output = run(&[
         "run",
         "--adapter",
         MARKDOWN_EXPLORER,
         "--dir",
-        &grant,
+        grant,
         "--variants",
-        s(&catalog),
+        s(catalog),
         "--child-workers",
         "2",
+        "--fork",
+        fork,
         "--out",
         s(&out),
     ]);
-    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(code(&output), 0, "{fork}: {}", stderr(&output));
     let records = records(&out);
     let variants: Vec<&Value> = records
         .iter()
@@ -328,7 +337,7 @@ fn markdown_explorer_runs_variants_as_children_and_denies_oversized_edits() {
         .iter()
         .filter(|r| r.get("adapter_error").is_some())
         .collect();
-    assert_eq!(denied.len(), 1, "only the oversized edit is denied");
+    assert_eq!(denied.len(), 1, "{fork}: only the oversized edit is denied");
     assert_eq!(denied[0]["variant_spec_id"], "license-duplicate-eight");
     assert_eq!(denied[0]["adapter_error"]["type"], "replay_risk_denied");
     assert_eq!(
@@ -337,6 +346,7 @@ fn markdown_explorer_runs_variants_as_children_and_denies_oversized_edits() {
     );
     for record in variants.iter().filter(|r| r.get("adapter_error").is_none()) {
         assert_eq!(record["replay"]["isolated"], true, "{record}");
+        assert_eq!(record["replay"]["fork"], fork, "{record}");
         assert_eq!(record["replay"]["achieved_fidelity"], "exact");
         assert_eq!(
             record["replay"]["outcome_assessment"]["policy_id"],
@@ -420,6 +430,71 @@ fn snapshot_forks_run_each_child_in_its_own_copy_of_the_parent() {
     let replay = summary_replay(&out);
     assert_eq!(replay["child_session_fork_success_count"], 5, "{replay}");
     assert_eq!(replay["child_session_release_success_count"], 5, "{replay}");
+
+    // The snapshot is the point's durable form, not an exported state.
+    let durable = &points[0]["durable_state"];
+    assert_eq!(durable["kind"], "snapshot", "{durable}");
+    assert_eq!(durable["sha256"], snapshot["sha256"]);
+    assert_eq!(durable["size_bytes"], snapshot["bytes"]);
+    assert!(durable["binding_token"].as_u64().is_some(), "{durable}");
+    let file = out.join(durable["file"].as_str().unwrap());
+    assert!(file.extension().is_some_and(|e| e == "wasm"), "{file:?}");
+    assert!(!out.join("replay-points").read_dir().unwrap().any(|entry| {
+        entry
+            .unwrap()
+            .path()
+            .extension()
+            .is_some_and(|e| e == "bin")
+    }));
+
+    // A later process replays a child's item from that snapshot: the
+    // instance starts as the parent was at the capture, the binding is
+    // resumed by its token and checked against the captured digest.
+    for (round, id) in ["ok-2", "ok-1"].into_iter().enumerate() {
+        let child = variant(&records, id);
+        let output = run(&[
+            "replay",
+            "--run",
+            s(&out),
+            "--item",
+            child["item_id"].as_str().unwrap(),
+            "--json",
+        ]);
+        assert_eq!(code(&output), 0, "{id}: {}", stderr(&output));
+        let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+        assert_eq!(report["restored_from"], "snapshot", "{report}");
+        assert!(report["snapshot_compile"]["compile_ms"].as_f64().unwrap() > 0.0);
+        assert_eq!(report["restore"]["achieved_fidelity"], "exact", "{report}");
+        assert_eq!(report["restore"]["equivalent"], true, "{report}");
+        let record = &report["outcome"]["record"];
+        assert_eq!(record["via"], "replay", "{id}: {record}");
+        assert_eq!(
+            record["counter_before"], seed["counter_before"],
+            "{id}: the replay starts from the point, whatever ran since"
+        );
+        assert_eq!(
+            record["observation_keys"], child["observation_keys"],
+            "{id}"
+        );
+        assert_eq!(
+            jsonl(&out.join("replays.jsonl")).len(),
+            round + 1,
+            "one line per replay"
+        );
+    }
+
+    // A snapshot file changed after the run is refused by name.
+    let mut bytes = std::fs::read(&file).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&file, &bytes).unwrap();
+    let output = run(&["replay", "--run", s(&out), "--item", "s~ok-1"]);
+    assert_eq!(code(&output), 2, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("was changed after the run wrote it"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
@@ -447,27 +522,15 @@ fn markdown_explorer_gives_the_same_records_forked_by_snapshot_or_by_state() {
             s(&out),
         ]);
         assert_eq!(code(&output), 0, "{fork}: {}", stderr(&output));
-        if fork == "snapshot" {
-            assert!(
-                stderr(&output).contains("does not apply")
-                    && stderr(&output).contains("child-risk"),
-                "the unscreened risk policy is said: {}",
-                stderr(&output)
-            );
-        }
-        // What legitimately differs: timings, the fork, and the risk
-        // screens snapshot children do not get.
+        // What legitimately differs: timings and the fork. The risk
+        // policy screens snapshot children as it screens state forks.
         let comparable: std::collections::BTreeMap<String, Value> = records(&out)
             .into_iter()
             .map(|mut record| {
                 let map = record.as_object_mut().unwrap();
                 map.remove("duration_minutes");
                 if let Some(Value::Object(replay)) = map.get_mut("replay") {
-                    replay.retain(|key, _| {
-                        !key.ends_with("_minutes")
-                            && !["fork", "intent_assessment", "outcome_assessment"]
-                                .contains(&key.as_str())
-                    });
+                    replay.retain(|key, _| !key.ends_with("_minutes") && key != "fork");
                 }
                 (map["item_id"].as_str().unwrap().to_string(), record)
             })
@@ -484,6 +547,18 @@ fn markdown_explorer_gives_the_same_records_forked_by_snapshot_or_by_state() {
         .filter(|record| record["replay"]["isolated"] == true)
         .count();
     assert!(children >= 10, "variants ran as children: {children}");
+    let screened = |outcome: &str| {
+        snapshot
+            .values()
+            .filter(|record| record["replay"][outcome]["policy_id"].is_string())
+            .count()
+    };
+    assert_eq!(screened("intent_assessment"), children, "every intent");
+    let denied = snapshot
+        .values()
+        .filter(|record| record["adapter_error"]["type"] == "replay_risk_denied")
+        .count();
+    assert_eq!(screened("outcome_assessment"), children - denied);
     for (id, record) in snapshot {
         assert_eq!(record, &state[id], "{id}");
     }

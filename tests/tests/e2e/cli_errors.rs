@@ -8,9 +8,17 @@ use sandloop_tests::{HELLO_ADAPTER, HOSTILE_ADAPTER, MARKDOWN_EXPLORER};
 
 #[test]
 fn inspect_reports_protocols_from_exports() {
-    for (component, protocols) in [
-        (HELLO_ADAPTER, json!(["legacy"])),
-        (HOSTILE_ADAPTER, json!(["legacy", "recoverable-v0"])),
+    for (component, protocols, forks) in [
+        (
+            HELLO_ADAPTER,
+            json!(["legacy"]),
+            json!({"state": false, "snapshot": false, "auto": null}),
+        ),
+        (
+            HOSTILE_ADAPTER,
+            json!(["legacy", "recoverable-v0"]),
+            json!({"state": false, "snapshot": false, "auto": null}),
+        ),
         (
             MARKDOWN_EXPLORER,
             json!([
@@ -22,12 +30,16 @@ fn inspect_reports_protocols_from_exports() {
                 "seeds",
                 "variants"
             ]),
+            json!({"state": true, "snapshot": true, "auto": "state"}),
         ),
     ] {
         let output = run(&["inspect", component, "--json"]);
         assert_eq!(code(&output), 0, "{}", stderr(&output));
         let info: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
         assert_eq!(info["protocols"], protocols, "{component}");
+        for (key, expected) in forks.as_object().unwrap() {
+            assert_eq!(&info["forks"][key], expected, "{component}: forks.{key}");
+        }
         assert_eq!(
             info["size_bytes"],
             std::fs::metadata(component).unwrap().len()
@@ -37,6 +49,15 @@ fn inspect_reports_protocols_from_exports() {
     let text = stdout(&run(&["inspect", MARKDOWN_EXPLORER]));
     assert!(
         text.contains("sandloop:adapter/episode-groups@0.2.0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("forks      state, snapshot; --fork auto forks by state"),
+        "{text}"
+    );
+    let text = stdout(&run(&["inspect", HELLO_ADAPTER]));
+    assert!(
+        text.contains("forks      none (no `replay` export"),
         "{text}"
     );
 }

@@ -111,22 +111,7 @@ impl ChildForker for WasmChildForker<'_> {
             self.parent.observer.clone(),
         );
         adapter.epoch = self.ctx.epoch;
-        let wit_request = replay_children::ForkRequest {
-            replay_point_id: request.replay_point_id.clone(),
-            child_id: request.child_id.clone(),
-            target_branch_id: request.target_branch_id.clone(),
-            minimum_fidelity: to_wit_fidelity(request.minimum_fidelity),
-        };
-        let state = Arc::clone(&self.state);
-        let (result, _) =
-            adapter.call("fork-replay-child", Some(&request.child_id), None, |live| {
-                let guest = live
-                    .replay_children
-                    .as_ref()
-                    .expect("forkers exist only for components exporting replay-children");
-                guest.call_fork_replay_child(&mut live.store, &state, &wit_request)
-            });
-        let lease = result?.map_err(declared)?;
+        let lease = adapter.fork_replay_child(&self.state, request)?;
         let (trace_id, after, next) = &self.fork_at;
         Ok(ChildLease {
             receipt: receipt_from_wit(lease.receipt),
@@ -147,11 +132,69 @@ impl ChildForker for WasmChildForker<'_> {
 
 type Guests<'a> = (
     &'a replay_children::Guest,
-    Option<&'a child_risk::Guest>,
     &'a mut wasmtime::Store<crate::sandbox::host_state::HostState>,
 );
 
 impl WasmAdapter {
+    /// `fork-replay-child`: adopt `state` (from `export-replay-state`) as
+    /// this instance's child for `request`. The instance must be fresh or
+    /// a snapshot child's (the call instantiates it when needed).
+    pub(super) fn fork_replay_child(
+        &mut self,
+        state: &[u8],
+        request: &ForkRequest,
+    ) -> Result<replay_children::ChildLease, AdapterError> {
+        if self.loaded.indices.replay_children.is_none() {
+            return Err(Self::missing("replay-children.fork-replay-child"));
+        }
+        let wit_request = replay_children::ForkRequest {
+            replay_point_id: request.replay_point_id.clone(),
+            child_id: request.child_id.clone(),
+            target_branch_id: request.target_branch_id.clone(),
+            minimum_fidelity: to_wit_fidelity(request.minimum_fidelity),
+        };
+        let (result, _) = self.call("fork-replay-child", Some(&request.child_id), None, |live| {
+            let guest = live.replay_children.as_ref().expect("checked above");
+            guest.call_fork_replay_child(&mut live.store, state, &wit_request)
+        });
+        result?.map_err(declared)
+    }
+
+    /// The adapter's `child-risk` verdict, in this child's instance, on the
+    /// intent of child `child_id` (`outcome` none) or on the outcome it
+    /// produced. Shared by state and snapshot children.
+    pub(super) fn assess_child(
+        &mut self,
+        child_id: &str,
+        trace: &mut Option<TraceLog>,
+        intent: &Map<String, Value>,
+        outcome: Option<&Record>,
+    ) -> Result<RiskAssessment, AdapterError> {
+        let intent = object_json(intent);
+        let outcome = outcome.map(object_json);
+        let name = if outcome.is_some() {
+            "assess-replay-child-outcome"
+        } else {
+            "assess-replay-child-intent"
+        };
+        let assessment = self.child_call(name, child_id, trace, false, |live| {
+            let risk = live
+                .child_risk
+                .as_ref()
+                .expect("asked only of components exporting child-risk");
+            match &outcome {
+                None => risk.call_assess_replay_child_intent(&mut live.store, child_id, &intent),
+                Some(outcome) => risk.call_assess_replay_child_outcome(
+                    &mut live.store,
+                    child_id,
+                    &intent,
+                    outcome,
+                ),
+            }
+        })?;
+        Ok(assessment_from_wit(assessment))
+    }
+
     /// Call `name` in this child instance (threading the child's trace
     /// through `trace` when `traced`), or say the instance is gone: a
     /// child's instance is not replaced after a failure. Shared by state
@@ -182,8 +225,8 @@ impl WasmAdapter {
 }
 
 impl WasmChild {
-    /// Call `name` in the child's instance with its `replay-children` (and
-    /// `child-risk`) exports.
+    /// Call `name` in the child's instance with its `replay-children`
+    /// export.
     fn child_call<R>(
         &mut self,
         name: &'static str,
@@ -196,7 +239,7 @@ impl WasmChild {
                     .replay_children
                     .as_ref()
                     .expect("a child implies the replay-children export");
-                body((children, live.child_risk.as_ref(), &mut live.store))
+                body((children, &mut live.store))
             })
     }
 }
@@ -211,9 +254,7 @@ impl ChildSession for WasmChild {
         let report = self.child_call(
             "validate-replay-child-equivalence",
             false,
-            |(guest, _, store)| {
-                guest.call_validate_replay_child_equivalence(store, child, &receipt)
-            },
+            |(guest, store)| guest.call_validate_replay_child_equivalence(store, child, &receipt),
         )?;
         Ok(report_from_wit(report))
     }
@@ -222,21 +263,15 @@ impl ChildSession for WasmChild {
         &mut self,
         intent: &Map<String, Value>,
     ) -> Result<RiskAssessment, AdapterError> {
-        let intent = object_json(intent);
-        let child_id = self.child_id.clone();
-        let assessment =
-            self.child_call("assess-replay-child-intent", false, |(_, risk, store)| {
-                let risk = risk.expect("asked only with child-risk");
-                risk.call_assess_replay_child_intent(store, &child_id, &intent)
-            })?;
-        Ok(assessment_from_wit(assessment))
+        self.adapter
+            .assess_child(&self.child_id, &mut self.trace, intent, None)
     }
 
     fn run(&mut self, task: &Item) -> Result<Record, AdapterError> {
         let json = to_json(task);
         let wit_ctx = self.adapter.context(&self.ctx);
         let child = self.child;
-        let text = self.child_call("run-replay-child", true, |(guest, _, store)| {
+        let text = self.child_call("run-replay-child", true, |(guest, store)| {
             guest.call_run_replay_child(store, child, &json, &wit_ctx)
         })?;
         parse_record(
@@ -251,15 +286,8 @@ impl ChildSession for WasmChild {
         intent: &Map<String, Value>,
         outcome: &Record,
     ) -> Result<RiskAssessment, AdapterError> {
-        let intent = object_json(intent);
-        let outcome = object_json(outcome);
-        let child_id = self.child_id.clone();
-        let assessment =
-            self.child_call("assess-replay-child-outcome", false, |(_, risk, store)| {
-                let risk = risk.expect("asked only with child-risk");
-                risk.call_assess_replay_child_outcome(store, &child_id, &intent, &outcome)
-            })?;
-        Ok(assessment_from_wit(assessment))
+        self.adapter
+            .assess_child(&self.child_id, &mut self.trace, intent, Some(outcome))
     }
 
     fn trace_end(&self) -> Option<u64> {
@@ -273,7 +301,7 @@ impl ChildSession for WasmChild {
             return Ok(());
         }
         let child = self.child;
-        self.child_call("release-replay-child", false, |(guest, _, store)| {
+        self.child_call("release-replay-child", false, |(guest, store)| {
             guest.call_release_replay_child(store, child)
         })?;
         self.released = true;

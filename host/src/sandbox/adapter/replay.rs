@@ -331,8 +331,17 @@ impl WasmAdapter {
             && let Some(binding) = lane.registry.binding(&point_id).copied()
         {
             match self.snapshot_point(&instrumented, &binding) {
-                Ok(point) => {
+                Ok((point, component)) => {
                     line.snapshot = Some(point.to_record());
+                    // The snapshot is the point's durable form: a later
+                    // `sandloop replay` instantiates it and resumes the
+                    // binding, with no export from the adapter.
+                    if let Some(store) = &lane.options.store {
+                        match store.write_snapshot(&point_id, &component, point.token, items) {
+                            Ok(durable) => line.durable_state = Some(durable),
+                            Err(error) => line.durable_error = Some(error.to_string()),
+                        }
+                    }
                     snapshot = Some(Arc::new(point));
                 }
                 Err(error) => line.snapshot_error = Some(error),
@@ -343,6 +352,7 @@ impl WasmAdapter {
             && self.loaded.indices.replay_children.is_some();
         let mut state = None;
         if let Some(binding) = lane.registry.binding(&point_id)
+            && snapshot.is_none()
             && (lane.options.store.is_some() || forks_children)
         {
             let binding = *binding;
@@ -660,5 +670,34 @@ pub fn adopt_durable_point(
     let lease = adapter
         .import_replay_state(state, &request)
         .map_err(|error| ReplayError::adapter(crate::replay::ReplayStage::Import, error))?;
+    registry.adopt(adapter, recorded, lease)
+}
+
+/// Rebuild a replay point from its durable snapshot (a point of a run that
+/// forked its children by snapshot) and register it in `registry`.
+/// `adapter` runs over the compiled snapshot component
+/// ([`CompiledSnapshot::loaded`](crate::sandbox::snapshot::CompiledSnapshot::loaded)),
+/// so its first call instantiates the instance as it was at the capture;
+/// `token` is the point's recorded `binding_token`. `resume-binding` hands
+/// back the binding, which the registry then restores and validates like
+/// any other: the adapter's projection digest must equal the captured one
+/// for `exact`. The snapshot counterpart of [`adopt_durable_point`].
+pub fn adopt_snapshot_point(
+    adapter: &mut WasmAdapter,
+    registry: &mut ReplayPointRegistry<BindingHandle, MemoryAgentStateStore>,
+    recorded: &ReplayPoint,
+    token: u64,
+) -> Result<ReplayPoint, ReplayError> {
+    let resource = adapter
+        .resume_binding(token, None)
+        .map_err(|error| ReplayError::adapter(crate::replay::ReplayStage::Import, error))?;
+    let lease = StateLease {
+        binding: Some(BindingHandle {
+            resource,
+            generation: adapter.generation,
+        }),
+        fidelity: recorded.fidelity,
+        projection_digest: recorded.captured_projection_digest.clone(),
+    };
     registry.adopt(adapter, recorded, lease)
 }

@@ -12,9 +12,14 @@
 //! `restore-replay-state` (the fork's receipt), `validate-replay-equivalence`
 //! (the adapter's projection digest against the captured one: exact
 //! fidelity where the adapter reports a digest) and `run-replay-suffix`.
-//! `child-risk` policies are not applied: they assess the children
-//! `replay-children` forks, which a snapshot child is not (`--fork auto`
-//! therefore forks by state transfer whenever `replay-children` exists).
+//! When the component exports `child-risk` (which needs `replay-children`),
+//! its policy screens every snapshot child as it screens state-forked ones:
+//! the child's instance also adopts the point's state as its replay child
+//! (`export-replay-state` of the resumed binding, then `fork-replay-child`
+//! under the child's id), so `assess-replay-child-intent` and
+//! `-outcome` find the child they judge by its id; the task itself runs on
+//! the resumed binding. (`--fork auto` forks such an adapter by state
+//! transfer anyway; this is for `--fork snapshot`.)
 //! Its instance is then dropped whole; `finalize-replay-suffix` is not
 //! called, since the working copy goes with the instance. The group runtime
 //! (`run_child_group_from`) is the same as for state-transfer forks.
@@ -72,13 +77,15 @@ impl SnapshotPoint {
 
 impl WasmAdapter {
     /// Snapshot this (instrumented) instance right after `binding` was
-    /// captured, and compile the snapshot. Errors say which step failed;
-    /// the point is then forked by state transfer or run from in place.
+    /// captured, and compile the snapshot. Returns the point and the
+    /// snapshot component's bytes (the point's durable form). Errors say
+    /// which step failed; the point is then forked by state transfer or
+    /// run from in place.
     pub(super) fn snapshot_point(
         &mut self,
         instrumented: &Instrumented,
         binding: &BindingHandle,
-    ) -> Result<SnapshotPoint, String> {
+    ) -> Result<(SnapshotPoint, Arc<[u8]>), String> {
         if !self.binding_alive(binding) {
             return Err("the binding's instance is gone".into());
         }
@@ -103,13 +110,34 @@ impl WasmAdapter {
         let compiled = instrumented
             .compile_snapshot(&snapshot)
             .map_err(|error| error.to_string())?;
-        Ok(SnapshotPoint {
+        let point = SnapshotPoint {
             compiled,
             token,
             bytes: snapshot.bytes.len(),
             snapshot_ms,
             compile_ms: started.elapsed().as_secs_f64() * 1000.0,
-        })
+        };
+        Ok((point, snapshot.bytes))
+    }
+}
+
+impl WasmAdapter {
+    /// `resume-binding`: the first call in an instance of a snapshot, a
+    /// new handle on the binding `token` named in the parent. `child_id`
+    /// labels the call in the adapter's logs.
+    pub(super) fn resume_binding(
+        &mut self,
+        token: u64,
+        child_id: Option<&str>,
+    ) -> Result<ResourceAny, AdapterError> {
+        if self.loaded.indices.replay.is_none() {
+            return Err(Self::missing("replay.resume-binding"));
+        }
+        let (result, _) = self.call("resume-binding", child_id, None, |live| {
+            let guest = live.replay.as_ref().expect("checked above");
+            guest.call_resume_binding(&mut live.store, token)
+        });
+        result?.map_err(declared)
     }
 }
 
@@ -134,11 +162,11 @@ pub struct SnapshotChild {
 impl ChildForker for SnapshotForker<'_> {
     type Session = SnapshotChild;
 
-    /// `child-risk` assesses the children `replay-children` forks (the
-    /// adapter finds them by child id); a snapshot child is not one, so its
-    /// intent and outcome are not screened.
+    /// Whether the component exports `child-risk` (and with it
+    /// `replay-children`, which it requires).
     fn has_risk_policy(&self) -> bool {
-        false
+        let indices = &self.parent.loaded.indices;
+        indices.child_risk.is_some() && indices.replay_children.is_some()
     }
 
     fn fork(&mut self, request: &ForkRequest) -> Result<ChildLease<SnapshotChild>, AdapterError> {
@@ -149,15 +177,7 @@ impl ChildForker for SnapshotForker<'_> {
             self.parent.observer.clone(),
         );
         adapter.epoch = self.ctx.epoch;
-        let token = self.point.token;
-        let (result, _) = adapter.call("resume-binding", Some(&request.child_id), None, |live| {
-            let guest = live
-                .replay
-                .as_ref()
-                .expect("snapshots are taken of replay adapters");
-            guest.call_resume_binding(&mut live.store, token)
-        });
-        let binding = result?.map_err(declared)?;
+        let binding = adapter.resume_binding(self.point.token, Some(&request.child_id))?;
         let restore = wit_replay::RestoreRequest {
             replay_point_id: request.replay_point_id.clone(),
             target_branch_id: request.target_branch_id.clone(),
@@ -173,6 +193,9 @@ impl ChildForker for SnapshotForker<'_> {
             },
         );
         let receipt = receipt_from_wit(result?.map_err(declared)?);
+        if self.has_risk_policy() {
+            adopt_screened_child(&mut adapter, binding, request)?;
+        }
         let (trace_id, after, next) = &self.fork_at;
         Ok(ChildLease {
             receipt,
@@ -215,13 +238,36 @@ impl SnapshotChild {
     }
 }
 
-/// The answer to a risk screen of a snapshot child, which the group
-/// runtime never asks for ([`SnapshotForker`] declares no risk policy).
-fn not_screened() -> AdapterError {
-    AdapterError::new(
-        ErrorType::InstanceLost,
-        "child-risk policies assess replay-children children; a snapshot child is not screened",
-    )
+/// Give a snapshot child's instance the replay child the adapter's
+/// `child-risk` policy looks up by `request.child_id`: the resumed
+/// `binding`'s exported state, adopted with `fork-replay-child`. The child
+/// resource stays in the instance until the instance is dropped.
+fn adopt_screened_child(
+    adapter: &mut WasmAdapter,
+    binding: ResourceAny,
+    request: &ForkRequest,
+) -> Result<(), AdapterError> {
+    let (result, _) = adapter.call(
+        "export-replay-state",
+        Some(&request.child_id),
+        None,
+        |live| {
+            let guest = live
+                .replay
+                .as_ref()
+                .expect("snapshots are taken of replay adapters");
+            guest.call_export_replay_state(&mut live.store, binding)
+        },
+    );
+    let state = result?.map_err(declared)?.ok_or_else(|| {
+        AdapterError::new(
+            ErrorType::ReplayContract,
+            "export-replay-state gave none in a snapshot child: its child-risk policy has \
+             no replay child to assess",
+        )
+    })?;
+    adapter.fork_replay_child(&state, request)?;
+    Ok(())
 }
 
 impl ChildSession for SnapshotChild {
@@ -239,9 +285,10 @@ impl ChildSession for SnapshotChild {
 
     fn assess_intent(
         &mut self,
-        _intent: &Map<String, Value>,
+        intent: &Map<String, Value>,
     ) -> Result<RiskAssessment, AdapterError> {
-        Err(not_screened())
+        self.adapter
+            .assess_child(&self.child_id, &mut self.trace, intent, None)
     }
 
     fn run(&mut self, task: &Item) -> Result<Record, AdapterError> {
@@ -260,10 +307,11 @@ impl ChildSession for SnapshotChild {
 
     fn assess_outcome(
         &mut self,
-        _intent: &Map<String, Value>,
-        _outcome: &Record,
+        intent: &Map<String, Value>,
+        outcome: &Record,
     ) -> Result<RiskAssessment, AdapterError> {
-        Err(not_screened())
+        self.adapter
+            .assess_child(&self.child_id, &mut self.trace, intent, Some(outcome))
     }
 
     fn trace_end(&self) -> Option<u64> {
