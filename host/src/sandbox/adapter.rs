@@ -95,7 +95,18 @@ struct Live {
     replay: Option<replay_wit::Guest>,
     replay_children: Option<replay_children_wit::Guest>,
     child_risk: Option<child_risk_wit::Guest>,
+    /// Bytes the instance's memories grew by for snapshots taken of it
+    /// ([`Snapshot::parent_growth_bytes`](crate::sandbox::snapshot::Snapshot::parent_growth_bytes)).
+    snapshot_growth: u64,
 }
+
+/// A parent instance whose snapshots grew its memory by more than this
+/// fraction of `--max-memory` is replaced after its group is released:
+/// wizer's accessors leave a page behind per memory read, and memories never
+/// shrink, so a lane that snapshots group after group would otherwise reach
+/// the limit. One in 8 of the limit (64 MiB of the default 512, about 512
+/// snapshots of a one-memory component) keeps the replacements rare.
+const SNAPSHOT_GROWTH_FRACTION: u64 = 8;
 
 /// One sandboxed adapter instance (replaced when poisoned).
 pub struct WasmAdapter {
@@ -150,7 +161,22 @@ impl WasmAdapter {
         self
     }
 
-    /// Instances created so far (1 + replacements after poisoning).
+    /// Replace the instance (the next call creates a fresh one) once the
+    /// snapshots taken of it have grown its memory past
+    /// 1/[`SNAPSHOT_GROWTH_FRACTION`] of the limit. Called between groups,
+    /// when no binding or group of the instance is alive.
+    fn recycle_after_snapshots(&mut self) {
+        let limit = self.loaded.config.max_memory_mib << 20;
+        if let Some(live) = &self.live
+            && live.snapshot_growth > 0
+            && live.snapshot_growth >= limit / SNAPSHOT_GROWTH_FRACTION
+        {
+            self.live = None;
+        }
+    }
+
+    /// Instances created so far (1 + replacements after poisoning or
+    /// after snapshots grew the memory).
     pub fn generation(&self) -> u64 {
         self.generation
     }
@@ -222,6 +248,7 @@ impl WasmAdapter {
                 .map_err(fail)?,
             store,
             instance,
+            snapshot_growth: 0,
         };
         self.live = Some(live);
         self.generation += 1;
@@ -632,6 +659,7 @@ impl EpisodeAdapter for WasmAdapter {
                 .expect("a live group implies the export");
             guest.call_release_episode_group(&mut live.store, handle.resource.get(), &wit_ctx)
         });
+        self.recycle_after_snapshots();
         result?.map_err(declared)
     }
 }

@@ -28,6 +28,22 @@ pub struct MemoryLimitExceeded {
 #[derive(Debug)]
 pub struct Limiter {
     memory_bytes: usize,
+    /// The largest size, bytes, any linear memory of the instance has been
+    /// granted (its initial size not counted until it first grows).
+    largest: usize,
+}
+
+impl Limiter {
+    /// The per-memory limit, bytes (`--max-memory`).
+    pub fn limit_bytes(&self) -> usize {
+        self.memory_bytes
+    }
+
+    /// The largest size, bytes, a linear memory of the instance has grown
+    /// to; 0 while none has grown.
+    pub fn largest_bytes(&self) -> usize {
+        self.largest
+    }
 }
 
 impl ResourceLimiter for Limiter {
@@ -43,6 +59,7 @@ impl ResourceLimiter for Limiter {
                 desired_mib: desired.div_ceil(1 << 20) as u64,
             }));
         }
+        self.largest = self.largest.max(desired);
         Ok(true)
     }
 
@@ -116,6 +133,7 @@ impl HostState {
             table: ResourceTable::new(),
             limiter: Limiter {
                 memory_bytes: (config.max_memory_mib as usize).saturating_mul(1 << 20),
+                largest: 0,
             },
             capture,
             trace: None,

@@ -323,7 +323,17 @@ pub struct Snapshot {
     /// Bytes of linear memory read from the parent (every memory is read
     /// twice: once to find its non-zero runs, once to copy them).
     pub memory_bytes_read: u64,
+    /// Bytes the parent's linear memories grew by for the snapshot, and
+    /// keep: wizer's memory accessor grows its memory by one 64 KiB page to
+    /// hold the returned list's pointer and length (the snapshot itself
+    /// leaves that page out). Wasm memories never shrink, so a long-lived
+    /// parent is replaced once this adds up (see `WasmAdapter`'s
+    /// snapshot recycling).
+    pub parent_growth_bytes: u64,
 }
+
+/// Size of a WebAssembly page, bytes.
+const WASM_PAGE_BYTES: u64 = 64 << 10;
 
 /// Wall times of one [`Instrumented::snapshot`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -564,6 +574,7 @@ impl Instrumented {
             instance: *instance,
             failure: None,
             calls: 0,
+            memory_calls: 0,
             elapsed: Duration::ZERO,
             memory_bytes: 0,
         };
@@ -607,6 +618,7 @@ impl Instrumented {
             },
             accessor_calls: state.calls,
             memory_bytes_read: state.memory_bytes,
+            parent_growth_bytes: u64::from(state.memory_calls) * WASM_PAGE_BYTES,
         })
     }
 
@@ -884,6 +896,7 @@ struct Accessors<'a> {
     instance: Instance,
     failure: Option<(String, wasmtime::Error)>,
     calls: u32,
+    memory_calls: u32,
     elapsed: Duration,
     memory_bytes: u64,
 }
@@ -966,6 +979,7 @@ impl ComponentInstanceState for Accessors<'_> {
             contents(&[]);
         }
         self.memory_bytes += read;
+        self.memory_calls += 1;
         std::future::ready(())
     }
 

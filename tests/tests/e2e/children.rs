@@ -498,6 +498,61 @@ fn snapshot_forks_run_each_child_in_its_own_copy_of_the_parent() {
 }
 
 #[test]
+fn a_lane_snapshotting_group_after_group_stays_inside_its_memory_limit() {
+    // Every snapshot leaves a 64 KiB page per memory read behind in the
+    // parent (wizer's accessors), and memories never shrink: under a 2 MiB
+    // limit, replay-probe's parent runs out after about a dozen snapshots
+    // unless the host replaces it between groups.
+    let dir = tempfile::tempdir().unwrap();
+    let seeds: Vec<Value> = (1..=24)
+        .map(|i| json!({"item_id": format!("s{i}"), "family": format!("f{i}"), "text": "seed"}))
+        .collect();
+    let items = write_items(dir.path(), "items.jsonl", &seeds);
+    let specs: Vec<Value> = (1..=24)
+        .map(|i| json!({"spec_id": format!("v{i}"), "seed_family": format!("f{i}")}))
+        .collect();
+    let catalog = dir.path().join("catalog.json");
+    std::fs::write(
+        &catalog,
+        json!({"schema_version": "loopx_explore_variant_catalog_v0", "specs": specs}).to_string(),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        REPLAY_PROBE,
+        "--items",
+        s(&items),
+        "--variants",
+        s(&catalog),
+        "--fork",
+        "snapshot",
+        "--max-memory",
+        "2",
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let points = jsonl(&out.join("replay-points.jsonl"));
+    assert_eq!(points.len(), 24);
+    for point in &points {
+        assert!(point.get("snapshot_error").is_none(), "{point}");
+        assert_eq!(point["durable_state"]["kind"], "snapshot", "{point}");
+    }
+    let records = records(&out);
+    let children: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["record_kind"] == "episode_suffix")
+        .collect();
+    assert_eq!(children.len(), 48);
+    for record in children {
+        assert!(record.get("adapter_error").is_none(), "{record}");
+        assert_eq!(record["replay"]["fork"], "snapshot", "{record}");
+    }
+}
+
+#[test]
 fn markdown_explorer_gives_the_same_records_forked_by_snapshot_or_by_state() {
     let dir = tempfile::tempdir().unwrap();
     let docs = workspace_file("examples/markdown-explorer/sample-docs");

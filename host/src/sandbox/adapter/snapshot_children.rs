@@ -105,6 +105,7 @@ impl WasmAdapter {
         let snapshot = instrumented
             .snapshot(&mut live.store, &live.instance)
             .map_err(|error| error.to_string())?;
+        live.snapshot_growth += snapshot.parent_growth_bytes;
         let snapshot_ms = started.elapsed().as_secs_f64() * 1000.0;
         let started = Instant::now();
         let compiled = instrumented
