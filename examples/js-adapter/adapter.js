@@ -1,8 +1,8 @@
 // js-adapter: a full exploration adapter for sandloop, in JavaScript.
 //
-// World `explorer` of `wit/adapter.wit`: exports `episode`, `seeds`,
-// `variants` and `episode-groups`; imports `log` and `trace`. Built into a
-// component with componentize-js (see build.sh).
+// World `replayable` of `wit/adapter.wit`: exports `episode`, `seeds`,
+// `variants`, `episode-groups` and `replay`; imports `log` and `trace`.
+// Built into a component with componentize-js (see build.sh).
 //
 // The same adapter as examples/python-adapter/app.py, line for line: the
 // same input gives records with the same fields, values and observation
@@ -21,6 +21,12 @@
 //   seed with `"prepare": "none"` opts out (the host then calls `execute`).
 // - `executeEpisode(group, item)`: the seed reports its text; a variant
 //   reports its own text plus what changed against the prepared seed.
+// - `replay` (sandloop-replay.js, generic): a replay point per prepared
+//   group, and suffixes run on a copy of the group's state by the same code
+//   as `executeEpisode`; the host can fork variants from a snapshot of the
+//   instance. The group's state is JSON data for that, with app.py's field
+//   names (`seed_id`, `word_count`), so both languages digest the same
+//   state to the same text; the vocabulary is an array, not a Set.
 //
 // Faults, chosen by the item's `fault` field (hostile-adapter's `attack`
 // names work too): `raise` (an uncaught exception: a trap), `error` (a
@@ -37,6 +43,7 @@
 
 import { log } from 'sandloop:adapter/log@0.2.0';
 import { emit as traceEmit } from 'sandloop:adapter/trace@0.2.0';
+import { registerGroup, replayExport } from './sandloop-replay.js';
 
 const ADAPTER = 'js-adapter';
 
@@ -144,7 +151,11 @@ function bucket(length) {
   return '9+';
 }
 
-/** Observation keys (first occurrence order), word count, vocabulary. */
+/**
+ * Observation keys, word count, vocabulary (distinct words); both arrays in
+ * first occurrence order, so the analysis is JSON data that reads the same
+ * in both languages (a replay point's state).
+ */
 function analyse(text) {
   const words = wordsOf(text);
   const keys = [];
@@ -153,7 +164,7 @@ function analyse(text) {
     const key = 'word_len:' + bucket([...word].length);
     if (!keys.includes(key)) keys.push(key);
   }
-  return { keys, wordCount: words.length, vocabulary: new Set(words) };
+  return { keys, word_count: words.length, vocabulary: [...new Set(words)] };
 }
 
 function recordOf(analysis, episode) {
@@ -161,11 +172,11 @@ function recordOf(analysis, episode) {
     observation_keys: [...analysis.keys],
     weighted_flags: {},
     accepted: true,
-    word_count: analysis.wordCount,
+    word_count: analysis.word_count,
     episode,
   };
   // A rarer fact carries a weight (credited once per family).
-  if (analysis.wordCount > 50) record.weighted_flags.long_text = 2;
+  if (analysis.word_count > 50) record.weighted_flags.long_text = 2;
   return record;
 }
 
@@ -231,12 +242,12 @@ function episodeRecord(item, prepared = null) {
   }
   log(
     'info',
-    `${str(item.item_id)}: ${analysis.wordCount} words, ${record.observation_keys.length} keys`,
+    `${str(item.item_id)}: ${analysis.word_count} words, ${record.observation_keys.length} keys`,
   );
   emit('action-outcome', {
     stage,
     family: str(item.family),
-    word_count: analysis.wordCount,
+    word_count: analysis.word_count,
     keys: record.observation_keys.length,
   });
   return toJson(record);
@@ -255,10 +266,11 @@ function variantRecord(analysis, item, prepared) {
   for (const key of gained) record.observation_keys.push(`${prefix}gained:${key}`);
   for (const key of lost) record.observation_keys.push(`${prefix}lost:${key}`);
   let newWords = 0;
-  for (const word of analysis.vocabulary) if (!prepared.vocabulary.has(word)) newWords += 1;
+  const seedVocabulary = new Set(prepared.vocabulary);
+  for (const word of analysis.vocabulary) if (!seedVocabulary.has(word)) newWords += 1;
   record.spec_id = specId;
   record.new_words = newWords;
-  record.word_count_delta = analysis.wordCount - prepared.wordCount;
+  record.word_count_delta = analysis.word_count - prepared.word_count;
   if (gained.length > 0) record.weighted_flags.gained_bucket = 1.5;
   return record;
 }
@@ -355,10 +367,14 @@ export const variants = {
   }),
 };
 
-/** The prepared prefix: the seed's analysis, kept for its variants. */
+/**
+ * The prepared prefix: the seed's analysis, kept for its variants. Its
+ * properties are JSON data: they are the state of the group's replay point
+ * (sandloop-replay.js), named as in app.py.
+ */
 class EpisodeGroup {
   constructor(seedId, family, analysis) {
-    this.seedId = seedId;
+    this.seed_id = seedId;
     this.family = family;
     this.analysis = analysis;
   }
@@ -386,15 +402,16 @@ export const episodeGroups = {
     const analysis = analyse(itemText(seed));
     const family = str(seed.family);
     const record = recordOf(analysis, 'shared_prefix');
-    record.vocabulary_size = analysis.vocabulary.size;
+    record.vocabulary_size = analysis.vocabulary.length;
     record.episodes = items.length;
     emit('lifecycle', {
       stage: 'prepared',
       family,
-      word_count: analysis.wordCount,
+      word_count: analysis.word_count,
       episodes: items.length,
     });
     const group = new EpisodeGroup(str(seed.item_id), family, analysis);
+    registerGroup(ctx.executionGroupId, group);
     return { group, prefixRecord: toJson(record), checkpointRef: undefined };
   }),
 
@@ -407,3 +424,10 @@ export const episodeGroups = {
     group.analysis = null;
   }),
 };
+
+// Replay points and snapshot forks (sandloop-replay.js): a suffix runs on a
+// copy of the group's state exactly as `executeEpisode` runs on the group.
+// (The module prints an uncaught exception itself, as `guard` does.)
+export const replay = replayExport((state, item, ctx) =>
+  episodeRecord(parseItem(item), state.analysis),
+);

@@ -3,9 +3,10 @@
 #
 #   examples/js-adapter/build.sh OUT_DIR
 #
-# writes OUT_DIR/js_adapter.wasm (adapter.js, world `explorer`) and
-# OUT_DIR/js_noop.wasm (noop.js, world `grouped`), both against the
-# repository's wit/adapter.wit. Works from any directory.
+# writes OUT_DIR/js_adapter.wasm (adapter.js, which imports
+# sandloop-replay.js; world `replayable`) and OUT_DIR/js_noop.wasm (noop.js,
+# world `grouped`), both against the repository's wit/adapter.wit. Works
+# from any directory.
 #
 # Needs node (20 or later) and this directory's node_modules, installed from
 # package-lock.json (componentize-js, jco, preview2-shim, all pinned) by
@@ -48,5 +49,5 @@ build() { # SOURCE WORLD OUTPUT
     (cd "$here" && "$tool" "$1" --wit "$wit" --world-name "$2" \
         --disable http fetch-event -o "$out/$3")
 }
-build adapter.js explorer js_adapter.wasm
+build adapter.js replayable js_adapter.wasm
 build noop.js grouped js_noop.wasm

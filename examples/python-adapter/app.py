@@ -1,8 +1,8 @@
 """python-adapter: a full exploration adapter for sandloop, in Python.
 
-World `explorer` of `wit/adapter.wit`: exports `episode`, `seeds`,
-`variants` and `episode-groups`; imports `log` and `trace`. Built into a
-component with componentize-py (see build.sh).
+World `replayable` of `wit/adapter.wit`: exports `episode`, `seeds`,
+`variants`, `episode-groups` and `replay`; imports `log` and `trace`. Built
+into a component with componentize-py (see build.sh).
 
 The domain is hello-adapter's: an item is a JSON object with `item_id`,
 `family` and `text`; its observation keys are the word-length buckets that
@@ -22,6 +22,11 @@ occur in the text (`word_len:1`, `word_len:2`, `word_len:3`,
   reports its own text plus what changed against the prepared seed
   (`{key_prefix}gained:word_len:*`, `{key_prefix}lost:word_len:*`,
   `new_words`).
+- `replay` (sandloop_replay.py, generic): a replay point per prepared group,
+  and suffixes run on a copy of the group's state by the same code as
+  `execute_episode`; the host can fork variants from a snapshot of the
+  instance. The group's state is JSON data for that (the vocabulary is a
+  list, not a set).
 
 Faults, chosen by the item's `fault` field (hostile-adapter's `attack`
 names work too): `raise` (an uncaught exception: a trap), `error` (a
@@ -38,6 +43,7 @@ Keep the two in step.
 import json
 import re
 
+import sandloop_replay
 from componentize_py_types import Err
 from wit_world import exports
 from wit_world.exports import episode_groups
@@ -139,14 +145,17 @@ def bucket(length):
 
 
 def analyse(text):
-    """Observation keys (first occurrence order), word count, vocabulary."""
+    """Observation keys, word count, vocabulary (distinct words); both
+    lists in first occurrence order, so the analysis is JSON data that
+    reads the same in both languages (a replay point's state)."""
     words = words_of(text)
     keys = []
     for word in words:
         key = "word_len:" + bucket(len(word))
         if key not in keys:
             keys.append(key)
-    return {"keys": keys, "word_count": len(words), "vocabulary": set(words)}
+    vocabulary = list(dict.fromkeys(words))
+    return {"keys": keys, "word_count": len(words), "vocabulary": vocabulary}
 
 
 def record_of(analysis, episode):
@@ -254,7 +263,8 @@ def variant_record(analysis, item, prepared):
         record["observation_keys"].append(f"{prefix}gained:{key}")
     for key in lost:
         record["observation_keys"].append(f"{prefix}lost:{key}")
-    new_words = [word for word in analysis["vocabulary"] if word not in prepared["vocabulary"]]
+    seed_vocabulary = set(prepared["vocabulary"])
+    new_words = [word for word in analysis["vocabulary"] if word not in seed_vocabulary]
     record["spec_id"] = spec_id
     record["new_words"] = len(new_words)
     record["word_count_delta"] = analysis["word_count"] - prepared["word_count"]
@@ -361,7 +371,9 @@ class Variants(exports.Variants):
 
 
 class WordGroup:
-    """The prepared prefix: the seed's analysis, kept for its variants."""
+    """The prepared prefix: the seed's analysis, kept for its variants. Its
+    attributes are JSON data: they are the state of the group's replay
+    point (sandloop_replay)."""
 
     def __init__(self, seed_id, family, analysis):
         self.seed_id = seed_id
@@ -388,6 +400,7 @@ class EpisodeGroups(exports.EpisodeGroups):
             {"stage": "prepared", "family": family, "word_count": analysis["word_count"], "episodes": len(items)},
         )
         group = WordGroup(text_of(seed.get("item_id")), family, analysis)
+        sandloop_replay.register_group(ctx.execution_group_id, group)
         return episode_groups.Prepared(group=group, prefix_record=to_json(record), checkpoint_ref=None)
 
     def execute_episode(self, group, item, ctx):
@@ -396,3 +409,12 @@ class EpisodeGroups(exports.EpisodeGroups):
     def release_episode_group(self, group, ctx):
         emit(wit_trace.EventKind.LIFECYCLE, {"stage": "released", "family": group.family})
         group.analysis = None
+
+
+class Replay(sandloop_replay.Replay):
+    """Replay points and snapshot forks (sandloop_replay.py): a suffix runs
+    on a copy of the group's state exactly as `execute_episode` runs on
+    the group."""
+
+    def run_suffix(self, state, item, ctx):
+        return episode_record(parse_item(item), state["analysis"])

@@ -3,9 +3,9 @@
 #
 #   examples/python-adapter/build.sh OUT_DIR
 #
-# writes OUT_DIR/python_adapter.wasm (app.py, world `explorer`) and
-# OUT_DIR/python_noop.wasm (noop.py, world `grouped`), both against the
-# repository's wit/adapter.wit. Works from any directory.
+# writes OUT_DIR/python_adapter.wasm (app.py with sandloop_replay.py, world
+# `replayable`) and OUT_DIR/python_noop.wasm (noop.py, world `grouped`),
+# both against the repository's wit/adapter.wit. Works from any directory.
 #
 # Needs componentize-py (the version pinned in requirements.txt), found as
 # $COMPONENTIZE_PY, else target/guest-toolchains/venv/bin/componentize-py
@@ -57,5 +57,5 @@ build() { # MODULE WORLD OUTPUT
     echo "componentize-py $version: $1.py (world $2) -> $out/$3"
     "$tool" --quiet -d "$wit" -w "$2" componentize "$1" -p "$here" -o "$out/$3"
 }
-build app explorer python_adapter.wasm
+build app replayable python_adapter.wasm
 build noop grouped python_noop.wasm

@@ -28,7 +28,7 @@ fn other_language(path: &'static str) -> Option<&'static str> {
     (!path.is_empty()).then_some(path)
 }
 
-/// `examples/python-adapter/app.py` (world `explorer`), built with
+/// `examples/python-adapter/app.py` (world `replayable`), built with
 /// componentize-py.
 pub fn python_adapter() -> Option<&'static str> {
     other_language(env!("PYTHON_ADAPTER_WASM"))
@@ -39,7 +39,7 @@ pub fn python_noop() -> Option<&'static str> {
     other_language(env!("PYTHON_NOOP_WASM"))
 }
 
-/// `examples/js-adapter/adapter.js` (world `explorer`), built with
+/// `examples/js-adapter/adapter.js` (world `replayable`), built with
 /// componentize-js.
 pub fn js_adapter() -> Option<&'static str> {
     other_language(env!("JS_ADAPTER_WASM"))

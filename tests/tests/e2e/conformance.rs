@@ -3,6 +3,12 @@
 //! (`examples/python-adapter`, componentize-py) and JavaScript
 //! (`examples/js-adapter`, componentize-js) — through the real binary.
 //!
+//! The Python and JavaScript adapters export `replay` (world `replayable`)
+//! through their generic replay modules (`sandloop_replay.py`,
+//! `sandloop-replay.js`), so their suffixes run from replay points and their
+//! variants can be forked from snapshots of the live instance; their
+//! records, digests included, agree value for value.
+//!
 //! The Python and JavaScript components are built by the tests' build
 //! script when their toolchains are installed (`bash
 //! .ci/guest-toolchains.sh`). Without them these tests fail and say so;
@@ -10,9 +16,9 @@
 //! machine that cannot install them (CI always installs them).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::*;
 use sandloop_tests::{HELLO_ADAPTER, MARKDOWN_EXPLORER, js_adapter, python_adapter};
@@ -132,7 +138,9 @@ fn check_conformance(name: &str, run: &Run) {
 }
 
 /// Records keyed by item id, without what legitimately differs between
-/// languages: durations and the text of a trap's message.
+/// languages (and between two runs): durations (the record's and the
+/// `replay` block's `*_minutes`) and the text of a trap's message (the
+/// record's and the `replay` block's error).
 fn comparable(run: &Run) -> BTreeMap<String, Value> {
     run.records
         .iter()
@@ -145,9 +153,39 @@ fn comparable(run: &Run) -> BTreeMap<String, Value> {
             {
                 error.remove("message");
             }
+            if let Some(Value::Object(replay)) = map.get_mut("replay") {
+                replay.retain(|key, _| !key.ends_with("_minutes"));
+                if let Some(Value::Object(error)) = replay.get_mut("error")
+                    && error["type"] == "trap"
+                {
+                    error.remove("message");
+                }
+            }
             (map["item_id"].as_str().unwrap().to_string(), record)
         })
         .collect()
+}
+
+/// [`comparable`] records without what only a forked child's `replay`
+/// block says: how it was forked (`fork`, `isolated`, `child_id`,
+/// `parallel`) and the risk screens (none for a snapshot child).
+fn without_fork(run: &Run) -> BTreeMap<String, Value> {
+    let mut records = comparable(run);
+    for record in records.values_mut() {
+        if let Some(Value::Object(replay)) = record.get_mut("replay") {
+            for key in [
+                "fork",
+                "isolated",
+                "child_id",
+                "parallel",
+                "intent_assessment",
+                "outcome_assessment",
+            ] {
+                replay.remove(key);
+            }
+        }
+    }
+    records
 }
 
 #[test]
@@ -191,17 +229,28 @@ fn python_and_javascript_adapters_keep_the_rules_and_agree_record_for_record() {
         assert_eq!(code(&inspect), 0, "{language}: {}", stderr(&inspect));
         let info: Value = serde_json::from_str(&stdout(&inspect)).unwrap();
         let protocols = info["protocols"].to_string();
-        for protocol in ["seeds", "variants", "recoverable-v0"] {
+        for protocol in ["seeds", "variants", "recoverable-v0", "replayable-v2"] {
             assert!(protocols.contains(protocol), "{language}: {protocols}");
         }
 
         let plain = run_adapter(adapter, &out("items"), &["--items", s(&items)]);
         check_conformance(language, &plain);
 
+        // Suffixes run from each group's replay point in place: forking the
+        // variants from snapshots would compile a snapshot of the
+        // interpreter per group with variants (seconds each, up to 15 s for
+        // the first of a run); snapshot forks have their own test below.
         let seeded = run_adapter(
             adapter,
             &out("seeds"),
-            &["--variants", s(&catalog), "--epochs", "5"],
+            &[
+                "--variants",
+                s(&catalog),
+                "--epochs",
+                "5",
+                "--child-workers",
+                "0",
+            ],
         );
         check_conformance(language, &seeded);
         assert_eq!(
@@ -277,5 +326,233 @@ fn python_and_javascript_adapters_keep_the_rules_and_agree_record_for_record() {
                 "{what}: {id} differs between Python and JavaScript"
             );
         }
+    }
+}
+
+/// One seed of family `short` and a catalog of three variants of it: one
+/// episode group of four items.
+fn one_seed_group(dir: &Path) -> (PathBuf, PathBuf) {
+    let items = write_items(
+        dir,
+        "seed.jsonl",
+        &[json!({
+            "item_id": "s1",
+            "family": "short",
+            "text": "sandboxed components explore every seed twice"
+        })],
+    );
+    let catalog = dir.join("catalog.json");
+    let specs = json!([
+        {"spec_id": "long-word", "seed_family": "short",
+         "ops": [{"op": "append", "text": "extraordinarily"}]},
+        {"spec_id": "upper", "seed_family": "short", "ops": ["upper"], "key_prefix": "upper:"},
+        {"spec_id": "tiny-words", "seed_family": "short", "append": "a b of"}
+    ]);
+    std::fs::write(
+        &catalog,
+        json!({"schema_version": "loopx_explore_variant_catalog_v0", "specs": specs}).to_string(),
+    )
+    .unwrap();
+    (items, catalog)
+}
+
+#[test]
+fn python_and_javascript_adapters_fork_children_from_snapshots() {
+    let Some(languages) = other_languages() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (items, catalog) = one_seed_group(dir.path());
+    let group = ["--items", s(&items), "--variants", s(&catalog)];
+    let mut forked_by_language = Vec::new();
+    for (language, adapter) in languages {
+        let out = |name: &str| dir.path().join(format!("{language}-{name}"));
+        let inspect = run(&["inspect", adapter, "--json"]);
+        assert_eq!(code(&inspect), 0, "{language}: {}", stderr(&inspect));
+        let info: Value = serde_json::from_str(&stdout(&inspect)).unwrap();
+        let protocols = info["protocols"].to_string();
+        assert!(
+            protocols.contains("replayable-v2"),
+            "{language}: {protocols}"
+        );
+        assert!(
+            !protocols.contains("isolated-child-v0"),
+            "{language}: no replay-children, so `--fork auto` forks by snapshot: {protocols}"
+        );
+        assert_eq!(info["forks"]["snapshot"], true, "{language}: {info}");
+        assert_eq!(info["forks"]["state"], false, "{language}: {info}");
+        assert_eq!(info["forks"]["auto"], "snapshot", "{language}: {info}");
+
+        // `--fork auto` with one child worker: the variants (and the seed)
+        // are children of the group's replay point, forked from a snapshot.
+        let forked = run_adapter(
+            adapter,
+            &out("snapshot"),
+            &[&group[..], &["--fork", "auto", "--child-workers", "1"][..]].concat(),
+        );
+        check_conformance(language, &forked);
+        // The same group with every suffix run from the point in place.
+        let in_place = run_adapter(
+            adapter,
+            &out("in-place"),
+            &[&group[..], &["--child-workers", "0"][..]].concat(),
+        );
+        check_conformance(language, &in_place);
+
+        let points = jsonl(&out("snapshot").join("replay-points.jsonl"));
+        assert_eq!(points.len(), 1, "{language}: one group, one point");
+        let point = &points[0];
+        assert_eq!(point["fidelity"], "exact", "{language}: {point}");
+        assert_eq!(point["quarantined"], false, "{language}: {point}");
+        assert!(
+            point.get("snapshot_error").is_none(),
+            "{language}: the instance was snapshotted: {point}"
+        );
+        let snapshot = &point["snapshot"];
+        assert_eq!(
+            snapshot["sha256"].as_str().map(str::len),
+            Some(64),
+            "{language}: {point}"
+        );
+        assert!(
+            snapshot["bytes"].as_u64().unwrap_or(0) > 1 << 20,
+            "{language}: the interpreter's whole heap: {snapshot}"
+        );
+        for key in ["snapshot_ms", "compile_ms"] {
+            assert!(snapshot[key].is_number(), "{language}: {key}: {snapshot}");
+        }
+        let digest = point["captured_projection_digest"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            digest.starts_with("sha256:") && digest.len() == 7 + 64,
+            "{language}: the digest of the state's canonical JSON: {digest:?}"
+        );
+
+        let suffixes: Vec<&Value> = forked
+            .records
+            .iter()
+            .filter(|record| record["record_kind"] == "episode_suffix")
+            .collect();
+        assert_eq!(
+            suffixes.len(),
+            4,
+            "{language}: the seed and its three variants"
+        );
+        assert_eq!(
+            suffixes
+                .iter()
+                .filter(|record| record["is_variant"] == true)
+                .count(),
+            3,
+            "{language}: three variants"
+        );
+        for record in &suffixes {
+            let id = &record["item_id"];
+            assert!(
+                record.get("adapter_error").is_none(),
+                "{language}: {id}: {record}"
+            );
+            let replay = &record["replay"];
+            assert_eq!(replay["fork"], "snapshot", "{language}: {id}: {replay}");
+            assert_eq!(replay["isolated"], true, "{language}: {id}");
+            assert_eq!(replay["achieved_fidelity"], "exact", "{language}: {id}");
+            assert_eq!(replay["equivalent"], true, "{language}: {id}");
+            assert_eq!(replay["promotion_eligible"], true, "{language}: {id}");
+            assert_eq!(replay["prefix_reused"], true, "{language}: {id}");
+            assert_eq!(
+                replay["expected_digest"],
+                digest.as_str(),
+                "{language}: {id}"
+            );
+            assert_eq!(
+                replay["observed_digest"],
+                digest.as_str(),
+                "{language}: {id}: the child's copy digests as the parent's state did"
+            );
+        }
+        let replay = &forked.summary["replay"];
+        assert_eq!(
+            replay["child_session_fork_success_count"], 4,
+            "{language}: {replay}"
+        );
+        assert_eq!(
+            replay["child_session_fork_failure_count"], 0,
+            "{language}: {replay}"
+        );
+
+        for record in in_place
+            .records
+            .iter()
+            .filter(|record| record["record_kind"] == "episode_suffix")
+        {
+            let replay = &record["replay"];
+            assert!(
+                replay.get("fork").is_none(),
+                "{language}: run in place: {record}"
+            );
+            assert_eq!(replay["achieved_fidelity"], "exact", "{language}: {record}");
+        }
+        let (children, suffixes) = (without_fork(&forked), without_fork(&in_place));
+        assert_eq!(
+            children.keys().collect::<Vec<_>>(),
+            suffixes.keys().collect::<Vec<_>>(),
+            "{language}: the same items"
+        );
+        for (id, record) in &children {
+            assert_eq!(
+                record, &suffixes[id],
+                "{language}: {id}: forked from a snapshot or run in place, the same record"
+            );
+        }
+
+        // The snapshot is the point's durable form: a later process replays
+        // a variant from it, with no export from the adapter.
+        assert_eq!(
+            point["durable_state"]["kind"], "snapshot",
+            "{language}: {point}"
+        );
+        let variant = forked
+            .records
+            .iter()
+            .find(|record| {
+                record["record_kind"] == "episode_suffix" && record["is_variant"] == true
+            })
+            .unwrap();
+        let output = run(&[
+            "replay",
+            "--run",
+            s(&out("snapshot")),
+            "--item",
+            variant["item_id"].as_str().unwrap(),
+            "--json",
+        ]);
+        assert_eq!(code(&output), 0, "{language}: {}", stderr(&output));
+        let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+        assert_eq!(report["restored_from"], "snapshot", "{language}: {report}");
+        assert_eq!(
+            report["restore"]["achieved_fidelity"], "exact",
+            "{language}"
+        );
+        assert_eq!(report["restore"]["equivalent"], true, "{language}");
+        assert_eq!(
+            report["outcome"]["record"]["observation_keys"], variant["observation_keys"],
+            "{language}: the replayed variant observes what its child did"
+        );
+        forked_by_language.push(forked);
+    }
+    let [python, js] = <[Run; 2]>::try_from(forked_by_language).ok().unwrap();
+    let (python, js) = (comparable(&python), comparable(&js));
+    assert_eq!(
+        python.keys().collect::<Vec<_>>(),
+        js.keys().collect::<Vec<_>>(),
+        "the same items"
+    );
+    for (id, record) in &python {
+        assert_eq!(
+            record, &js[id],
+            "{id} differs between Python and JavaScript (forked from snapshots)"
+        );
     }
 }
