@@ -24,16 +24,11 @@ fn children_run(
         "items.jsonl",
         &[json!({"item_id": "s", "family": "probe", "text": "seed s", "faults": seed_faults})],
     );
-    let catalog = dir.join("catalog.json");
     let specs: Vec<Value> = specs
         .iter()
         .map(|(id, faults)| json!({"spec_id": id, "seed_family": "probe", "faults": faults}))
         .collect();
-    std::fs::write(
-        &catalog,
-        json!({"schema_version": "loopx_explore_variant_catalog_v0", "specs": specs}).to_string(),
-    )
-    .unwrap();
+    let catalog = write_catalog(dir, Value::from(specs));
     let out = dir.join("out");
     let mut args = vec![
         "run",
@@ -360,16 +355,7 @@ fn check_screened_children(dir: &Path, grant: &str, catalog: &Path, fork: &str) 
         .iter()
         .find(|r| r.get("adapter_error").is_none())
         .unwrap();
-    let output = run(&[
-        "replay",
-        "--run",
-        s(&out),
-        "--item",
-        child["item_id"].as_str().unwrap(),
-        "--json",
-    ]);
-    assert_eq!(code(&output), 0, "{}", stderr(&output));
-    let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let report = replay_report(&out, child["item_id"].as_str().unwrap());
     assert_eq!(
         report["replay_point"]["replay_point_id"],
         child["replay"]["replay_point_id"]
@@ -452,16 +438,7 @@ fn snapshot_forks_run_each_child_in_its_own_copy_of_the_parent() {
     // resumed by its token and checked against the captured digest.
     for (round, id) in ["ok-2", "ok-1"].into_iter().enumerate() {
         let child = variant(&records, id);
-        let output = run(&[
-            "replay",
-            "--run",
-            s(&out),
-            "--item",
-            child["item_id"].as_str().unwrap(),
-            "--json",
-        ]);
-        assert_eq!(code(&output), 0, "{id}: {}", stderr(&output));
-        let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+        let report = replay_report(&out, child["item_id"].as_str().unwrap());
         assert_eq!(report["restored_from"], "snapshot", "{report}");
         assert!(report["snapshot_compile"]["compile_ms"].as_f64().unwrap() > 0.0);
         assert_eq!(report["restore"]["achieved_fidelity"], "exact", "{report}");
@@ -511,12 +488,7 @@ fn a_lane_snapshotting_group_after_group_stays_inside_its_memory_limit() {
     let specs: Vec<Value> = (1..=24)
         .map(|i| json!({"spec_id": format!("v{i}"), "seed_family": format!("f{i}")}))
         .collect();
-    let catalog = dir.path().join("catalog.json");
-    std::fs::write(
-        &catalog,
-        json!({"schema_version": "loopx_explore_variant_catalog_v0", "specs": specs}).to_string(),
-    )
-    .unwrap();
+    let catalog = write_catalog(dir.path(), Value::from(specs));
     let out = dir.path().join("out");
     let output = run(&[
         "run",
@@ -593,10 +565,7 @@ fn markdown_explorer_gives_the_same_records_forked_by_snapshot_or_by_state() {
         runs.push(comparable);
     }
     let (snapshot, state) = (&runs[0], &runs[1]);
-    assert_eq!(
-        snapshot.keys().collect::<Vec<_>>(),
-        state.keys().collect::<Vec<_>>()
-    );
+
     let children = snapshot
         .values()
         .filter(|record| record["replay"]["isolated"] == true)
@@ -614,9 +583,7 @@ fn markdown_explorer_gives_the_same_records_forked_by_snapshot_or_by_state() {
         .filter(|record| record["adapter_error"]["type"] == "replay_risk_denied")
         .count();
     assert_eq!(screened("outcome_assessment"), children - denied);
-    for (id, record) in snapshot {
-        assert_eq!(record, &state[id], "{id}");
-    }
+    assert_same_records(snapshot, state, "forked by snapshot against by state");
 }
 
 #[test]

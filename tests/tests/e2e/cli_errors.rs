@@ -33,9 +33,7 @@ fn inspect_reports_protocols_from_exports() {
             json!({"state": true, "snapshot": true, "auto": "state"}),
         ),
     ] {
-        let output = run(&["inspect", component, "--json"]);
-        assert_eq!(code(&output), 0, "{}", stderr(&output));
-        let info: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+        let info = inspect_info(component);
         assert_eq!(info["protocols"], protocols, "{component}");
         for (key, expected) in forks.as_object().unwrap() {
             assert_eq!(&info["forks"][key], expected, "{component}: forks.{key}");

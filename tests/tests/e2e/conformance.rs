@@ -225,9 +225,7 @@ fn python_and_javascript_adapters_keep_the_rules_and_agree_record_for_record() {
     let mut by_language = Vec::new();
     for (language, adapter) in languages {
         let out = |name: &str| dir.path().join(format!("{language}-{name}"));
-        let inspect = run(&["inspect", adapter, "--json"]);
-        assert_eq!(code(&inspect), 0, "{language}: {}", stderr(&inspect));
-        let info: Value = serde_json::from_str(&stdout(&inspect)).unwrap();
+        let info = inspect_info(adapter);
         let protocols = info["protocols"].to_string();
         for protocol in ["seeds", "variants", "recoverable-v0", "replayable-v2"] {
             assert!(protocols.contains(protocol), "{language}: {protocols}");
@@ -314,18 +312,11 @@ fn python_and_javascript_adapters_keep_the_rules_and_agree_record_for_record() {
         ("seeds and variants", py_seeded, js_seeded),
         ("faults", py_hostile, js_hostile),
     ] {
-        let (python, js) = (comparable(&python), comparable(&js));
-        assert_eq!(
-            python.keys().collect::<Vec<_>>(),
-            js.keys().collect::<Vec<_>>(),
-            "{what}: the same items"
+        assert_same_records(
+            &comparable(&python),
+            &comparable(&js),
+            &format!("{what}, Python against JavaScript"),
         );
-        for (id, record) in &python {
-            assert_eq!(
-                record, &js[id],
-                "{what}: {id} differs between Python and JavaScript"
-            );
-        }
     }
 }
 
@@ -341,18 +332,15 @@ fn one_seed_group(dir: &Path) -> (PathBuf, PathBuf) {
             "text": "sandboxed components explore every seed twice"
         })],
     );
-    let catalog = dir.join("catalog.json");
-    let specs = json!([
-        {"spec_id": "long-word", "seed_family": "short",
-         "ops": [{"op": "append", "text": "extraordinarily"}]},
-        {"spec_id": "upper", "seed_family": "short", "ops": ["upper"], "key_prefix": "upper:"},
-        {"spec_id": "tiny-words", "seed_family": "short", "append": "a b of"}
-    ]);
-    std::fs::write(
-        &catalog,
-        json!({"schema_version": "loopx_explore_variant_catalog_v0", "specs": specs}).to_string(),
-    )
-    .unwrap();
+    let catalog = write_catalog(
+        dir,
+        json!([
+            {"spec_id": "long-word", "seed_family": "short",
+             "ops": [{"op": "append", "text": "extraordinarily"}]},
+            {"spec_id": "upper", "seed_family": "short", "ops": ["upper"], "key_prefix": "upper:"},
+            {"spec_id": "tiny-words", "seed_family": "short", "append": "a b of"}
+        ]),
+    );
     (items, catalog)
 }
 
@@ -367,9 +355,7 @@ fn python_and_javascript_adapters_fork_children_from_snapshots() {
     let mut forked_by_language = Vec::new();
     for (language, adapter) in languages {
         let out = |name: &str| dir.path().join(format!("{language}-{name}"));
-        let inspect = run(&["inspect", adapter, "--json"]);
-        assert_eq!(code(&inspect), 0, "{language}: {}", stderr(&inspect));
-        let info: Value = serde_json::from_str(&stdout(&inspect)).unwrap();
+        let info = inspect_info(adapter);
         let protocols = info["protocols"].to_string();
         assert!(
             protocols.contains("replayable-v2"),
@@ -494,18 +480,11 @@ fn python_and_javascript_adapters_fork_children_from_snapshots() {
             );
             assert_eq!(replay["achieved_fidelity"], "exact", "{language}: {record}");
         }
-        let (children, suffixes) = (without_fork(&forked), without_fork(&in_place));
-        assert_eq!(
-            children.keys().collect::<Vec<_>>(),
-            suffixes.keys().collect::<Vec<_>>(),
-            "{language}: the same items"
+        assert_same_records(
+            &without_fork(&forked),
+            &without_fork(&in_place),
+            &format!("{language}, forked from a snapshot against run in place"),
         );
-        for (id, record) in &children {
-            assert_eq!(
-                record, &suffixes[id],
-                "{language}: {id}: forked from a snapshot or run in place, the same record"
-            );
-        }
 
         // The snapshot is the point's durable form: a later process replays
         // a variant from it, with no export from the adapter.
@@ -520,16 +499,7 @@ fn python_and_javascript_adapters_fork_children_from_snapshots() {
                 record["record_kind"] == "episode_suffix" && record["is_variant"] == true
             })
             .unwrap();
-        let output = run(&[
-            "replay",
-            "--run",
-            s(&out("snapshot")),
-            "--item",
-            variant["item_id"].as_str().unwrap(),
-            "--json",
-        ]);
-        assert_eq!(code(&output), 0, "{language}: {}", stderr(&output));
-        let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+        let report = replay_report(&out("snapshot"), variant["item_id"].as_str().unwrap());
         assert_eq!(report["restored_from"], "snapshot", "{language}: {report}");
         assert_eq!(
             report["restore"]["achieved_fidelity"], "exact",
@@ -543,16 +513,9 @@ fn python_and_javascript_adapters_fork_children_from_snapshots() {
         forked_by_language.push(forked);
     }
     let [python, js] = <[Run; 2]>::try_from(forked_by_language).ok().unwrap();
-    let (python, js) = (comparable(&python), comparable(&js));
-    assert_eq!(
-        python.keys().collect::<Vec<_>>(),
-        js.keys().collect::<Vec<_>>(),
-        "the same items"
+    assert_same_records(
+        &comparable(&python),
+        &comparable(&js),
+        "forked from snapshots, Python against JavaScript",
     );
-    for (id, record) in &python {
-        assert_eq!(
-            record, &js[id],
-            "{id} differs between Python and JavaScript (forked from snapshots)"
-        );
-    }
 }

@@ -154,9 +154,7 @@ fn markdown_explorer_captures_exact_durable_points_and_replays_in_a_new_process(
         report["replay_point"]["created_event_id"]
     );
 
-    let output = run(&["replay", "--run", s(&out), "--item", item, "--json"]);
-    assert_eq!(code(&output), 0, "{}", stderr(&output));
-    let json_report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let json_report = replay_report(&out, item);
     assert_eq!(json_report["schema_version"], "sandloop_replay_v0");
     assert_eq!(jsonl(&out.join("replays.jsonl")).len(), 2);
 

@@ -10,9 +10,10 @@ mod sha2_check {
     /// sha256 of a file through `sandloop inspect`, which is what the
     /// manifest must agree with.
     pub fn sha256_of(path: &str) -> String {
-        let output = super::run(&["inspect", path, "--json"]);
-        let info: serde_json::Value = serde_json::from_str(&super::stdout(&output)).unwrap();
-        info["sha256"].as_str().unwrap().to_string()
+        super::inspect_info(path)["sha256"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 }
 

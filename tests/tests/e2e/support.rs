@@ -96,3 +96,45 @@ pub fn has_absolute_path(value: &Value) -> bool {
         _ => false,
     }
 }
+
+/// `sandloop replay --run RUN --item ITEM --json`, which must succeed: its
+/// report.
+pub fn replay_report(run_dir: &Path, item: &str) -> Value {
+    let output = run(&["replay", "--run", s(run_dir), "--item", item, "--json"]);
+    assert_eq!(code(&output), 0, "replay {item}: {}", stderr(&output));
+    serde_json::from_str(&stdout(&output)).expect("the report is JSON")
+}
+
+/// Assert that two runs' records, keyed by item id, hold the same items
+/// and the same record for each; `what` names the comparison.
+pub fn assert_same_records(
+    left: &std::collections::BTreeMap<String, Value>,
+    right: &std::collections::BTreeMap<String, Value>,
+    what: &str,
+) {
+    assert_eq!(
+        left.keys().collect::<Vec<_>>(),
+        right.keys().collect::<Vec<_>>(),
+        "{what}: the same items"
+    );
+    for (id, record) in left {
+        assert_eq!(record, &right[id], "{what}: {id} differs");
+    }
+}
+
+/// `sandloop inspect COMPONENT --json`, which must succeed: its report.
+pub fn inspect_info(component: &str) -> Value {
+    let output = run(&["inspect", component, "--json"]);
+    assert_eq!(code(&output), 0, "inspect {component}: {}", stderr(&output));
+    serde_json::from_str(&stdout(&output)).expect("inspect --json prints JSON")
+}
+
+/// Write a variant catalog (schema `loopx_explore_variant_catalog_v0`)
+/// holding `specs` (a JSON array) as `DIR/catalog.json`.
+pub fn write_catalog(dir: &Path, specs: Value) -> PathBuf {
+    let path = dir.join("catalog.json");
+    let catalog =
+        serde_json::json!({"schema_version": "loopx_explore_variant_catalog_v0", "specs": specs});
+    std::fs::write(&path, catalog.to_string()).expect("write catalog");
+    path
+}
