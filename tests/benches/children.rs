@@ -19,6 +19,13 @@
 //!   fork call; `equivalence_minutes`: validate; `suffix_minutes`: intent +
 //!   run + outcome); the rest is release, drop and the host's bookkeeping;
 //! - the same serial batch without padding, to price the 64 KiB;
+//! - the same serial batch forked from a snapshot of the parent
+//!   (`--fork snapshot`: the parent runs the wizer-instrumented component,
+//!   is snapshotted once after the capture, and each child is an instance
+//!   of the snapshot that resumes the binding, restores, validates and runs
+//!   `run-replay-suffix`; since the probe exports `child-risk`, each also
+//!   adopts the exported state as a replay child for the policy), and its
+//!   ratio to the state-transfer fork;
 //! - parts of a child timed on their own: a fresh instance plus one cheap
 //!   call (`list-seed-items`), the same call warm, dropping the instance,
 //!   and `execute-episode` on a group (a warm item call like
@@ -47,6 +54,7 @@ use sandloop::episode::adapter::{
 };
 use sandloop::replay::{Fidelity, ReplayMetricLedger};
 use sandloop::sandbox::adapter::{GroupHandle, MAX_CHILDREN_PER_FORK};
+use sandloop::sandbox::snapshot::Instrumented;
 use sandloop::sandbox::{
     LoadedAdapter, ReplayOptions, SandboxConfig, SandboxEngine, WasmAdapter, load,
 };
@@ -133,6 +141,8 @@ struct Lane {
     ctx: CallContext,
     items: Vec<Item>,
     parallel: bool,
+    /// Forked from a snapshot (else by state transfer).
+    by_snapshot: bool,
     /// Per batch: wall time / children.
     per_child: Samples,
     /// Per batch: wall time.
@@ -144,21 +154,28 @@ struct Lane {
 }
 
 impl Lane {
+    /// A lane forking by state transfer, or from a snapshot of its parent
+    /// when `snapshots` is given (the parent then runs the instrumented
+    /// component).
     fn new(
         loaded: &Arc<LoadedAdapter>,
         ledger: &Arc<ReplayMetricLedger>,
         name: &str,
         workers: usize,
         items: Vec<Item>,
+        snapshots: Option<Arc<Instrumented>>,
     ) -> Lane {
-        let mut adapter =
-            WasmAdapter::new(Arc::clone(loaded), LANE, None).with_replay(ReplayOptions {
-                metrics: Arc::clone(ledger),
-                store: None,
-                minimum_fidelity: Fidelity::SemanticEquivalent,
-                child_workers: workers,
-                snapshots: None,
-            });
+        let parent = snapshots
+            .as_ref()
+            .map_or_else(|| Arc::clone(loaded), |i| Arc::clone(i.loaded()));
+        let by_snapshot = snapshots.is_some();
+        let mut adapter = WasmAdapter::new(parent, LANE, None).with_replay(ReplayOptions {
+            metrics: Arc::clone(ledger),
+            store: None,
+            minimum_fidelity: Fidelity::SemanticEquivalent,
+            child_workers: workers,
+            snapshots,
+        });
         let ctx = ctx(&format!("g-{name}"));
         let prepared = adapter
             .prepare_episode_group(&items[0], &items, &ctx)
@@ -170,12 +187,18 @@ impl Lane {
             "prepare captured a point: {:?}",
             record.get("replay_capture_error")
         );
+        assert_eq!(
+            record.get("replay_capture_error"),
+            None,
+            "the point was captured"
+        );
         Lane {
             adapter,
             prepared,
             ctx,
             items,
             parallel: workers > 1,
+            by_snapshot,
             per_child: Samples::default(),
             batch: Samples::default(),
             fork: Samples::default(),
@@ -195,7 +218,7 @@ impl Lane {
         let wall = started.elapsed();
         assert_eq!(results.len(), self.items.len());
         for (result, _) in &results {
-            let record = check_child(result, self.parallel);
+            let record = check_child(result, self.parallel, self.by_snapshot);
             if keep {
                 let block = &record["replay"];
                 let minutes = |key: &str| block[key].as_f64().expect("a replay duration");
@@ -226,9 +249,22 @@ impl Lane {
         ));
         row("batch wall time", &self.batch);
         row("per child (batch wall / children)", &self.per_child);
-        row("  fork: fresh instance + fork-replay-child", &self.fork);
-        row("  validate-replay-child-equivalence", &self.validate);
-        row("  intent + run-replay-child + outcome", &self.suffix);
+        let (fork, validate, suffix) = if self.by_snapshot {
+            (
+                "  fork: snapshot instance + resume + restore (+ adoption)",
+                "  validate-replay-equivalence",
+                "  intent + run-replay-suffix + outcome",
+            )
+        } else {
+            (
+                "  fork: fresh instance + fork-replay-child",
+                "  validate-replay-child-equivalence",
+                "  intent + run-replay-child + outcome",
+            )
+        };
+        row(fork, &self.fork);
+        row(validate, &self.validate);
+        row(suffix, &self.suffix);
         let parts =
             |at: fn(&Samples) -> f64| at(&self.fork) + at(&self.validate) + at(&self.suffix);
         if self.parallel {
@@ -250,7 +286,7 @@ impl Lane {
 
 /// The record of one child, checked: it ran isolated from the point,
 /// restored (`counter_before` 0), in the expected mode.
-fn check_child(result: &Result<Record, AdapterError>, parallel: bool) -> &Record {
+fn check_child(result: &Result<Record, AdapterError>, parallel: bool, snapshot: bool) -> &Record {
     let record = match result {
         Ok(record) => record,
         Err(error) => panic!("a child failed: {error}"),
@@ -259,7 +295,13 @@ fn check_child(result: &Result<Record, AdapterError>, parallel: bool) -> &Record
     assert!(block.get("error").is_none(), "{block}");
     assert_eq!(block["isolated"], true, "{block}");
     assert_eq!(block["parallel"], parallel, "{block}");
-    assert_eq!(record["via"], "child");
+    let (fork, via) = if snapshot {
+        ("snapshot", "replay")
+    } else {
+        ("state", "child")
+    };
+    assert_eq!(block["fork"], fork, "{block}");
+    assert_eq!(record["via"], via);
     assert_eq!(record["counter_before"], 0, "the child starts restored");
     record
 }
@@ -303,19 +345,30 @@ fn main() {
 
     let ledger = Arc::new(ReplayMetricLedger::new());
     let items = group_items(&loaded, children, pad_bytes);
-    let mut serial = Lane::new(&loaded, &ledger, "serial", 1, items.clone());
-    let mut parallel = Lane::new(&loaded, &ledger, "parallel", 2, items);
+    let instrumented = Arc::new(Instrumented::load(&loaded).unwrap());
+    let mut serial = Lane::new(&loaded, &ledger, "serial", 1, items.clone(), None);
+    let mut snapshot = Lane::new(
+        &loaded,
+        &ledger,
+        "snapshot",
+        1,
+        items.clone(),
+        Some(instrumented),
+    );
+    let mut parallel = Lane::new(&loaded, &ledger, "parallel", 2, items, None);
     let mut unpadded = Lane::new(
         &loaded,
         &ledger,
         "unpadded",
         1,
         group_items(&loaded, children, 0),
+        None,
     );
 
     // Warm-up: every pool slot a batch uses gets touched once.
     for _ in 0..3 {
         serial.run_batch(false);
+        snapshot.run_batch(false);
         parallel.run_batch(false);
         unpadded.run_batch(false);
     }
@@ -324,6 +377,7 @@ fn main() {
     let mut pairwise: Vec<f64> = Vec::with_capacity(batches);
     for _ in 0..batches {
         let s = serial.run_batch(true);
+        snapshot.run_batch(true);
         let p = parallel.run_batch(true);
         unpadded.run_batch(true);
         pairwise.push(s.as_secs_f64() / p.as_secs_f64());
@@ -373,6 +427,16 @@ fn main() {
     serial.print("serial children (child_workers 1)");
     parallel.print("parallel children (child_workers 2)");
     unpadded.print("serial children without padding (child_workers 1, 0 KiB state)");
+    snapshot.print(
+        "serial children forked from a snapshot of the parent (--fork snapshot; \
+         child-risk makes each also adopt the exported state)",
+    );
+    println!(
+        "  {:<58} {:>11.2}x {:>12.2}x",
+        "snapshot per child / state-transfer per child (mean, p50)",
+        snapshot.per_child.mean_us() / serial.per_child.mean_us(),
+        snapshot.per_child.p50_us() / serial.per_child.p50_us(),
+    );
 
     header("parts of a child, timed on their own");
     row("fresh instance + list-seed-items (cold call)", &cold);
@@ -404,7 +468,7 @@ fn main() {
     );
 
     header("ledger over the timed batches");
-    let total = (batches * children * 3) as u64;
+    let total = (batches * children * 4) as u64;
     for key in [
         "child_session_fork_success_count",
         "child_intent_assessment_count",
