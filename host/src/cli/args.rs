@@ -350,6 +350,11 @@ pub struct RunArgs {
     /// `replay-children`, else snapshot).
     #[arg(long, value_enum, default_value_t = ForkArg::Auto)]
     pub fork: ForkArg,
+    /// Most MiB of snapshot components the run keeps as durable replay
+    /// points (`replay-points/ID.wasm`); points past it are not durable.
+    /// 0 keeps none.
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    pub max_durable_snapshots: u64,
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
     pub resume: bool,

@@ -234,7 +234,9 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let observer: Arc<dyn CallObserver> = call_log.clone();
     let replay = (protocols.replay && !args.no_replay).then(|| ReplayOptions {
         metrics: Arc::new(ReplayMetricLedger::new()),
-        store: Some(Arc::new(ReplayStore::new(&args.out))),
+        store: Some(Arc::new(ReplayStore::new(&args.out).with_snapshot_budget(
+            args.max_durable_snapshots.saturating_mul(1 << 20),
+        ))),
         minimum_fidelity: replay_minimum,
         child_workers: args.child_workers,
         snapshots: snapshots.clone(),

@@ -14,6 +14,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -173,6 +174,11 @@ pub struct ReplayStore {
     root: PathBuf,
     points: Mutex<Option<File>>,
     errors: Mutex<Vec<String>>,
+    /// Most bytes of snapshot components the run keeps durable.
+    snapshot_budget: u64,
+    /// Bytes of snapshot components written so far (those of a resumed
+    /// run's kept epochs included).
+    snapshot_bytes: AtomicU64,
 }
 
 use crate::digest::sha256_hex;
@@ -186,7 +192,29 @@ impl ReplayStore {
             root: root.to_path_buf(),
             points: Mutex::new(None),
             errors: Mutex::new(Vec::new()),
+            snapshot_budget: u64::MAX,
+            snapshot_bytes: AtomicU64::new(0),
         }
+    }
+
+    /// Keep at most `bytes` of snapshot components durable in this run
+    /// (`--max-durable-snapshots`), counting those already under
+    /// `replay-points/` (a resumed run's). A snapshot of an interpreter is
+    /// its whole heap — 12 to 18 MB for the Python and JavaScript examples —
+    /// so a long run needs a bound; points past it are not durable, and
+    /// their `durable_error` says so.
+    pub fn with_snapshot_budget(mut self, bytes: u64) -> Self {
+        let existing = std::fs::read_dir(self.root.join(STATES_DIR))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|entry| entry.path().extension().is_some_and(|e| e == "wasm"))
+            .filter_map(|entry| entry.metadata().ok())
+            .map(|metadata| metadata.len())
+            .sum();
+        self.snapshot_budget = bytes;
+        self.snapshot_bytes = AtomicU64::new(existing);
+        self
     }
 
     /// Write `state` and the group's `items` for point `id`, each atomically
@@ -205,13 +233,29 @@ impl ReplayStore {
         binding_token: u64,
         items: &[Item],
     ) -> io::Result<DurableState> {
-        self.write_durable(
+        let size = component.len() as u64;
+        let before = self.snapshot_bytes.fetch_add(size, Ordering::Relaxed);
+        if before.saturating_add(size) > self.snapshot_budget {
+            self.snapshot_bytes.fetch_sub(size, Ordering::Relaxed);
+            return Err(io::Error::other(format!(
+                "not kept: this {} MiB snapshot would take the run's durable snapshots past \
+                 --max-durable-snapshots {} MiB ({} MiB kept)",
+                size.div_ceil(1 << 20),
+                self.snapshot_budget >> 20,
+                before >> 20
+            )));
+        }
+        let written = self.write_durable(
             id,
             DurableKind::Snapshot,
             component,
             items,
             Some(binding_token),
-        )
+        );
+        if written.is_err() {
+            self.snapshot_bytes.fetch_sub(size, Ordering::Relaxed);
+        }
+        written
     }
 
     fn write_durable(
@@ -628,6 +672,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("binding_token"), "{error}");
+    }
+
+    #[test]
+    fn durable_snapshots_stop_at_the_budget_counting_a_resumed_runs_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ReplayStore::new(dir.path()).with_snapshot_budget(10);
+        store.write_snapshot("rp-a", &[1; 6], 1, &[]).unwrap();
+        let error = store
+            .write_snapshot("rp-b", &[2; 6], 2, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--max-durable-snapshots"), "{error}");
+        assert!(!dir.path().join("replay-points/rp-b.wasm").exists());
+        store.write_snapshot("rp-c", &[3; 4], 3, &[]).unwrap();
+        // Exported states do not count.
+        store.write_state("rp-d", &[4; 64], &[]).unwrap();
+
+        // A resumed run starts from what is already there.
+        let again = ReplayStore::new(dir.path()).with_snapshot_budget(12);
+        assert!(again.write_snapshot("rp-e", &[5; 3], 5, &[]).is_err());
+        again.write_snapshot("rp-e", &[5; 2], 5, &[]).unwrap();
     }
 
     #[test]

@@ -475,7 +475,7 @@ fn snapshot_forks_run_each_child_in_its_own_copy_of_the_parent() {
 }
 
 #[test]
-fn a_lane_snapshotting_group_after_group_stays_inside_its_memory_limit() {
+fn a_lane_snapshotting_group_after_group_stays_inside_its_memory_and_disk_budgets() {
     // Every snapshot leaves a 64 KiB page per memory read behind in the
     // parent (wizer's accessors), and memories never shrink: under a 2 MiB
     // limit, replay-probe's parent runs out after about a dozen snapshots
@@ -502,16 +502,34 @@ fn a_lane_snapshotting_group_after_group_stays_inside_its_memory_limit() {
         "snapshot",
         "--max-memory",
         "2",
+        "--max-durable-snapshots",
+        "1",
         "--out",
         s(&out),
     ]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     let points = jsonl(&out.join("replay-points.jsonl"));
     assert_eq!(points.len(), 24);
+    let mut kept = 0;
     for point in &points {
         assert!(point.get("snapshot_error").is_none(), "{point}");
-        assert_eq!(point["durable_state"]["kind"], "snapshot", "{point}");
+        if point["durable_state"].is_null() {
+            let why = point["durable_error"].as_str().unwrap_or_default();
+            assert!(why.contains("--max-durable-snapshots 1 MiB"), "{point}");
+        } else {
+            assert_eq!(point["durable_state"]["kind"], "snapshot", "{point}");
+            kept += point["durable_state"]["size_bytes"].as_u64().unwrap();
+        }
     }
+    // Each snapshot is ~300 KB: a few are kept, within the 1 MiB budget.
+    assert!(kept > 0 && kept <= 1 << 20, "{kept} bytes kept");
+    let on_disk: u64 = std::fs::read_dir(out.join("replay-points"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "wasm"))
+        .map(|path| std::fs::metadata(path).unwrap().len())
+        .sum();
+    assert_eq!(on_disk, kept);
     let records = records(&out);
     let children: Vec<&Value> = records
         .iter()
