@@ -69,7 +69,10 @@ impl Forks {
             (false, false, None) => {
                 "none (no `replay` export: no replay points to fork from)".into()
             }
-            (true, true, _) => format!("state, snapshot{auto}"),
+            (true, true, _) => format!(
+                "state, snapshot (wizer instruments it in {:.0} ms){auto}",
+                self.instrument_ms.unwrap_or(0.0)
+            ),
             (false, true, _) => format!(
                 "snapshot (wizer instruments it in {:.0} ms){auto}",
                 self.instrument_ms.unwrap_or(0.0)

@@ -531,7 +531,10 @@ fn no_point_reason(points: &[PointLine], position: &ItemPosition, first: u64) ->
     };
     if on_trace.is_empty() {
         return format!(
-            "no replay point was captured on trace {:?} (the prefix capture failed or was not attempted; see the prefix record's replay_capture_error)",
+            "no replay point was captured on trace {:?}, where the run's last record of the item ran \
+             (that part of the run had replay off — --no-replay — or its prefix capture failed: \
+             see the prefix record's replay_capture_error); an item that ran in several epochs \
+             is replayed from its last one",
             position.trace_id
         );
     }

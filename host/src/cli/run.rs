@@ -128,10 +128,15 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let replay_minimum = crate::replay::fidelity::parse_minimum(&args.replay_min_fidelity)
         .map_err(|error| CliError::Input(format!("--replay-min-fidelity: {error}")))?;
     check_out_dir(&args.out, args.resume)?;
-    if args.fork == ForkArg::Snapshot && (args.no_replay || args.child_workers == 0) {
-        return Err(CliError::Input(
-            "--fork snapshot forks children of replay points: it needs replay (no --no-replay) and --child-workers 1 or more".into(),
-        ));
+    if args.fork != ForkArg::Auto && (args.no_replay || args.child_workers == 0) {
+        let fork = if args.fork == ForkArg::Snapshot {
+            "snapshot"
+        } else {
+            "state"
+        };
+        return Err(CliError::Input(format!(
+            "--fork {fork} forks children of replay points: it needs replay (no --no-replay) and --child-workers 1 or more"
+        )));
     }
 
     // Every input is checked before anything is written.
@@ -301,7 +306,11 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let summary = match result {
         Ok(summary) => {
             if let Some(options) = &replay {
-                add_replay_summary(&args.out, &options.metrics)?;
+                add_replay_summary(
+                    &args.out,
+                    &options.metrics,
+                    snapshots.is_some().then(|| snapshot_summary(&args.out)),
+                )?;
             }
             summary
         }
@@ -337,13 +346,21 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         if let Some(options) = &replay {
             print_replay_summary(&options.metrics, args.resume);
         }
+        if snapshots.is_some() {
+            print_snapshot_summary(&snapshot_summary(&args.out));
+        }
     }
     Ok(())
 }
 
 /// Add the replay metric ledger (reference `ReplayPointRegistry.metrics`)
-/// to `summary.json` as `replay`.
-fn add_replay_summary(out: &Path, metrics: &ReplayMetricLedger) -> Result<(), CliError> {
+/// to `summary.json` as `replay`, and the snapshot totals as `snapshots`
+/// when the run forked by snapshot.
+fn add_replay_summary(
+    out: &Path,
+    metrics: &ReplayMetricLedger,
+    snapshots: Option<Value>,
+) -> Result<(), CliError> {
     let path = out.join(crate::harness::run_dir::SUMMARY_FILE);
     let failed =
         |error: String| CliError::Failed(format!("cannot update {}: {error}", path.display()));
@@ -351,7 +368,74 @@ fn add_replay_summary(out: &Path, metrics: &ReplayMetricLedger) -> Result<(), Cl
     let mut summary: serde_json::Map<String, Value> =
         serde_json::from_str(&text).map_err(|e| failed(e.to_string()))?;
     summary.insert("replay".into(), Value::Object(metrics.snapshot()));
+    if let Some(snapshots) = snapshots {
+        summary.insert("snapshots".into(), snapshots);
+    }
     crate::harness::atomic::write_json_atomic(&path, &summary).map_err(|e| failed(e.to_string()))
+}
+
+/// The run's snapshot totals, from every point of `replay-points.jsonl`
+/// (a resumed run's earlier epochs included): `taken`, `failed`,
+/// `snapshot_ms` and `compile_ms` (sums), `bytes` (sum of the snapshot
+/// components), `durable_bytes` (those kept as durable points), and the
+/// first `snapshot_error`. Points are snapshotted when their children are
+/// first forked; groups of one item are not.
+fn snapshot_summary(out: &Path) -> Value {
+    let points = crate::replay::durable::load_points(out).unwrap_or_default();
+    let mut totals = json!({
+        "taken": 0, "failed": 0, "snapshot_ms": 0.0, "compile_ms": 0.0,
+        "bytes": 0, "durable_bytes": 0, "first_error": null,
+    });
+    let add = |totals: &mut Value, key: &str, value: &Value| {
+        let sum = totals[key].as_f64().unwrap_or(0.0) + value.as_f64().unwrap_or(0.0);
+        totals[key] = if value.is_u64() {
+            json!(sum as u64)
+        } else {
+            json!(sum)
+        };
+    };
+    for line in &points {
+        if let Some(snapshot) = &line.snapshot {
+            add(&mut totals, "taken", &json!(1));
+            for key in ["snapshot_ms", "compile_ms", "bytes"] {
+                add(&mut totals, key, &snapshot[key]);
+            }
+        }
+        if let Some(durable) = &line.durable_state
+            && durable.kind == crate::replay::durable::DurableKind::Snapshot
+        {
+            add(&mut totals, "durable_bytes", &json!(durable.size_bytes));
+        }
+        if let Some(error) = &line.snapshot_error {
+            add(&mut totals, "failed", &json!(1));
+            if totals["first_error"].is_null() {
+                totals["first_error"] = json!(error);
+            }
+        }
+    }
+    totals
+}
+
+fn print_snapshot_summary(totals: &Value) {
+    let n = |key: &str| totals[key].as_f64().unwrap_or(0.0);
+    let mut line = format!(
+        "  snapshots  {} taken ({:.1} MB, {:.2} s to snapshot, {:.2} s to compile; {:.1} MB kept durable)",
+        n("taken"),
+        n("bytes") / 1e6,
+        n("snapshot_ms") / 1000.0,
+        n("compile_ms") / 1000.0,
+        n("durable_bytes") / 1e6,
+    );
+    if n("failed") > 0.0 {
+        line.push_str(&format!(
+            ", {} failed (their groups forked by state or ran from the point in the parent; \
+             see snapshot_error in {}): {}",
+            n("failed"),
+            crate::replay::durable::POINTS_FILE,
+            totals["first_error"].as_str().unwrap_or("")
+        ));
+    }
+    say(&line);
 }
 
 fn print_replay_summary(metrics: &ReplayMetricLedger, resumed: bool) {
@@ -360,7 +444,8 @@ fn print_replay_summary(metrics: &ReplayMetricLedger, resumed: bool) {
     let minutes = |field: &str| snapshot.get(field).and_then(Value::as_f64).unwrap_or(0.0);
     say(&format!(
         "  replay     {} captured ({} failed), {} replayed ({} verified equivalent, {} failed), \
-         {} children ({} failed), {} quarantined; capture {:.4} min, restore {:.4} min{}",
+         {} children ({} failed; {} groups failed as a whole), {} quarantined; capture {:.4} min, \
+         restore {:.4} min{}",
         count(n("capture_success_count"), "point", "points"),
         n("capture_failure_count"),
         count(n("replay_attempt_count"), "suffix", "suffixes"),
@@ -368,6 +453,7 @@ fn print_replay_summary(metrics: &ReplayMetricLedger, resumed: bool) {
         n("replay_failure_count"),
         n("child_session_fork_attempt_count"),
         n("child_candidate_failure_count"),
+        n("child_group_failure_count"),
         n("replay_point_quarantine_count"),
         minutes("capture_minutes"),
         minutes("restore_minutes"),

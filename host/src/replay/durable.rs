@@ -151,8 +151,9 @@ impl PointLine {
             snapshot_error: Option<String>,
         }
         let point = ReplayPoint::from_record(record)?;
-        let extra: Extra = serde_json::from_value(Value::Object(record.clone()))
-            .map_err(|error| error.to_string())?;
+        // Errors name the field's path, e.g. `durable_state.binding_token`.
+        let extra: Extra = serde_path_to_error::deserialize(Value::Object(record.clone()))
+            .map_err(|error| format!("{}: {}", error.path(), error.inner()))?;
         Ok(Self {
             point,
             arm: extra.arm,
@@ -672,6 +673,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("binding_token"), "{error}");
+
+        // A malformed field of a line is named by its path.
+        let mut record = point.to_record();
+        record["durable_state"]["binding_token"] = serde_json::json!(-1);
+        let error = PointLine::from_record(&record).unwrap_err();
+        assert!(
+            error.starts_with("durable_state.binding_token: "),
+            "{error}"
+        );
     }
 
     #[test]

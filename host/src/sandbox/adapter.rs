@@ -125,6 +125,9 @@ pub struct WasmAdapter {
     /// Replay points of this lane, when the adapter exports `replay` and
     /// the run asked for them.
     replay: Option<ReplayLane>,
+    /// Bytes the latest snapshot of this lane's instances grew the parent
+    /// by (0 before the first): what the next one will need as headroom.
+    snapshot_growth_estimate: u64,
 }
 
 impl WasmAdapter {
@@ -148,6 +151,7 @@ impl WasmAdapter {
             epoch: 0,
             arm: String::from("main"),
             replay: None,
+            snapshot_growth_estimate: 0,
         }
     }
 
@@ -169,10 +173,34 @@ impl WasmAdapter {
         let limit = self.loaded.config.max_memory_mib << 20;
         if let Some(live) = &self.live
             && live.snapshot_growth > 0
-            && live.snapshot_growth >= limit / SNAPSHOT_GROWTH_FRACTION
+            && (live.snapshot_growth >= limit / SNAPSHOT_GROWTH_FRACTION
+                || self.snapshot_headroom().is_err())
         {
             self.live = None;
         }
+    }
+
+    /// Whether the live instance can afford the accessor pages of one
+    /// more snapshot (as many as the lane's latest snapshot took) under
+    /// `--max-memory`; `Err` says how short it is. Unknown (`Ok`) before
+    /// the lane's first snapshot or while no memory has grown.
+    pub(super) fn snapshot_headroom(&self) -> Result<(), String> {
+        let Some(live) = &self.live else {
+            return Ok(());
+        };
+        let limiter = &live.store.data().limiter;
+        let (limit, largest) = (limiter.limit_bytes() as u64, limiter.largest_bytes() as u64);
+        let needed = self.snapshot_growth_estimate;
+        if needed == 0 || largest == 0 || largest + needed <= limit {
+            return Ok(());
+        }
+        Err(format!(
+            "the parent instance has {} KiB left under --max-memory {} MiB and a snapshot \
+             grows it by {} KiB (wizer's accessors); raise --max-memory",
+            limit.saturating_sub(largest) >> 10,
+            limit >> 20,
+            needed >> 10
+        ))
     }
 
     /// Instances created so far (1 + replacements after poisoning or

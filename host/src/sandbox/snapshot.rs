@@ -113,8 +113,8 @@
 //!   compiles every function again although only data and globals
 //!   changed, which dominates the cost of a snapshot — and 2–5 ms from the
 //!   cache; a child (instantiate + a cheap call + drop) 10–40 µs.
-//! - Every snapshot compiled with a cache directory adds one compiled file
-//!   to the cache (snapshots are content-addressed by their sha256).
+//! - Snapshots are compiled in memory only, never into the cache
+//!   directory: they hold the guest's heap.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -503,6 +503,25 @@ impl Instrumented {
             message: error.to_string(),
         })?;
         Instrumented::new(original, bytes)
+    }
+
+    /// Bytes one snapshot grows a parent's memories by: wizer reads every
+    /// memory twice through an accessor of [`WIZER_INSTANCE`], and each
+    /// read leaves a 64 KiB page behind
+    /// ([`Snapshot::parent_growth_bytes`]). Counted from the instrumented
+    /// component's accessors named `memory*`.
+    pub fn parent_growth_per_snapshot(&self) -> u64 {
+        let engine = self.loaded.engine.engine();
+        let component = self.loaded.pre.component().component_type();
+        let memories = match component.get_export(engine, WIZER_INSTANCE).map(|e| e.ty) {
+            Some(wasmtime::component::types::ComponentItem::ComponentInstance(access)) => access
+                .exports(engine)
+                .filter(|(name, _)| name.starts_with("memory"))
+                .count()
+                as u64,
+            _ => 1,
+        };
+        2 * memories * WASM_PAGE_BYTES
     }
 
     /// The instrumented component as an adapter: the original's protocols,

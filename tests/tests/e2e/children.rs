@@ -417,6 +417,12 @@ fn snapshot_forks_run_each_child_in_its_own_copy_of_the_parent() {
     assert_eq!(replay["child_session_fork_success_count"], 5, "{replay}");
     assert_eq!(replay["child_session_release_success_count"], 5, "{replay}");
 
+    let totals = &json_file(&out.join("summary.json"))["snapshots"];
+    assert_eq!(totals["taken"], 1, "{totals}");
+    assert_eq!(totals["failed"], 0, "{totals}");
+    assert_eq!(totals["bytes"], snapshot["bytes"], "{totals}");
+    assert_eq!(totals["durable_bytes"], snapshot["bytes"], "{totals}");
+
     // The snapshot is the point's durable form, not an exported state.
     let durable = &points[0]["durable_state"];
     assert_eq!(durable["kind"], "snapshot", "{durable}");
@@ -472,6 +478,58 @@ fn snapshot_forks_run_each_child_in_its_own_copy_of_the_parent() {
         "{}",
         stderr(&output)
     );
+}
+
+#[test]
+fn a_point_that_cannot_be_snapshotted_runs_as_it_would_by_state() {
+    // replay-probe exports child-risk, which screens children on the
+    // exported state; a seed whose state cannot be exported forks no
+    // children by state, and none by snapshot either: its suffixes run
+    // from the point in the parent, and the failure is reported.
+    let mut runs = Vec::new();
+    let dir = tempfile::tempdir().unwrap();
+    for fork in ["snapshot", "state"] {
+        let here = dir.path().join(fork);
+        std::fs::create_dir(&here).unwrap();
+        let (out, records) = children_run(
+            &here,
+            &["export_none"],
+            &[("a", &[]), ("b", &[])],
+            &["--fork", fork],
+        );
+        for record in records
+            .iter()
+            .filter(|r| r["record_kind"] == "episode_suffix")
+        {
+            assert!(record.get("adapter_error").is_none(), "{fork}: {record}");
+            assert_eq!(record["via"], "replay", "{fork}: ran from the point");
+            assert!(record["replay"].get("fork").is_none(), "{fork}: {record}");
+        }
+        let summary = json_file(&out.join("summary.json"));
+        let points = jsonl(&out.join("replay-points.jsonl"));
+        if fork == "snapshot" {
+            let why = points[0]["snapshot_error"].as_str().unwrap();
+            assert!(why.contains("export-replay-state gave none"), "{why}");
+            assert_eq!(summary["snapshots"]["failed"], 1, "{summary}");
+            assert_eq!(summary["snapshots"]["taken"], 0, "{summary}");
+        } else {
+            assert!(summary.get("snapshots").is_none(), "{summary}");
+        }
+        runs.push(
+            records
+                .into_iter()
+                .map(|mut record| {
+                    let map = record.as_object_mut().unwrap();
+                    map.remove("duration_minutes");
+                    if let Some(Value::Object(replay)) = map.get_mut("replay") {
+                        replay.retain(|key, _| !key.ends_with("_minutes"));
+                    }
+                    (map["item_id"].as_str().unwrap().to_string(), record)
+                })
+                .collect(),
+        );
+    }
+    assert_same_records(&runs[0], &runs[1], "snapshot against state");
 }
 
 #[test]
@@ -605,7 +663,7 @@ fn markdown_explorer_gives_the_same_records_forked_by_snapshot_or_by_state() {
 }
 
 #[test]
-fn snapshot_forks_are_refused_where_there_is_nothing_to_fork() {
+fn explicit_forks_are_refused_where_there_is_nothing_to_fork() {
     let dir = tempfile::tempdir().unwrap();
     let items = write_items(
         dir.path(),
@@ -615,26 +673,32 @@ fn snapshot_forks_are_refused_where_there_is_nothing_to_fork() {
     for (adapter, extra, expected) in [
         (
             sandloop_tests::HELLO_ADAPTER,
-            &[][..],
+            &["--fork", "snapshot"][..],
             "does not export `replay`",
         ),
         (
             REPLAY_PROBE,
-            &["--child-workers", "0"][..],
+            &["--fork", "snapshot", "--child-workers", "0"][..],
             "--child-workers 1 or more",
         ),
-        (REPLAY_PROBE, &["--no-replay"][..], "needs replay"),
+        (
+            REPLAY_PROBE,
+            &["--fork", "snapshot", "--no-replay"][..],
+            "needs replay",
+        ),
+        (
+            REPLAY_PROBE,
+            &["--fork", "state", "--child-workers", "0"][..],
+            "--fork state forks children",
+        ),
+        (
+            REPLAY_PROBE,
+            &["--fork", "state", "--no-replay"][..],
+            "--fork state forks children",
+        ),
     ] {
         let out = dir.path().join("out");
-        let mut args = vec![
-            "run",
-            "--adapter",
-            adapter,
-            "--items",
-            s(&items),
-            "--fork",
-            "snapshot",
-        ];
+        let mut args = vec!["run", "--adapter", adapter, "--items", s(&items)];
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--out", s(&out)]);
         let output = run(&args);

@@ -50,7 +50,8 @@ fn inspect_reports_protocols_from_exports() {
         "{text}"
     );
     assert!(
-        text.contains("forks      state, snapshot; --fork auto forks by state"),
+        text.contains("forks      state, snapshot (wizer instruments it in ")
+            && text.contains("; --fork auto forks by state"),
         "{text}"
     );
     let text = stdout(&run(&["inspect", HELLO_ADAPTER]));

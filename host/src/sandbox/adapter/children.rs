@@ -336,6 +336,7 @@ impl WasmAdapter {
         items: &[Item],
         ctx: &CallContext,
     ) -> Option<Vec<(Result<Record, AdapterError>, f64)>> {
+        self.take_group_snapshot(handle);
         let (point_id, source) = {
             let point = handle.point.borrow();
             let GroupPoint {

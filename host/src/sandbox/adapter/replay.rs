@@ -85,12 +85,15 @@ impl ReplayLane {
 /// What a group keeps about its replay point.
 pub(super) struct GroupPoint {
     pub(super) id: String,
-    line: PointLine,
+    pub(super) line: PointLine,
     /// The exported state, kept when children are forked from it.
     pub(super) state: Option<Arc<Vec<u8>>>,
     /// The point frozen as a compiled snapshot, when children are forked
     /// from snapshots.
     pub(super) snapshot: Option<Arc<SnapshotPoint>>,
+    /// The group's items while its snapshot is still to be taken (at the
+    /// first fork of its children).
+    pub(super) pending: Option<Vec<Item>>,
 }
 
 /// A deterministic, file-name-safe point id for a group of an arm and
@@ -322,61 +325,20 @@ impl WasmAdapter {
             snapshot: None,
             snapshot_error: None,
         };
-        let mut snapshot = None;
         // A group of one item has no child to fork: its snapshot would be
-        // compiled for nothing.
-        if let Some(instrumented) = lane.options.snapshots.clone()
+        // compiled for nothing. A snapshot is taken when the group's
+        // children are first forked (`take_group_snapshot`), not here, so
+        // its cost is not timed as prefix work; the snapshot is then the
+        // point's durable form, and the export waits for its outcome.
+        let snapshot_pending = lane.options.snapshots.is_some()
             && lane.options.child_workers > 0
             && items.len() > 1
-            && let Some(binding) = lane.registry.binding(&point_id).copied()
-        {
-            match self.snapshot_point(&instrumented, &binding) {
-                Ok((point, component)) => {
-                    line.snapshot = Some(point.to_record());
-                    // The snapshot is the point's durable form: a later
-                    // `sandloop replay` instantiates it and resumes the
-                    // binding, with no export from the adapter.
-                    if let Some(store) = &lane.options.store {
-                        match store.write_snapshot(&point_id, &component, point.token, items) {
-                            Ok(durable) => line.durable_state = Some(durable),
-                            Err(error) => line.durable_error = Some(error.to_string()),
-                        }
-                    }
-                    snapshot = Some(Arc::new(point));
-                }
-                Err(error) => line.snapshot_error = Some(error),
-            }
-        }
-        let forks_children = lane.options.child_workers > 0
-            && snapshot.is_none()
-            && self.loaded.indices.replay_children.is_some();
-        let mut state = None;
-        if let Some(binding) = lane.registry.binding(&point_id)
-            && snapshot.is_none()
-            && (lane.options.store.is_some() || forks_children)
-        {
-            let binding = *binding;
-            let max = self.max_output();
-            match self.export_replay_state(&binding) {
-                Ok(Some(bytes)) if bytes.len() > max => {
-                    line.durable_error = Some(format!(
-                        "the exported state is {} bytes, over the limit of {max} (--max-output)",
-                        bytes.len()
-                    ));
-                }
-                Ok(Some(bytes)) => {
-                    if let Some(store) = &lane.options.store {
-                        match store.write_state(&point_id, &bytes, items) {
-                            Ok(durable) => line.durable_state = Some(durable),
-                            Err(error) => line.durable_error = Some(error.to_string()),
-                        }
-                    }
-                    state = forks_children.then(|| Arc::new(bytes));
-                }
-                Ok(None) => {}
-                Err(error) => line.durable_error = Some(error.to_string()),
-            }
-        }
+            && lane.registry.binding(&point_id).is_some();
+        let state = if snapshot_pending {
+            None
+        } else {
+            self.export_point(lane, &point_id, items, &mut line)
+        };
         fields.insert(
             "replay_point_id".into(),
             Value::from(point.replay_point_id.clone()),
@@ -389,9 +351,52 @@ impl WasmAdapter {
             id: point_id,
             line,
             state,
-            snapshot,
+            snapshot: None,
+            pending: snapshot_pending.then(|| items.to_vec()),
         });
         Some(fields)
+    }
+
+    /// Export point `point_id`'s state: written durable when the run keeps
+    /// points, and returned when the group's children fork from it (by
+    /// state transfer). Failures go to `line.durable_error`.
+    pub(super) fn export_point(
+        &mut self,
+        lane: &ReplayLane,
+        point_id: &str,
+        items: &[Item],
+        line: &mut PointLine,
+    ) -> Option<Arc<Vec<u8>>> {
+        let forks_children =
+            lane.options.child_workers > 0 && self.loaded.indices.replay_children.is_some();
+        let binding = *lane.registry.binding(point_id)?;
+        if lane.options.store.is_none() && !forks_children {
+            return None;
+        }
+        let max = self.max_output();
+        match self.export_replay_state(&binding) {
+            Ok(Some(bytes)) if bytes.len() > max => {
+                line.durable_error = Some(format!(
+                    "the exported state is {} bytes, over the limit of {max} (--max-output)",
+                    bytes.len()
+                ));
+                None
+            }
+            Ok(Some(bytes)) => {
+                if let Some(store) = &lane.options.store {
+                    match store.write_state(point_id, &bytes, items) {
+                        Ok(durable) => line.durable_state = Some(durable),
+                        Err(error) => line.durable_error = Some(error.to_string()),
+                    }
+                }
+                forks_children.then(|| Arc::new(bytes))
+            }
+            Ok(None) => None,
+            Err(error) => {
+                line.durable_error = Some(error.to_string());
+                None
+            }
+        }
     }
 
     /// Run `item` as a suffix from its group's replay point. `None` when

@@ -14,12 +14,12 @@
 //! fidelity where the adapter reports a digest) and `run-replay-suffix`.
 //! When the component exports `child-risk` (which needs `replay-children`),
 //! its policy screens every snapshot child as it screens state-forked ones:
-//! the child's instance also adopts the point's state as its replay child
-//! (`export-replay-state` of the resumed binding, then `fork-replay-child`
-//! under the child's id), so `assess-replay-child-intent` and
-//! `-outcome` find the child they judge by its id; the task itself runs on
-//! the resumed binding. (`--fork auto` forks such an adapter by state
-//! transfer anyway; this is for `--fork snapshot`.)
+//! the point's state is exported once in the parent, and each child's
+//! instance adopts it as its replay child (`fork-replay-child` under the
+//! child's id), so `assess-replay-child-intent` and `-outcome` find the
+//! child they judge; the task itself runs on the resumed binding. (`--fork
+//! auto` forks such an adapter by state transfer anyway; this is for
+//! `--fork snapshot`.)
 //! Its instance is then dropped whole; `finalize-replay-suffix` is not
 //! called, since the working copy goes with the instance. The group runtime
 //! (`run_child_group_from`) is the same as for state-transfer forks.
@@ -31,17 +31,18 @@ use std::time::Instant;
 use serde_json::{Map, Value, json};
 use wasmtime::component::ResourceAny;
 
+use super::replay::ReplayLane;
 use super::replay::{
     BindingHandle, receipt_from_wit, receipt_to_wit, report_from_wit, to_wit_fidelity,
 };
-use super::{WasmAdapter, declared, parse_record, to_json};
-use crate::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
+use super::{GroupHandle, WasmAdapter, declared, parse_record, to_json};
+use crate::episode::adapter::{AdapterError, CallContext, Item, Record};
 use crate::replay::{
     ChildConcurrency, ChildForker, ChildLease, ChildSession, EquivalenceReport, ForkRequest,
     RestoreReceipt, RiskAssessment,
 };
 use crate::sandbox::bindings::exports::sandloop::adapter::replay as wit_replay;
-use crate::sandbox::snapshot::{CompiledSnapshot, Instrumented};
+use crate::sandbox::snapshot::{CompiledSnapshot, Instrumented, SnapshotError};
 use crate::trace::TraceLog;
 
 /// Unique identity of every snapshot child of the process.
@@ -60,6 +61,10 @@ pub struct SnapshotPoint {
     pub snapshot_ms: f64,
     /// Wall milliseconds to compile it (cache lookup included).
     pub compile_ms: f64,
+    /// The point's exported state, when the component's `child-risk`
+    /// policy screens the children: each child adopts it as its replay
+    /// child, which the policy finds by child id.
+    pub risk_state: Option<Arc<Vec<u8>>>,
 }
 
 impl SnapshotPoint {
@@ -100,12 +105,25 @@ impl WasmAdapter {
             .ok_or(
                 "binding-token gave none: the adapter cannot resume this binding in a snapshot",
             )?;
+        if self.snapshot_growth_estimate == 0 {
+            self.snapshot_growth_estimate = instrumented.parent_growth_per_snapshot();
+        }
+        self.snapshot_headroom()?;
         let live = self.live.as_mut().ok_or("the instance was dropped")?;
         let started = Instant::now();
-        let snapshot = instrumented
-            .snapshot(&mut live.store, &live.instance)
-            .map_err(|error| error.to_string())?;
+        let snapshot = match instrumented.snapshot(&mut live.store, &live.instance) {
+            Ok(snapshot) => snapshot,
+            Err(error) => {
+                if matches!(error, SnapshotError::AccessorCall { .. }) {
+                    // A trap inside an accessor leaves the instance unable
+                    // to enter again: it goes, with the group's state.
+                    self.live = None;
+                }
+                return Err(error.to_string());
+            }
+        };
         live.snapshot_growth += snapshot.parent_growth_bytes;
+        self.snapshot_growth_estimate = snapshot.parent_growth_bytes;
         let snapshot_ms = started.elapsed().as_secs_f64() * 1000.0;
         let started = Instant::now();
         let compiled = instrumented
@@ -117,6 +135,7 @@ impl WasmAdapter {
             bytes: snapshot.bytes.len(),
             snapshot_ms,
             compile_ms: started.elapsed().as_secs_f64() * 1000.0,
+            risk_state: None,
         };
         Ok((point, snapshot.bytes))
     }
@@ -142,6 +161,102 @@ impl WasmAdapter {
     }
 }
 
+impl WasmAdapter {
+    /// Take the snapshot of the group's point that its capture deferred,
+    /// right before its children are first forked (nothing has run on the
+    /// parent since the capture): so the snapshot's cost is not timed as
+    /// prefix work, and is reported on the point (`snapshot_ms`,
+    /// `compile_ms`). On success the snapshot is the point's durable form
+    /// (within `--max-durable-snapshots`). When the component's
+    /// `child-risk` policy screens children, the state is exported first
+    /// (each child adopts it for the policy); an adapter that cannot
+    /// export forks no snapshot children then, as with `--fork state`.
+    /// A failure is written to the point's `snapshot_error`, and the point
+    /// is exported and forked by state transfer as it would have been
+    /// without snapshots (or its items run from it in the parent).
+    pub(super) fn take_group_snapshot(&mut self, handle: &GroupHandle) {
+        let mut slot = handle.point.borrow_mut();
+        let Some(point) = slot.as_mut() else {
+            return;
+        };
+        let Some(items) = point.pending.take() else {
+            return;
+        };
+        let Some(lane) = self.replay.take() else {
+            return;
+        };
+        match self.snapshot_group_point(&lane, &point.id) {
+            Ok((snapshot, component)) => {
+                point.line.snapshot = Some(snapshot.to_record());
+                if let Some(store) = &lane.options.store {
+                    match store.write_snapshot(&point.id, &component, snapshot.token, &items) {
+                        Ok(durable) => point.line.durable_state = Some(durable),
+                        Err(error) => point.line.durable_error = Some(error.to_string()),
+                    }
+                }
+                point.snapshot = Some(Arc::new(snapshot));
+            }
+            Err(error) => {
+                point.line.snapshot_error = Some(error);
+                if self.live.is_some() {
+                    point.state = self.export_point(&lane, &point.id, &items, &mut point.line);
+                } else {
+                    point.line.durable_error = Some(
+                        "the instance was lost when its snapshot failed (see snapshot_error): \
+                         the point has no durable form"
+                            .into(),
+                    );
+                }
+            }
+        }
+        self.replay = Some(lane);
+    }
+
+    /// The snapshot of point `point_id` and its component's bytes, with
+    /// the exported state attached when `child-risk` screens children.
+    fn snapshot_group_point(
+        &mut self,
+        lane: &ReplayLane,
+        point_id: &str,
+    ) -> Result<(SnapshotPoint, Arc<[u8]>), String> {
+        let instrumented = lane
+            .options
+            .snapshots
+            .clone()
+            .ok_or("the run does not fork by snapshot")?;
+        let binding = *lane
+            .registry
+            .binding(point_id)
+            .ok_or("the point has no binding")?;
+        let indices = &self.loaded.indices;
+        let risk_state = if indices.child_risk.is_some() && indices.replay_children.is_some() {
+            let max = self.max_output();
+            match self.export_replay_state(&binding) {
+                Ok(Some(bytes)) if bytes.len() <= max => Some(Arc::new(bytes)),
+                Ok(Some(bytes)) => {
+                    return Err(format!(
+                        "child-risk screens children on the exported state, which is {} bytes, \
+                         over --max-output {max}: no snapshot children",
+                        bytes.len()
+                    ));
+                }
+                Ok(None) => {
+                    return Err("child-risk screens children on the exported state, and \
+                                export-replay-state gave none: no snapshot children (as with \
+                                --fork state)"
+                        .into());
+                }
+                Err(error) => return Err(format!("export-replay-state: {error}")),
+            }
+        } else {
+            None
+        };
+        let (mut snapshot, component) = self.snapshot_point(&instrumented, &binding)?;
+        snapshot.risk_state = risk_state;
+        Ok((snapshot, component))
+    }
+}
+
 /// Forks children of one point from its compiled snapshot.
 pub struct SnapshotForker<'a> {
     pub(super) parent: &'a WasmAdapter,
@@ -163,11 +278,10 @@ pub struct SnapshotChild {
 impl ChildForker for SnapshotForker<'_> {
     type Session = SnapshotChild;
 
-    /// Whether the component exports `child-risk` (and with it
-    /// `replay-children`, which it requires).
+    /// Whether the component's `child-risk` policy screens the children:
+    /// the point then carries the exported state each child adopts.
     fn has_risk_policy(&self) -> bool {
-        let indices = &self.parent.loaded.indices;
-        indices.child_risk.is_some() && indices.replay_children.is_some()
+        self.point.risk_state.is_some()
     }
 
     fn fork(&mut self, request: &ForkRequest) -> Result<ChildLease<SnapshotChild>, AdapterError> {
@@ -194,8 +308,8 @@ impl ChildForker for SnapshotForker<'_> {
             },
         );
         let receipt = receipt_from_wit(result?.map_err(declared)?);
-        if self.has_risk_policy() {
-            adopt_screened_child(&mut adapter, binding, request)?;
+        if let Some(state) = &self.point.risk_state {
+            adapter.fork_replay_child(state, request)?;
         }
         let (trace_id, after, next) = &self.fork_at;
         Ok(ChildLease {
@@ -237,38 +351,6 @@ impl SnapshotChild {
                 body((replay, &mut live.store))
             })
     }
-}
-
-/// Give a snapshot child's instance the replay child the adapter's
-/// `child-risk` policy looks up by `request.child_id`: the resumed
-/// `binding`'s exported state, adopted with `fork-replay-child`. The child
-/// resource stays in the instance until the instance is dropped.
-fn adopt_screened_child(
-    adapter: &mut WasmAdapter,
-    binding: ResourceAny,
-    request: &ForkRequest,
-) -> Result<(), AdapterError> {
-    let (result, _) = adapter.call(
-        "export-replay-state",
-        Some(&request.child_id),
-        None,
-        |live| {
-            let guest = live
-                .replay
-                .as_ref()
-                .expect("snapshots are taken of replay adapters");
-            guest.call_export_replay_state(&mut live.store, binding)
-        },
-    );
-    let state = result?.map_err(declared)?.ok_or_else(|| {
-        AdapterError::new(
-            ErrorType::ReplayContract,
-            "export-replay-state gave none in a snapshot child: its child-risk policy has \
-             no replay child to assess",
-        )
-    })?;
-    adapter.fork_replay_child(&state, request)?;
-    Ok(())
 }
 
 impl ChildSession for SnapshotChild {
