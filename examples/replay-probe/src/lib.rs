@@ -632,9 +632,16 @@ impl Replay for ReplayProbe {
         let faults = item_faults(&item)?;
         let mut working = point.working.borrow_mut();
         let working = working.as_mut().ok_or_else(not_restored)?;
-        let record = run_item(&mut working.state, &item, "replay");
+        let mut record = run_item(&mut working.state, &item, "replay");
         faults.check(Fault::SuffixFails, "run-replay-suffix")?;
         faults.trap(Fault::SuffixTraps, "run-replay-suffix");
+        if faults.has(Fault::ChildScribbles) {
+            // In a snapshot child the heap it scribbles over is the
+            // parent's, inherited; in place, only the working copy and
+            // freed memory.
+            let scribbled = children::scribble(&mut working.state);
+            record.set("scribbled_bytes", scribbled);
+        }
         Ok(record)
     }
 

@@ -372,10 +372,16 @@ fn snapshot_forks_run_each_child_in_its_own_copy_of_the_parent() {
     let specs: &[(&str, &[&str])] = &[
         ("ok-1", &[]),
         ("traps", &["suffix_traps"]),
+        ("scribbles", &["child_scribbles"]),
         ("fails", &["suffix_fails"]),
         ("ok-2", &[]),
     ];
     let (out, records) = children_run(dir.path(), &[], specs, &["--fork", "snapshot"]);
+    // A child that scribbles over the heap it inherited from the parent
+    // returns normally; its siblings (run after it) start from the point.
+    let scribbled = variant(&records, "scribbles");
+    assert!(scribbled.get("adapter_error").is_none(), "{scribbled}");
+    assert!(scribbled["scribbled_bytes"].as_u64().unwrap() >= 1 << 20);
     let seed = find(&records, "s", "episode_suffix");
     for (id, record) in [
         ("s", seed),
@@ -414,8 +420,8 @@ fn snapshot_forks_run_each_child_in_its_own_copy_of_the_parent() {
     assert_eq!(snapshot["sha256"].as_str().unwrap().len(), 64);
     assert_eq!(points[0]["quarantined"], false);
     let replay = summary_replay(&out);
-    assert_eq!(replay["child_session_fork_success_count"], 5, "{replay}");
-    assert_eq!(replay["child_session_release_success_count"], 5, "{replay}");
+    assert_eq!(replay["child_session_fork_success_count"], 6, "{replay}");
+    assert_eq!(replay["child_session_release_success_count"], 6, "{replay}");
 
     let totals = &json_file(&out.join("summary.json"))["snapshots"];
     assert_eq!(totals["taken"], 1, "{totals}");
