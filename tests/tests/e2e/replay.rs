@@ -625,17 +625,7 @@ fn plan_ranks_positions_from_a_run_and_from_explicit_inputs() {
 
     std::fs::write(&observations, r#"[{"first_effect_sequence": 3, "terminal_sequence": 2, "full_replay_minutes": 1.0, "minimum_fidelity": "exact"}]"#).unwrap();
     let output = run(&args);
-    assert_eq!(code(&output), 2);
-    assert!(
-        stderr(&output).contains("observations.json"),
-        "{}",
-        stderr(&output)
-    );
-    assert!(
-        stderr(&output).contains("terminal_sequence"),
-        "{}",
-        stderr(&output)
-    );
+    assert_exit(&output, 2, &["observations.json", "terminal_sequence"]);
 }
 
 #[test]

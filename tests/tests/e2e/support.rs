@@ -138,3 +138,13 @@ pub fn write_catalog(dir: &Path, specs: Value) -> PathBuf {
     std::fs::write(&path, catalog.to_string()).expect("write catalog");
     path
 }
+
+/// Assert that `output` exited with `expected` and that its stderr says
+/// every one of `says`.
+pub fn assert_exit(output: &Output, expected: i32, says: &[&str]) {
+    let text = stderr(output);
+    assert_eq!(code(output), expected, "{text}");
+    for part in says {
+        assert!(text.contains(part), "expected {part:?} in: {text}");
+    }
+}
