@@ -150,7 +150,8 @@ pub struct LoopWorkerArgs {
     /// The coordinator's URL, e.g. http://127.0.0.1:8080.
     #[arg(long, value_name = "URL")]
     pub coordinator: String,
-    /// Directory for compiled plugins (default: the user cache dir).
+    /// Directory for compiled plugins (default: $SANDLOOP_CACHE_DIR, else the
+    /// user cache dir).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
 }
@@ -170,7 +171,8 @@ pub struct LoopRunArgs {
     /// Goal file instead of the config's (relative to the repository).
     #[arg(long, value_name = "FILE")]
     pub goal_file: Option<PathBuf>,
-    /// Directory for compiled plugins (default: the user cache dir).
+    /// Directory for compiled plugins (default: $SANDLOOP_CACHE_DIR, else the
+    /// user cache dir).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     /// Print the final state as JSON.
@@ -190,6 +192,9 @@ pub struct ReplayArgs {
     /// First trace sequence the replay must redo; default: where the item's suffix began.
     #[arg(long, value_name = "N")]
     pub from_sequence: Option<u64>,
+    /// Replay the item as it ran in epoch N; default: its last epoch.
+    #[arg(long, value_name = "N")]
+    pub epoch: Option<u32>,
     /// Fidelity the result needs to be promotion eligible: exact,
     /// semantic_equivalent or best_effort. Points meeting it are chosen
     /// first; else the nearest weaker one (an observed-only replay).
@@ -201,7 +206,8 @@ pub struct ReplayArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Directory for compiled components (default: the user cache dir).
+    /// Directory for compiled components (default: $SANDLOOP_CACHE_DIR, else
+    /// the user cache dir).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     /// Compile the component in memory only.

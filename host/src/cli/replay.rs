@@ -41,12 +41,22 @@ fn input(message: impl Into<String>) -> CliError {
     CliError::Input(message.into())
 }
 
-/// The last record of `item_id` in the run's `records.jsonl`.
-fn find_record(run: &Path, item_id: &str) -> Result<ItemPosition, CliError> {
+/// The epoch of a record, from its `execution_group_id`
+/// (`ARM:epoch-N:group-M`).
+fn record_epoch(record: &Record) -> Option<u32> {
+    let group = record.get("execution_group_id")?.as_str()?;
+    let (_, rest) = group.split_once(":epoch-")?;
+    rest.split(':').next()?.parse().ok()
+}
+
+/// The last record of `item_id` in the run's `records.jsonl`, or its last
+/// one in `epoch` when given.
+fn find_record(run: &Path, item_id: &str, epoch: Option<u32>) -> Result<ItemPosition, CliError> {
     let path = run.join("records.jsonl");
     let file = std::fs::File::open(&path)
         .map_err(|error| input(format!("cannot read {}: {error}", path.display())))?;
     let mut found: Option<Record> = None;
+    let mut epochs: Vec<u32> = Vec::new();
     for (index, line) in BufReader::new(file).lines().enumerate() {
         let line =
             line.map_err(|error| input(format!("cannot read {}: {error}", path.display())))?;
@@ -63,8 +73,26 @@ fn find_record(run: &Path, item_id: &str) -> Result<ItemPosition, CliError> {
         if record.get("item_id").and_then(Value::as_str) == Some(item_id)
             && record.get("record_kind").and_then(Value::as_str) != Some("shared_prefix")
         {
-            found = Some(record);
+            let ran_in = record_epoch(&record);
+            if let Some(ran_in) = ran_in
+                && !epochs.contains(&ran_in)
+            {
+                epochs.push(ran_in);
+            }
+            if epoch.is_none() || ran_in == epoch {
+                found = Some(record);
+            }
         }
+    }
+    if let Some(epoch) = epoch
+        && found.is_none()
+        && !epochs.is_empty()
+    {
+        let list: Vec<String> = epochs.iter().map(u32::to_string).collect();
+        return Err(input(format!(
+            "item {item_id:?} has no record in epoch {epoch}; it ran in epoch {}",
+            list.join(", ")
+        )));
     }
     if item_id.ends_with(":shared-prefix") {
         return Err(input(format!(
@@ -213,7 +241,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         sha256: run_sha256,
     } = manifest_options(run)?;
     let all_points = load_points(run).map_err(|error| input(error.to_string()))?;
-    let mut position = find_record(run, &args.item)?;
+    let mut position = find_record(run, &args.item, args.epoch)?;
 
     // Points a later process can restore: durable and not quarantined.
     let durable: Vec<PointLine> = all_points
@@ -534,7 +562,7 @@ fn no_point_reason(points: &[PointLine], position: &ItemPosition, first: u64) ->
             "no replay point was captured on trace {:?}, where the run's last record of the item ran \
              (that part of the run had replay off — --no-replay — or its prefix capture failed: \
              see the prefix record's replay_capture_error); an item that ran in several epochs \
-             is replayed from its last one",
+             is replayed from its last one unless --epoch names another",
             position.trace_id
         );
     }

@@ -660,3 +660,46 @@ fn replay_finds_relative_inputs_from_another_directory() {
         .unwrap();
     assert_eq!(code(&output), 0, "{}", stderr(&output));
 }
+
+#[test]
+fn replay_takes_the_item_as_it_ran_in_the_epoch_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(dir.path(), "items.jsonl", &[probe_item("honest", &[])]);
+    let out = dir.path().join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        REPLAY_PROBE,
+        "--items",
+        s(&items),
+        "--epochs",
+        "2",
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    for (epoch, expected) in [(None, "epoch-2"), (Some("1"), "epoch-1")] {
+        let mut args = vec!["replay", "--run", s(&out), "--item", "honest", "--json"];
+        args.extend(epoch.map(|epoch| ["--epoch", epoch]).iter().flatten());
+        let output = run(&args);
+        assert_eq!(code(&output), 0, "{epoch:?}: {}", stderr(&output));
+        let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+        let group = report["execution_group_id"].as_str().unwrap();
+        assert!(group.contains(expected), "{epoch:?}: {group}");
+        assert_eq!(report["succeeded"], true);
+    }
+    let output = run(&[
+        "replay",
+        "--run",
+        s(&out),
+        "--item",
+        "honest",
+        "--epoch",
+        "3",
+    ]);
+    assert_exit(
+        &output,
+        2,
+        &["has no record in epoch 3; it ran in epoch 1, 2"],
+    );
+}
