@@ -17,6 +17,9 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// Dropping it stops the ticker.
 pub struct SandboxEngine {
     engine: Engine,
+    /// The engine's Cranelift function cache, when incremental compilation
+    /// is on.
+    functions: Option<Arc<FunctionCache>>,
     stop: Arc<AtomicBool>,
     ticker: Option<std::thread::JoinHandle<()>>,
 }
@@ -54,8 +57,13 @@ impl SandboxEngine {
             wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
                 .memory_reservation(memory_bytes.next_power_of_two() as u64);
         }
-        if config.incremental_compilation {
-            wasm.enable_incremental_compilation(Arc::new(FunctionCache::default()))?;
+        let functions = config
+            .incremental_compilation
+            .then(|| Arc::new(FunctionCache::default()));
+        if let Some(functions) = &functions {
+            wasm.enable_incremental_compilation(
+                Arc::clone(functions) as Arc<dyn wasmtime::CacheStore>
+            )?;
         }
         let engine = Engine::new(&wasm)?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -77,6 +85,7 @@ impl SandboxEngine {
         };
         Ok(Self {
             engine,
+            functions,
             stop,
             ticker: Some(ticker),
         })
@@ -85,6 +94,12 @@ impl SandboxEngine {
     /// The wasmtime engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The engine's Cranelift function cache, when the config turned on
+    /// incremental compilation.
+    pub fn function_cache(&self) -> Option<&Arc<FunctionCache>> {
+        self.functions.as_ref()
     }
 
     /// Epoch ticks for a deadline of `seconds` (at least one tick).

@@ -128,7 +128,7 @@ use wasmtime_wizer::{ComponentContext, ComponentInstanceState, Wizer};
 use super::bindings::exports::sandloop::adapter::{
     child_risk, episode, episode_groups, replay, replay_children, seeds, variants,
 };
-use super::cache::{CacheOutcome, load_or_compile, sha256_hex};
+use super::cache::{CacheOutcome, cache_path, load_or_compile, sha256_hex};
 use super::component::{ComponentInfo, ExportIndices, LoadedAdapter, linker};
 use super::engine::SandboxEngine;
 use super::host_state::HostState;
@@ -255,6 +255,11 @@ pub struct InstrumentInfo {
     pub compile: Duration,
     /// Whether the compiled instrumented component came from the cache.
     pub cache: CacheOutcome,
+    /// Cranelift function artifacts read back into the engine's function
+    /// cache with it (saved when it was compiled), so the first snapshot
+    /// of a process compiles fast too; 0 without a cache directory or
+    /// incremental compilation.
+    pub warm_functions: usize,
 }
 
 /// How `sandloop run --fork auto` forks a group's children from its replay
@@ -473,8 +478,10 @@ impl Instrumented {
             format!("{component} (wizer-instrumented)"),
         )?;
         let compile = started.elapsed();
+        let warm_functions = share_functions(original, &sha256, cache);
         Ok(Instrumented {
             info: InstrumentInfo {
+                warm_functions,
                 original_sha256,
                 sha256,
                 original_bytes: original_bytes.len() as u64,
@@ -811,6 +818,28 @@ fn reset_budget(store: &mut Store<HostState>, loaded: &LoadedAdapter) -> wasmtim
 /// interfaces of `base`'s protocols, as a [`LoadedAdapter`] shown as
 /// `path`; errors name `component` and `what`.
 #[allow(clippy::too_many_arguments)] // one call per kind of derived component
+/// Save the engine's function cache beside the instrumented component
+/// `sha256` when it was just compiled, or load it back when the component
+/// came from the cache. Returns the artifacts loaded. Failures only cost
+/// speed: the snapshot's functions are then compiled again.
+fn share_functions(original: &LoadedAdapter, sha256: &str, cache: CacheOutcome) -> usize {
+    let (Some(functions), Some(dir)) = (
+        original.engine.function_cache(),
+        original.config.cache_dir.as_deref(),
+    ) else {
+        return 0;
+    };
+    let path = cache_path(dir, sha256, original.engine.engine()).with_extension("functions");
+    match cache {
+        CacheOutcome::Miss => {
+            let _ = functions.save(&path);
+            0
+        }
+        CacheOutcome::Hit => functions.load(&path).unwrap_or(0),
+        CacheOutcome::Uncached => 0,
+    }
+}
+
 fn load_derived(
     component: &str,
     base: &LoadedAdapter,

@@ -447,6 +447,16 @@ fn wizer_accepts_the_example_components_and_errors_name_the_failing_step() {
             again.info.cache,
             sandloop::sandbox::cache::CacheOutcome::Hit
         );
+        // A new engine (as in a later process) gets the functions saved
+        // with the compiled instrumented component back, and compiles the
+        // snapshot from them into a working component.
+        let later = load_adapter(path, config(&cache, vec![]));
+        let warm = Instrumented::load(&later).unwrap();
+        assert!(warm.info.warm_functions > 0, "{path}");
+        let compiled = warm
+            .compile_snapshot_bytes(&snapshot.bytes, &snapshot.sha256)
+            .unwrap_or_else(|error| panic!("{path}: {error}"));
+        compiled.instantiate().unwrap();
     }
     // The workflow plugins instrument too.
     for path in [LOOP_STEPS, LLM_STEPS] {
