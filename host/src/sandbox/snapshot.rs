@@ -813,10 +813,6 @@ fn reset_budget(store: &mut Store<HostState>, loaded: &LoadedAdapter) -> wasmtim
     Ok(())
 }
 
-/// Compile `bytes` (a component derived from `base`'s: instrumented or a
-/// snapshot) through the cache under `sha256`, link it and bind the
-/// interfaces of `base`'s protocols, as a [`LoadedAdapter`] shown as
-/// `path`; errors name `component` and `what`.
 /// Save the engine's function cache beside the instrumented component
 /// `sha256` when it was just compiled, or load it back when the component
 /// came from the cache. Returns the artifacts loaded. Failures only cost
@@ -839,6 +835,10 @@ fn share_functions(original: &LoadedAdapter, sha256: &str, cache: CacheOutcome) 
     }
 }
 
+/// Compile `bytes` (a component derived from `base`'s: instrumented or a
+/// snapshot) through the cache under `sha256`, link it and bind the
+/// interfaces of `base`'s protocols, as a [`LoadedAdapter`] shown as
+/// `path`; errors name `component` and `what`.
 #[allow(clippy::too_many_arguments)] // one call per kind of derived component
 fn load_derived(
     component: &str,
