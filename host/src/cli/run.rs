@@ -428,8 +428,8 @@ fn print_snapshot_summary(totals: &Value) {
     );
     if n("failed") > 0.0 {
         line.push_str(&format!(
-            ", {} failed (their groups forked by state or ran from the point in the parent; \
-             see snapshot_error in {}): {}",
+            ", {} failed (their groups forked by state, ran from the point in the parent, or \
+             prepared their prefix again when the parent was lost; see snapshot_error in {}): {}",
             n("failed"),
             crate::replay::durable::POINTS_FILE,
             totals["first_error"].as_str().unwrap_or("")
@@ -818,9 +818,14 @@ fn snapshot_forks(
 ) -> Result<Option<Arc<Instrumented>>, CliError> {
     let protocols = loaded.protocols;
     if !protocols.replay || args.no_replay || args.child_workers == 0 {
-        if args.fork == ForkArg::Snapshot {
+        if args.fork != ForkArg::Auto && !protocols.replay {
             return Err(CliError::Input(format!(
-                "--fork snapshot: {} does not export `replay`, so it has no replay points to fork from",
+                "--fork {}: {} does not export `replay`, so it has no replay points to fork from",
+                if args.fork == ForkArg::Snapshot {
+                    "snapshot"
+                } else {
+                    "state"
+                },
                 args.adapter.display()
             )));
         }

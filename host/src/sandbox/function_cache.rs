@@ -98,13 +98,16 @@ impl FunctionCache {
     /// cannot be read, is not such a file, or its sha256 does not match;
     /// nothing is added then.
     pub fn load(&self, path: &Path) -> io::Result<usize> {
-        let file = std::fs::read(path)?;
         let invalid = |what: &str| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("{}: {what}", path.display()),
             )
         };
+        if !std::fs::metadata(path)?.is_file() {
+            return Err(invalid("not a regular file"));
+        }
+        let file = std::fs::read(path)?;
         if file.len() < 40 || &file[..8] != MAGIC {
             return Err(invalid("not a saved function cache"));
         }

@@ -308,6 +308,10 @@ pub struct Instrumented {
     loaded: Arc<LoadedAdapter>,
     linker: Linker<HostState>,
     component: String,
+    /// Where the function artifacts go when the saved ones were missing
+    /// or damaged: written once, after this process's first snapshot
+    /// compile has filled the function cache.
+    resave: std::sync::Mutex<Option<std::path::PathBuf>>,
     /// What instrumenting and compiling cost.
     pub info: InstrumentInfo,
 }
@@ -478,8 +482,9 @@ impl Instrumented {
             format!("{component} (wizer-instrumented)"),
         )?;
         let compile = started.elapsed();
-        let warm_functions = share_functions(original, &sha256, cache);
+        let (warm_functions, resave) = share_functions(original, &sha256, cache);
         Ok(Instrumented {
+            resave: std::sync::Mutex::new(resave),
             info: InstrumentInfo {
                 warm_functions,
                 original_sha256,
@@ -684,6 +689,10 @@ impl Instrumented {
             format!("{} ({what})", self.component),
         )?;
         let compile = started.elapsed();
+        let resave = self.resave.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let (Some(path), Some(functions)) = (resave, self.loaded.engine.function_cache()) {
+            let _ = functions.save(&path);
+        }
         let started = Instant::now();
         loaded
             .pre
@@ -815,23 +824,32 @@ fn reset_budget(store: &mut Store<HostState>, loaded: &LoadedAdapter) -> wasmtim
 
 /// Save the engine's function cache beside the instrumented component
 /// `sha256` when it was just compiled, or load it back when the component
-/// came from the cache. Returns the artifacts loaded. Failures only cost
-/// speed: the snapshot's functions are then compiled again.
-fn share_functions(original: &LoadedAdapter, sha256: &str, cache: CacheOutcome) -> usize {
+/// came from the cache. Returns the artifacts loaded, and where to save
+/// them again when the saved ones were missing or damaged (after the
+/// first snapshot compile, [`Instrumented::compile_snapshot_bytes`]).
+/// Failures only cost speed: the snapshot's functions are compiled again.
+fn share_functions(
+    original: &LoadedAdapter,
+    sha256: &str,
+    cache: CacheOutcome,
+) -> (usize, Option<std::path::PathBuf>) {
     let (Some(functions), Some(dir)) = (
         original.engine.function_cache(),
         original.config.cache_dir.as_deref(),
     ) else {
-        return 0;
+        return (0, None);
     };
     let path = cache_path(dir, sha256, original.engine.engine()).with_extension("functions");
     match cache {
         CacheOutcome::Miss => {
             let _ = functions.save(&path);
-            0
+            (0, None)
         }
-        CacheOutcome::Hit => functions.load(&path).unwrap_or(0),
-        CacheOutcome::Uncached => 0,
+        CacheOutcome::Hit => match functions.load(&path) {
+            Ok(loaded) => (loaded, None),
+            Err(_) => (0, Some(path)),
+        },
+        CacheOutcome::Uncached => (0, None),
     }
 }
 

@@ -457,6 +457,26 @@ fn wizer_accepts_the_example_components_and_errors_name_the_failing_step() {
             .compile_snapshot_bytes(&snapshot.bytes, &snapshot.sha256)
             .unwrap_or_else(|error| panic!("{path}: {error}"));
         compiled.instantiate().unwrap();
+        if path == REPLAY_PROBE {
+            // Damaged saved functions cost one cold compile, after which
+            // they are written again.
+            let saved: Vec<_> = std::fs::read_dir(&cache)
+                .unwrap()
+                .map(|entry| entry.unwrap().path())
+                .filter(|file| {
+                    file.extension().is_some_and(|e| e == "functions")
+                        && file.to_string_lossy().contains(&warm.info.sha256)
+                })
+                .collect();
+            assert_eq!(saved.len(), 1, "{saved:?}");
+            std::fs::write(&saved[0], b"damaged").unwrap();
+            let cold = Instrumented::load(&load_adapter(path, config(&cache, vec![]))).unwrap();
+            assert_eq!(cold.info.warm_functions, 0);
+            cold.compile_snapshot_bytes(&snapshot.bytes, &snapshot.sha256)
+                .unwrap();
+            let again = Instrumented::load(&load_adapter(path, config(&cache, vec![]))).unwrap();
+            assert!(again.info.warm_functions > 0, "written again");
+        }
     }
     // The workflow plugins instrument too.
     for path in [LOOP_STEPS, LLM_STEPS] {

@@ -191,7 +191,16 @@ impl WasmAdapter {
                 if let Some(store) = &lane.options.store {
                     match store.write_snapshot(&point.id, &component, snapshot.token, &items) {
                         Ok(durable) => point.line.durable_state = Some(durable),
-                        Err(error) => point.line.durable_error = Some(error.to_string()),
+                        Err(error) => {
+                            // Past --max-durable-snapshots (or unwritable):
+                            // the adapter's exported state, when it has
+                            // one, keeps the point durable.
+                            point.line.durable_error = Some(error.to_string());
+                            self.export_point(&lane, &point.id, &items, &mut point.line);
+                            if point.line.durable_state.is_some() {
+                                point.line.durable_error = None;
+                            }
+                        }
                     }
                 }
                 point.snapshot = Some(Arc::new(snapshot));
