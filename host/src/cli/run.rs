@@ -303,14 +303,12 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             eprintln!("warning: could not write a replay point: {error}");
         }
     }
+    // Read once, after every lane wrote its points.
+    let snapshot_totals = snapshots.is_some().then(|| snapshot_summary(&args.out));
     let summary = match result {
         Ok(summary) => {
             if let Some(options) = &replay {
-                add_replay_summary(
-                    &args.out,
-                    &options.metrics,
-                    snapshots.is_some().then(|| snapshot_summary(&args.out)),
-                )?;
+                add_replay_summary(&args.out, &options.metrics, snapshot_totals.clone())?;
             }
             summary
         }
@@ -346,8 +344,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         if let Some(options) = &replay {
             print_replay_summary(&options.metrics, args.resume);
         }
-        if snapshots.is_some() {
-            print_snapshot_summary(&snapshot_summary(&args.out));
+        if let Some(totals) = &snapshot_totals {
+            print_snapshot_summary(totals);
         }
     }
     Ok(())

@@ -30,6 +30,7 @@ use crate::episode::adapter::{
 };
 use crate::trace::{TraceEvent, TraceLog};
 
+mod child_instance;
 mod children;
 mod replay;
 mod snapshot_children;

@@ -7,42 +7,34 @@
 //! down; the parent's instance is never touched.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value};
 use wasmtime::component::ResourceAny;
 
+use super::child_instance::ChildInstance;
 use super::replay::{
     GroupPoint, adapter_error_of, error_block, receipt_from_wit, receipt_to_wit, report_from_wit,
     to_wit_fidelity,
 };
 use super::snapshot_children::{SnapshotForker, SnapshotPoint};
-use super::{GroupHandle, WasmAdapter, declared, item_id, parse_record, to_json};
-use crate::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
+use super::{GroupHandle, WasmAdapter, declared, item_id};
+use crate::episode::adapter::{AdapterError, CallContext, Item, Record};
 use crate::replay::{
-    ChildConcurrency, ChildForker, ChildLease, ChildOutcome, ChildSession, ChildTask, Disposition,
+    ChildConcurrency, ChildForker, ChildLease, ChildOutcome, ChildSession, ChildTask,
     EquivalenceReport, ForkRequest, Lifecycle, RestoreReceipt, RiskAssessment,
 };
-use crate::sandbox::bindings::exports::sandloop::adapter::{child_risk, replay_children};
+use crate::sandbox::bindings::exports::sandloop::adapter::replay_children;
 use crate::sandbox::bindings::sandloop::adapter::types as wit_types;
-use crate::trace::TraceLog;
 
 /// Most children forked at once per lane; a larger group runs as several
 /// child groups of this size from the same point (the instance pool is
 /// sized for it).
 pub const MAX_CHILDREN_PER_FORK: usize = 32;
 
-/// Unique identity of every child instance of the process (its worker
-/// identity and child key).
-static NEXT_CHILD: AtomicU64 = AtomicU64::new(1);
-
 /// One forked child in its own instance.
 pub struct WasmChild {
-    adapter: WasmAdapter,
+    instance: ChildInstance,
     child: ResourceAny,
-    child_id: String,
-    ctx: CallContext,
-    trace: Option<TraceLog>,
     released: bool,
 }
 
@@ -81,21 +73,6 @@ fn wit_concurrency(concurrency: replay_children::ChildConcurrency) -> ChildConcu
     }
 }
 
-fn assessment_from_wit(assessment: child_risk::RiskAssessment) -> RiskAssessment {
-    RiskAssessment {
-        disposition: match assessment.disposition {
-            child_risk::Disposition::Allow => Disposition::Allow,
-            child_risk::Disposition::Deny => Disposition::Deny,
-        },
-        policy_id: assessment.policy_id,
-        sanitized_reason: assessment.sanitized_reason,
-    }
-}
-
-fn object_json(map: &Map<String, Value>) -> String {
-    serde_json::to_string(map).expect("a JSON map always serialises")
-}
-
 impl ChildForker for WasmChildForker<'_> {
     type Session = WasmChild;
 
@@ -104,26 +81,22 @@ impl ChildForker for WasmChildForker<'_> {
     }
 
     fn fork(&mut self, request: &ForkRequest) -> Result<ChildLease<WasmChild>, AdapterError> {
-        let identity = NEXT_CHILD.fetch_add(1, Ordering::Relaxed);
-        let mut adapter = WasmAdapter::new(
-            Arc::clone(&self.parent.loaded),
-            format!("{}:child:{}", self.parent.branch_id, request.child_id),
-            self.parent.observer.clone(),
+        let mut instance = ChildInstance::new(
+            self.parent,
+            &self.parent.loaded,
+            &self.ctx,
+            request,
+            &self.fork_at,
         );
-        adapter.epoch = self.ctx.epoch;
-        let lease = adapter.fork_replay_child(&self.state, request)?;
-        let (trace_id, after, next) = &self.fork_at;
+        let lease = instance.adapter.fork_replay_child(&self.state, request)?;
         Ok(ChildLease {
             receipt: receipt_from_wit(lease.receipt),
             concurrency: wit_concurrency(lease.concurrency),
-            worker_identity: Some(identity),
-            child_key: identity,
+            worker_identity: Some(instance.identity),
+            child_key: instance.identity,
             session: WasmChild {
-                adapter,
+                instance,
                 child: lease.child,
-                child_id: request.child_id.clone(),
-                ctx: self.ctx.clone(),
-                trace: TraceLog::fork(trace_id, &request.target_branch_id, Some(after), *next).ok(),
                 released: false,
             },
         })
@@ -159,69 +132,6 @@ impl WasmAdapter {
         });
         result?.map_err(declared)
     }
-
-    /// The adapter's `child-risk` verdict, in this child's instance, on the
-    /// intent of child `child_id` (`outcome` none) or on the outcome it
-    /// produced. Shared by state and snapshot children.
-    pub(super) fn assess_child(
-        &mut self,
-        child_id: &str,
-        trace: &mut Option<TraceLog>,
-        intent: &Map<String, Value>,
-        outcome: Option<&Record>,
-    ) -> Result<RiskAssessment, AdapterError> {
-        let intent = object_json(intent);
-        let outcome = outcome.map(object_json);
-        let name = if outcome.is_some() {
-            "assess-replay-child-outcome"
-        } else {
-            "assess-replay-child-intent"
-        };
-        let assessment = self.child_call(name, child_id, trace, false, |live| {
-            let risk = live
-                .child_risk
-                .as_ref()
-                .expect("asked only of components exporting child-risk");
-            match &outcome {
-                None => risk.call_assess_replay_child_intent(&mut live.store, child_id, &intent),
-                Some(outcome) => risk.call_assess_replay_child_outcome(
-                    &mut live.store,
-                    child_id,
-                    &intent,
-                    outcome,
-                ),
-            }
-        })?;
-        Ok(assessment_from_wit(assessment))
-    }
-
-    /// Call `name` in this child instance (threading the child's trace
-    /// through `trace` when `traced`), or say the instance is gone: a
-    /// child's instance is not replaced after a failure. Shared by state
-    /// and snapshot children.
-    pub(super) fn child_call<R>(
-        &mut self,
-        name: &'static str,
-        child_id: &str,
-        trace: &mut Option<TraceLog>,
-        traced: bool,
-        body: impl FnOnce(&mut super::Live) -> wasmtime::Result<Result<R, wit_types::AdapterError>>,
-    ) -> Result<R, AdapterError> {
-        if self.live.is_none() {
-            return Err(AdapterError::new(
-                ErrorType::InstanceLost,
-                format!(
-                    "the child's instance was dropped after an earlier failure; cannot call {name}"
-                ),
-            ));
-        }
-        let taken = if traced { trace.take() } else { None };
-        let (result, returned) = self.call(name, Some(child_id), taken, body);
-        if traced {
-            *trace = returned;
-        }
-        result?.map_err(declared)
-    }
 }
 
 impl WasmChild {
@@ -233,14 +143,13 @@ impl WasmChild {
         traced: bool,
         body: impl FnOnce(Guests<'_>) -> wasmtime::Result<Result<R, wit_types::AdapterError>>,
     ) -> Result<R, AdapterError> {
-        self.adapter
-            .child_call(name, &self.child_id, &mut self.trace, traced, |live| {
-                let children = live
-                    .replay_children
-                    .as_ref()
-                    .expect("a child implies the replay-children export");
-                body((children, &mut live.store))
-            })
+        self.instance.call(name, traced, |live| {
+            let children = live
+                .replay_children
+                .as_ref()
+                .expect("a child implies the replay-children export");
+            body((children, &mut live.store))
+        })
     }
 }
 
@@ -263,22 +172,19 @@ impl ChildSession for WasmChild {
         &mut self,
         intent: &Map<String, Value>,
     ) -> Result<RiskAssessment, AdapterError> {
-        self.adapter
-            .assess_child(&self.child_id, &mut self.trace, intent, None)
+        self.instance.assess(intent, None)
     }
 
     fn run(&mut self, task: &Item) -> Result<Record, AdapterError> {
-        let json = to_json(task);
-        let wit_ctx = self.adapter.context(&self.ctx);
         let child = self.child;
-        let text = self.child_call("run-replay-child", true, |(guest, store)| {
-            guest.call_run_replay_child(store, child, &json, &wit_ctx)
-        })?;
-        parse_record(
-            &text,
-            self.adapter.max_output(),
-            "the child's observation record",
-        )
+        self.instance
+            .run("run-replay-child", task, |live, json, ctx| {
+                let guest = live
+                    .replay_children
+                    .as_ref()
+                    .expect("a child implies the replay-children export");
+                guest.call_run_replay_child(&mut live.store, child, json, ctx)
+            })
     }
 
     fn assess_outcome(
@@ -286,16 +192,15 @@ impl ChildSession for WasmChild {
         intent: &Map<String, Value>,
         outcome: &Record,
     ) -> Result<RiskAssessment, AdapterError> {
-        self.adapter
-            .assess_child(&self.child_id, &mut self.trace, intent, Some(outcome))
+        self.instance.assess(intent, Some(outcome))
     }
 
     fn trace_end(&self) -> Option<u64> {
-        self.trace.as_ref().map(TraceLog::next_sequence)
+        self.instance.trace_end()
     }
 
     fn release(&mut self) -> Result<(), AdapterError> {
-        if self.released || self.adapter.live.is_none() {
+        if self.released || self.instance.adapter.live.is_none() {
             // A dropped instance took the child with it.
             self.released = true;
             return Ok(());

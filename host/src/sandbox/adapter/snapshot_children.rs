@@ -25,17 +25,17 @@
 //! (`run_child_group_from`) is the same as for state-transfer forks.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 use wasmtime::component::ResourceAny;
 
+use super::child_instance::ChildInstance;
 use super::replay::ReplayLane;
 use super::replay::{
     BindingHandle, receipt_from_wit, receipt_to_wit, report_from_wit, to_wit_fidelity,
 };
-use super::{GroupHandle, WasmAdapter, declared, parse_record, to_json};
+use super::{GroupHandle, WasmAdapter, declared};
 use crate::episode::adapter::{AdapterError, CallContext, Item, Record};
 use crate::replay::{
     ChildConcurrency, ChildForker, ChildLease, ChildSession, EquivalenceReport, ForkRequest,
@@ -43,10 +43,6 @@ use crate::replay::{
 };
 use crate::sandbox::bindings::exports::sandloop::adapter::replay as wit_replay;
 use crate::sandbox::snapshot::{CompiledSnapshot, Instrumented, SnapshotError};
-use crate::trace::TraceLog;
-
-/// Unique identity of every snapshot child of the process.
-static NEXT_SNAPSHOT_CHILD: AtomicU64 = AtomicU64::new(1);
 
 /// A replay point frozen as a compiled snapshot, with the token its
 /// binding answers to in every child.
@@ -139,9 +135,7 @@ impl WasmAdapter {
         };
         Ok((point, snapshot.bytes))
     }
-}
 
-impl WasmAdapter {
     /// `resume-binding`: the first call in an instance of a snapshot, a
     /// new handle on the binding `token` named in the parent. `child_id`
     /// labels the call in the adapter's logs.
@@ -159,9 +153,7 @@ impl WasmAdapter {
         });
         result?.map_err(declared)
     }
-}
 
-impl WasmAdapter {
     /// Take the snapshot of the group's point that its capture deferred,
     /// right before its children are first forked (nothing has run on the
     /// parent since the capture): so the snapshot's cost is not timed as
@@ -277,11 +269,8 @@ pub struct SnapshotForker<'a> {
 
 /// One child: a fresh instance of the snapshot and its resumed binding.
 pub struct SnapshotChild {
-    adapter: WasmAdapter,
+    instance: ChildInstance,
     binding: ResourceAny,
-    child_id: String,
-    ctx: CallContext,
-    trace: Option<TraceLog>,
 }
 
 impl ChildForker for SnapshotForker<'_> {
@@ -294,13 +283,14 @@ impl ChildForker for SnapshotForker<'_> {
     }
 
     fn fork(&mut self, request: &ForkRequest) -> Result<ChildLease<SnapshotChild>, AdapterError> {
-        let identity = NEXT_SNAPSHOT_CHILD.fetch_add(1, Ordering::Relaxed);
-        let mut adapter = WasmAdapter::new(
-            Arc::clone(self.point.compiled.loaded()),
-            format!("{}:child:{}", self.parent.branch_id, request.child_id),
-            self.parent.observer.clone(),
+        let mut instance = ChildInstance::new(
+            self.parent,
+            self.point.compiled.loaded(),
+            &self.ctx,
+            request,
+            &self.fork_at,
         );
-        adapter.epoch = self.ctx.epoch;
+        let adapter = &mut instance.adapter;
         let binding = adapter.resume_binding(self.point.token, Some(&request.child_id))?;
         let restore = wit_replay::RestoreRequest {
             replay_point_id: request.replay_point_id.clone(),
@@ -320,20 +310,13 @@ impl ChildForker for SnapshotForker<'_> {
         if let Some(state) = &self.point.risk_state {
             adapter.fork_replay_child(state, request)?;
         }
-        let (trace_id, after, next) = &self.fork_at;
         Ok(ChildLease {
             receipt,
             // Every child is its own instance of the snapshot.
             concurrency: ChildConcurrency::ThreadSafe,
-            worker_identity: Some(identity),
-            child_key: identity,
-            session: SnapshotChild {
-                adapter,
-                binding,
-                child_id: request.child_id.clone(),
-                ctx: self.ctx.clone(),
-                trace: TraceLog::fork(trace_id, &request.target_branch_id, Some(after), *next).ok(),
-            },
+            worker_identity: Some(instance.identity),
+            child_key: instance.identity,
+            session: SnapshotChild { instance, binding },
         })
     }
 }
@@ -351,14 +334,13 @@ impl SnapshotChild {
         traced: bool,
         body: impl FnOnce(Guests<'_>) -> wasmtime::Result<Result<R, wit_replay::AdapterError>>,
     ) -> Result<R, AdapterError> {
-        self.adapter
-            .child_call(name, &self.child_id, &mut self.trace, traced, |live| {
-                let replay = live
-                    .replay
-                    .as_ref()
-                    .expect("snapshots are taken of replay adapters");
-                body((replay, &mut live.store))
-            })
+        self.instance.call(name, traced, |live| {
+            let replay = live
+                .replay
+                .as_ref()
+                .expect("snapshots are taken of replay adapters");
+            body((replay, &mut live.store))
+        })
     }
 }
 
@@ -379,22 +361,19 @@ impl ChildSession for SnapshotChild {
         &mut self,
         intent: &Map<String, Value>,
     ) -> Result<RiskAssessment, AdapterError> {
-        self.adapter
-            .assess_child(&self.child_id, &mut self.trace, intent, None)
+        self.instance.assess(intent, None)
     }
 
     fn run(&mut self, task: &Item) -> Result<Record, AdapterError> {
-        let json = to_json(task);
-        let wit_ctx = self.adapter.context(&self.ctx);
         let binding = self.binding;
-        let text = self.child_call("run-replay-suffix", true, |(guest, store)| {
-            guest.call_run_replay_suffix(store, binding, &json, &wit_ctx)
-        })?;
-        parse_record(
-            &text,
-            self.adapter.max_output(),
-            "the child's observation record",
-        )
+        self.instance
+            .run("run-replay-suffix", task, |live, json, ctx| {
+                let guest = live
+                    .replay
+                    .as_ref()
+                    .expect("snapshots are taken of replay adapters");
+                guest.call_run_replay_suffix(&mut live.store, binding, json, ctx)
+            })
     }
 
     fn assess_outcome(
@@ -402,18 +381,17 @@ impl ChildSession for SnapshotChild {
         intent: &Map<String, Value>,
         outcome: &Record,
     ) -> Result<RiskAssessment, AdapterError> {
-        self.adapter
-            .assess_child(&self.child_id, &mut self.trace, intent, Some(outcome))
+        self.instance.assess(intent, Some(outcome))
     }
 
     fn trace_end(&self) -> Option<u64> {
-        self.trace.as_ref().map(TraceLog::next_sequence)
+        self.instance.trace_end()
     }
 
     fn release(&mut self) -> Result<(), AdapterError> {
         // The child's copy of the parent's memory goes with its instance,
         // which is dropped with the session: nothing is left to release.
-        self.adapter.live = None;
+        self.instance.adapter.live = None;
         Ok(())
     }
 }
