@@ -20,6 +20,15 @@
 //! | `bad_trace` | emits trace events with a forbidden key and an absolute path | refuse both |
 //! | `declared_error` | returns an `adapter-error` (kind `hostile-declared`, retryable) | record `adapter_error` |
 //! | `prepare_none` | `prepare` returns none (seed only) | fall back to `execute` |
+//! | `open_path` | opens `"path"` for reading (a FIFO, a device) and reads it | refuse what could block, within the deadline |
+//! | `hoard_files` | opens `"path"` up to `"count"` times (default 100,000), keeping every handle | refuse opens past `--max-open-files` inside the guest |
+//! | `try_reserve` | `Vec::try_reserve("bytes")` (default 256 MiB), reporting the failure | deny the growth with -1, not a trap |
+//! | `swap_for_symlink` | replaces the directory `"dir"` by a symlink to `"target"`, then panics | keep every grant on the directory it granted |
+//! | `plant_start_sleep` | creates `/work/sleep-on-start`, then panics | (the next instance's start function sleeps: see below) |
+//!
+//! The start function (`_initialize`, run while the component is
+//! instantiated) sleeps for an hour when the file `/work/sleep-on-start`
+//! exists in a granted `/work`: the host must stop it at the deadline.
 //!
 //! The adapter implements the generated `Guest` traits directly (not the
 //! sdk's protocol traits) so that `invalid_json` can return raw text.
@@ -158,6 +167,87 @@ fn bad_trace() -> Record {
     record
 }
 
+/// Where `plant_start_sleep` leaves its marker (in a granted `/work`).
+const START_SLEEP_MARKER: &str = "/work/sleep-on-start";
+
+unsafe extern "C" {
+    /// The static constructors, as the linker collects them.
+    fn __wasm_call_ctors();
+}
+
+/// The component's start function: the toolchain's component wrapper calls
+/// an exported `_initialize` while the component is instantiated, before
+/// any export. It runs the static constructors, then sleeps when told to.
+#[unsafe(no_mangle)]
+pub extern "C" fn _initialize() {
+    // SAFETY: called once, by the instantiation, before any other code.
+    unsafe { __wasm_call_ctors() };
+    if std::fs::metadata(START_SLEEP_MARKER).is_ok() {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
+}
+
+fn path_of(item: &Item) -> Result<String, AdapterError> {
+    item.str_field("path")
+        .map(str::to_owned)
+        .ok_or_else(|| Error::invalid_item("the attack needs a \"path\"").into())
+}
+
+fn error_fields(record: &mut Record, error: &std::io::Error) {
+    record
+        .set("error", error.to_string())
+        .set("error_kind", format!("{:?}", error.kind()));
+}
+
+/// Open `path` and read it: a FIFO with no writer blocks in `open(2)`.
+fn open_path(path: &str) -> Record {
+    let mut record = Record::with_keys(["attack:open_path"]);
+    match std::fs::File::open(path) {
+        Ok(mut file) => {
+            use std::io::Read;
+            let mut buffer = [0u8; 64];
+            let read = file.read(&mut buffer);
+            record.set("opened", true).set("read_ok", read.is_ok());
+        }
+        Err(error) => {
+            record.set("opened", false);
+            error_fields(&mut record, &error);
+        }
+    }
+    record
+}
+
+/// Open `path` up to `count` times, keeping every handle until the end.
+fn hoard_files(path: &str, count: u64) -> Record {
+    let mut hoard = Vec::new();
+    let mut record = Record::with_keys(["attack:hoard_files"]);
+    for _ in 0..count {
+        match std::fs::File::open(path) {
+            Ok(file) => hoard.push(file),
+            Err(error) => {
+                error_fields(&mut record, &error);
+                break;
+            }
+        }
+    }
+    record.set("opened", hoard.len());
+    record
+}
+
+/// Ask for `bytes` more memory and report instead of aborting.
+fn try_reserve(bytes: usize) -> Record {
+    let mut buffer: Vec<u8> = Vec::new();
+    let result = buffer.try_reserve(bytes);
+    let mut record = Record::with_keys(["attack:try_reserve"]);
+    record.set("reserved", result.is_ok());
+    if let Err(error) = result {
+        record.set("error", error.to_string());
+    }
+    // Still alive: a small allocation works after the denied one.
+    record.set("after", vec![1u8; 1024].len());
+    record
+}
+
 /// Run `item`'s attack at `stage` (`execute` or `execute_episode`).
 fn run(item: &Item, stage: &str) -> Result<String, AdapterError> {
     let attack = attack_of(item);
@@ -181,6 +271,36 @@ fn run(item: &Item, stage: &str) -> Result<String, AdapterError> {
         "read_host_file" => read_host_file(),
         "read_env" => read_env(),
         "bad_trace" => bad_trace(),
+        "open_path" => open_path(&path_of(item)?),
+        "hoard_files" => hoard_files(
+            &path_of(item)?,
+            item.get("count")
+                .and_then(|v| v.as_u64())
+                .unwrap_or(100_000),
+        ),
+        "try_reserve" => try_reserve(
+            item.get("bytes")
+                .and_then(|v| v.as_u64())
+                .map_or(256 << 20, |n| n as usize),
+        ),
+        "swap_for_symlink" => {
+            let dir = path_of(item)?;
+            let target = item.str_field("target").unwrap_or("..").to_owned();
+            let planted = std::fs::remove_dir_all(&dir).and_then(|()| {
+                #[allow(deprecated)] // the one portable spelling on WASI
+                std::fs::soft_link(&target, &dir)
+            });
+            if let Err(error) = planted {
+                return Err(Error::infra("hostile-swap", error.to_string()).into());
+            }
+            panic!("hostile-adapter: {dir} now links to {target}, trapping for a fresh instance");
+        }
+        "plant_start_sleep" => {
+            std::fs::write(START_SLEEP_MARKER, b"sleep").map_err(|error| {
+                AdapterError::from(Error::infra("hostile-plant", error.to_string()))
+            })?;
+            panic!("hostile-adapter: planted {START_SLEEP_MARKER}, now trapping");
+        }
         "declared_error" => {
             return Err(Error::infra("hostile-declared", "declared on purpose").into());
         }

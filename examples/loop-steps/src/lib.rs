@@ -13,6 +13,13 @@
 //! - `goal_check` reports the goal met once `progress.txt` has as many
 //!   lines as the target.
 //!
+//! Two more try the sandbox's grants (a workflow set of the e2e tests):
+//!
+//! - `plant` replaces the granted `/work/sub` with a symlink to
+//!   `../../outside`, a directory beside the repository;
+//! - `probe` reads `/sub/secret.txt` from its own grant of `work/sub`, and
+//!   succeeds with what it read only if that grant let it out.
+//!
 //! Any other workflow id fails with an error naming it.
 
 wit_bindgen::generate!({
@@ -113,6 +120,20 @@ impl Guest for Steps {
                     Err(error) => failed(error),
                 }
             }
+            "plant" => {
+                let planted = std::fs::remove_dir_all("/work/sub").and_then(|()| {
+                    #[allow(deprecated)] // the one portable spelling on WASI
+                    std::fs::soft_link("../../outside", "/work/sub")
+                });
+                match planted {
+                    Ok(()) => ok("planted /work/sub -> ../../outside".into()),
+                    Err(error) => failed(format!("cannot plant the link: {error}")),
+                }
+            }
+            "probe" => match std::fs::read_to_string("/sub/secret.txt") {
+                Ok(text) => ok(format!("read /sub/secret.txt: {}", text.trim())),
+                Err(error) => failed(format!("cannot read /sub/secret.txt: {error}")),
+            },
             other => failed(format!("loop-steps has no workflow {other:?}")),
         }
     }

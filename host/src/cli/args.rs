@@ -296,6 +296,10 @@ pub struct SandboxArgs {
     /// Largest JSON text accepted from one adapter call, bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 8 << 20)]
     pub max_output: usize,
+    /// Files and directories one instance may hold open through its
+    /// grants at once; one more open fails inside the guest.
+    #[arg(long, value_name = "N", default_value_t = crate::sandbox::guarded_open::DEFAULT_MAX_OPEN_FILES)]
+    pub max_open_files: usize,
     /// Directory for compiled components (default: $SANDLOOP_CACHE_DIR,
     /// $XDG_CACHE_HOME/sandloop or ~/.cache/sandloop).
     #[arg(long, value_name = "DIR")]

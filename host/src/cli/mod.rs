@@ -65,6 +65,25 @@ pub(crate) fn open_sandbox(
     Ok((Arc::new(engine), Arc::new(config)))
 }
 
+/// Raise this process's soft limit of open files to its hard limit, as
+/// servers do: every instance may hold `--max-open-files` descriptors of
+/// its own, on top of the run's files. Nothing changes where the limit
+/// cannot be raised.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: both calls only read or write the `rlimit` passed by pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
 /// Parse the process arguments, run the command, and return the exit code:
 /// 0 success, 1 the run failed, 2 bad usage or bad input.
 pub fn main() -> i32 {
@@ -76,6 +95,7 @@ pub fn main() -> i32 {
             return code;
         }
     };
+    raise_open_file_limit();
     let result = match cli.command {
         args::Command::Run(args) => run::run(*args),
         args::Command::Inspect(args) => inspect::inspect(args),

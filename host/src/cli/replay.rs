@@ -184,6 +184,8 @@ fn as_run_saw_it(path: &str, cwd: Option<&Path>) -> PathBuf {
     }
 }
 
+use crate::sandbox::guarded_open::DEFAULT_MAX_OPEN_FILES;
+
 /// The sandbox the run used, from its recorded options; relative grant
 /// paths are resolved against the run's working directory.
 fn sandbox_args(
@@ -217,6 +219,9 @@ fn sandbox_args(
             .collect(),
         env: strings("env"),
         max_output: options["max_output_bytes"].as_u64().unwrap_or(8 << 20) as usize,
+        max_open_files: options["max_open_files"]
+            .as_u64()
+            .map_or(DEFAULT_MAX_OPEN_FILES, |n| n as usize),
         cache_dir,
         no_cache,
     }

@@ -17,6 +17,7 @@ use crate::episode::policy::FailurePolicy;
 use crate::harness::arm::{ArmEvent, ArmOptions, run_arm};
 use crate::harness::items_file::{FileSeeds, read_items_file};
 use crate::harness::queue::branch_id;
+use crate::harness::run_dir::SideWriteCheck;
 use crate::harness::{
     ArmConfig, ArmError, ArmSummary, RunDir, VariantCatalog, load_arm_checkpoint, runtime_signature,
 };
@@ -63,6 +64,11 @@ pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxCo
             "--max-output must be at least 2 bytes (`{}`)".into(),
         ));
     }
+    if args.max_open_files == 0 {
+        return Err(CliError::Input(
+            "--max-open-files must be at least 1".into(),
+        ));
+    }
     for name in &args.env {
         if name.is_empty() || name.contains('=') {
             return Err(CliError::Input(format!(
@@ -89,6 +95,7 @@ pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxCo
             names
         },
         max_output_bytes: args.max_output,
+        max_open_files: args.max_open_files,
         pool_instances: slots,
         ..SandboxConfig::default()
     };
@@ -106,6 +113,7 @@ fn arm_error(error: ArmError) -> CliError {
         | ArmError::RunExists { .. }
         | ArmError::Checkpoint(_)
         | ArmError::Damaged(_) => CliError::Input(error.to_string()),
+        ArmError::Io { .. } => CliError::Failed(error_chain(&error)),
         other => CliError::Failed(other.to_string()),
     }
 }
@@ -155,6 +163,16 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         args.fork != ForkArg::State && !args.no_replay && args.child_workers > 0;
     let (engine, config) = open_sandbox(config)?;
     let loaded = Arc::new(load(&args.adapter, engine, config)?);
+    // A component that cannot start under these limits would fail every
+    // item the same way: say so once, before anything is written.
+    WasmAdapter::check_starts(Arc::clone(&loaded)).map_err(|error| {
+        CliError::Failed(format!(
+            "{} cannot be instantiated under these limits ({}): {}; nothing was run",
+            args.adapter.display(),
+            error.error_type.as_str(),
+            error.message
+        ))
+    })?;
     let protocols = loaded.protocols;
     let items = args
         .items
@@ -269,15 +287,22 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     };
 
     let progress = Progress::new(args.epochs, args.json);
-    let mut run_dir = RunDir::new(&args.out).with_summary_extra(json!({
-        "adapter": {
-            "path": loaded.info.path,
-            "sha256": loaded.info.sha256,
-            "size_bytes": loaded.info.size_bytes,
-            "protocols": loaded.info.protocols,
-        },
-        "host_version": env!("CARGO_PKG_VERSION"),
-    }));
+    let side_writes = {
+        let call_log = Arc::clone(&call_log);
+        let points = replay.as_ref().and_then(|options| options.store.clone());
+        move || lost_writes(&call_log, points.as_deref())
+    };
+    let mut run_dir = RunDir::new(&args.out)
+        .with_summary_extra(json!({
+            "adapter": {
+                "path": loaded.info.path,
+                "sha256": loaded.info.sha256,
+                "size_bytes": loaded.info.size_bytes,
+                "protocols": loaded.info.protocols,
+            },
+            "host_version": env!("CARGO_PKG_VERSION"),
+        }))
+        .with_side_write_check(SideWriteCheck(Box::new(side_writes.clone())));
     let started = Instant::now();
     let observe = |event: &ArmEvent<'_>| progress.on_event(event);
     let result = run_arm(
@@ -293,16 +318,13 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         },
     );
     progress.finish();
-    for error in call_log.errors() {
-        eprintln!("warning: could not write adapter output or traces: {error}");
-    }
-    if let Some(options) = &replay
-        && let Some(store) = &options.store
-    {
-        for error in store.errors() {
-            eprintln!("warning: could not write a replay point: {error}");
-        }
-    }
+    // A write that failed after the last check (there is none in a run
+    // that finished) still fails the run.
+    let result = result.and_then(|summary| {
+        side_writes()
+            .map(|()| summary)
+            .map_err(|lost| ArmError::io("writing the run directory", std::io::Error::other(lost)))
+    });
     // Read once, after every lane wrote its points.
     let snapshot_totals = snapshots.is_some().then(|| snapshot_summary(&args.out));
     let summary = match result {
@@ -349,6 +371,23 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// What the run's side writers (adapter output, traces, replay points)
+/// failed to write, if anything: the first few errors of each.
+fn lost_writes(call_log: &CallLog, points: Option<&ReplayStore>) -> Result<(), String> {
+    let mut lost = Vec::new();
+    for error in call_log.errors() {
+        lost.push(format!("adapter output or traces: {error}"));
+    }
+    for error in points.map(ReplayStore::errors).unwrap_or_default() {
+        lost.push(format!("a replay point: {error}"));
+    }
+    if lost.is_empty() {
+        return Ok(());
+    }
+    lost.truncate(4);
+    Err(format!("could not write {}", lost.join("; ")))
 }
 
 /// Add the replay metric ledger (reference `ReplayPointRegistry.metrics`)
@@ -610,6 +649,7 @@ fn write_manifest(args: &RunArgs, info: &crate::sandbox::ComponentInfo) -> Resul
             "dirs": args.sandbox.dirs,
             "env": args.sandbox.env,
             "max_output_bytes": args.sandbox.max_output,
+            "max_open_files": args.sandbox.max_open_files,
             "cache": !args.sandbox.no_cache,
             "no_replay": args.no_replay,
             "replay_min_fidelity": args.replay_min_fidelity,

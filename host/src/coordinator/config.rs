@@ -61,6 +61,7 @@ use serde::de::IgnoredAny;
 
 use super::models::RootConfigSnapshot;
 use crate::sandbox::DirGrant;
+use crate::sandbox::dir_grant::GrantRoot;
 
 /// Root config file name at the repo root (the reference's
 /// `loopy_loop_config.yaml`).
@@ -403,26 +404,27 @@ impl WorkflowDefinition {
         for (index, spec) in self.config.dirs.iter().enumerate() {
             let (host, rest) = split_dir_grant(spec)
                 .map_err(|message| field_error(format!("dirs[{index}]"), message))?;
-            // Resolve symlinks: a link inside the repository must not grant
-            // a directory outside it.
-            let joined = repo_root.join(host);
-            if let (Ok(resolved), Ok(root)) = (joined.canonicalize(), repo_root.canonicalize())
-                && !resolved.starts_with(&root)
-            {
-                return Err(field_error(
-                    format!("dirs[{index}]"),
-                    format!(
-                        "{host:?} resolves to {}, outside the repository; a workflow may only be granted directories inside it",
-                        resolved.display()
-                    ),
-                ));
-            }
-            specs.push(format!("{}::{rest}", joined.display()));
+            specs.push(format!("{host}::{rest}"));
         }
+        // Opened once here; each step resolves its grants beneath it again
+        // (sandbox::dir_grant), so a symlink planted later cannot lead out.
+        let root = GrantRoot::open(repo_root).map_err(|error| {
+            field_error(
+                "dirs".into(),
+                format!(
+                    "cannot open the repository {}: {error}",
+                    repo_root.display()
+                ),
+            )
+        })?;
         // Drop the sandbox's `--dir ` prefix: here the grant comes from a file.
-        DirGrant::parse_all(&specs).map_err(|message| {
+        DirGrant::parse_all_beneath(&root, &specs).map_err(|message| {
             let message = message.strip_prefix("--dir ").unwrap_or(&message);
-            field_error("dirs".into(), message.to_string())
+            let field = specs
+                .iter()
+                .position(|spec| message.starts_with(&format!("{spec:?}")))
+                .map_or_else(|| "dirs".to_string(), |index| format!("dirs[{index}]"));
+            field_error(field, message.to_string())
         })
     }
 }

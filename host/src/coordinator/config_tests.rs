@@ -498,11 +498,11 @@ fn missing_files_are_named() {
         &errors,
         &format!("{WF}/build/workflow.toml: plugin: target/missing.wasm is not a file"),
     );
-    let dirs_error = format!("{WF}/build/workflow.toml: dirs: \"");
+    let dirs_error = format!("{WF}/build/workflow.toml: dirs[1]: \"");
     assert!(
         errors
             .iter()
-            .any(|e| e.starts_with(&dirs_error) && e.ends_with("out is not a directory")),
+            .any(|e| e.starts_with(&dirs_error) && e.contains("out is not a directory beneath")),
         "{errors:#?}"
     );
     assert_eq!(errors.len(), 4, "{errors:#?}");

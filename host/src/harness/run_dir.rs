@@ -101,6 +101,19 @@ pub trait ArmOutput: Send {
     fn checkpoint_location(&self) -> Option<String>;
 }
 
+/// Whether the run's other writers (traces, adapter output, replay points:
+/// files written beside the arm's own) have lost anything: `Err` says what.
+/// [`RunDir`] asks before every checkpoint and before the summary, so a
+/// run never checkpoints past — or finishes after — a file it failed to
+/// write.
+pub struct SideWriteCheck(pub Box<dyn Fn() -> Result<(), String> + Send>);
+
+impl std::fmt::Debug for SideWriteCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SideWriteCheck")
+    }
+}
+
 /// An arm's run directory on disk.
 #[derive(Debug)]
 pub struct RunDir {
@@ -113,6 +126,7 @@ pub struct RunDir {
     flush_interval: Duration,
     line: Vec<u8>,
     summary_extra: Map<String, Value>,
+    side_writes: Option<SideWriteCheck>,
 }
 
 impl RunDir {
@@ -129,6 +143,23 @@ impl RunDir {
             flush_interval: DEFAULT_FLUSH_INTERVAL,
             line: Vec::with_capacity(4096),
             summary_extra: Map::new(),
+            side_writes: None,
+        }
+    }
+
+    /// Ask `check` before every checkpoint and before the summary; an
+    /// `Err` fails the arm there (an [`ArmError::Io`]), so the checkpoint
+    /// is not written and a resume runs the epoch again.
+    pub fn with_side_write_check(mut self, check: SideWriteCheck) -> Self {
+        self.side_writes = Some(check);
+        self
+    }
+
+    fn check_side_writes(&self) -> Result<(), ArmError> {
+        match &self.side_writes {
+            Some(SideWriteCheck(check)) => check()
+                .map_err(|lost| ArmError::io("writing the run directory", io::Error::other(lost))),
+            None => Ok(()),
         }
     }
 
@@ -332,6 +363,7 @@ impl ArmOutput for RunDir {
 
     fn write_checkpoint(&mut self, checkpoint: &ArmCheckpoint) -> Result<(), ArmError> {
         self.flush()?;
+        self.check_side_writes()?;
         for (file, name) in [(&self.records, RECORDS_FILE), (&self.epochs, EPOCHS_FILE)] {
             if let Some(file) = file {
                 file.sync_data()
@@ -343,6 +375,7 @@ impl ArmOutput for RunDir {
     }
 
     fn write_summary(&mut self, summary: &ArmSummary) -> Result<(), ArmError> {
+        self.check_side_writes()?;
         self.flush()?;
         if self.summary_extra.is_empty() {
             return self.write_json(SUMMARY_FILE, summary);

@@ -19,11 +19,11 @@ use super::bindings::exports::sandloop::adapter::{
     replay_children as replay_children_wit, seeds, variants,
 };
 use super::bindings::sandloop::adapter::types as wit;
-use super::classify::classify;
+use super::classify::{classify, classify_after, classify_call};
 use super::component::LoadedAdapter;
-use super::engine::SandboxEngine;
 use super::host_state::HostState;
 use super::output::CallOutput;
+use super::store::{arm_call, new_store};
 use crate::episode::adapter::{
     AdapterError, CallContext, EpisodeAdapter, ErrorType, Item, Prepared, Protocols, Record,
     SeedSource,
@@ -115,7 +115,6 @@ pub struct WasmAdapter {
     branch_id: String,
     live: Option<Live>,
     generation: u64,
-    deadline_ticks: u64,
     observer: Option<Arc<dyn CallObserver>>,
     /// The trace of the group being run, kept across its calls.
     group_trace: Option<(String, TraceLog)>,
@@ -140,13 +139,11 @@ impl WasmAdapter {
         branch_id: impl Into<String>,
         observer: Option<Arc<dyn CallObserver>>,
     ) -> Self {
-        let deadline_ticks = SandboxEngine::deadline_ticks(loaded.config.call_timeout_secs);
         Self {
             loaded,
             branch_id: branch_id.into(),
             live: None,
             generation: 0,
-            deadline_ticks,
             observer,
             group_trace: None,
             epoch: 0,
@@ -204,6 +201,16 @@ impl WasmAdapter {
         ))
     }
 
+    /// Instantiate `loaded` once in a fresh store and drop the instance:
+    /// whether the component can start at all under its limits, its start
+    /// function included.
+    ///
+    /// Errors: the instantiation's failure, classified as a call's would be
+    /// (`deadline`, `memory_limit`, `instantiation`, …).
+    pub fn check_starts(loaded: Arc<LoadedAdapter>) -> Result<(), AdapterError> {
+        Self::new(loaded, "control", None).instantiate()
+    }
+
     /// Instances created so far (1 + replacements after poisoning or
     /// after snapshots grew the memory).
     pub fn generation(&self) -> u64 {
@@ -216,18 +223,17 @@ impl WasmAdapter {
             AdapterError::new(ErrorType::Instantiation, format!("{error:#}"))
         };
         let state = HostState::new(&loaded.config).map_err(fail)?;
-        let mut store = Store::new(loaded.engine.engine(), state);
-        store.limiter(|state| &mut state.limiter);
-        store.epoch_deadline_trap();
-        store.set_epoch_deadline(self.deadline_ticks);
-        if let Some(fuel) = loaded.config.fuel {
-            store.set_fuel(fuel).map_err(fail)?;
-        }
+        // The start function runs under one call's budget (store::new_store).
+        let mut store = new_store(&loaded.engine, &loaded.config, state).map_err(fail)?;
         let instance = loaded.pre.instantiate(&mut store).map_err(|error| {
-            let classified = classify(&error, loaded.config.call_timeout_secs);
+            let mut classified = classify_call(&error, &mut store, loaded.config.call_timeout_secs);
             if classified.error_type == ErrorType::Trap {
-                fail(error)
+                let mut failed = fail(error);
+                failed.message = format!("while starting (start function): {}", failed.message);
+                failed
             } else {
+                classified.message =
+                    format!("while starting (start function): {}", classified.message);
                 classified
             }
         })?;
@@ -299,15 +305,9 @@ impl WasmAdapter {
             return (Err(error), trace);
         }
         let timeout = self.loaded.config.call_timeout_secs;
-        let fuel = self.loaded.config.fuel;
         let live = self.live.as_mut().expect("instantiated above");
         let traced_before = trace.as_ref().map_or(0, |log| log.events().len());
-        live.store.set_epoch_deadline(self.deadline_ticks);
-        live.store.data_mut().call_deadline =
-            Some(std::time::Instant::now() + std::time::Duration::from_secs_f64(timeout));
-        if let Some(fuel) = fuel
-            && let Err(error) = live.store.set_fuel(fuel)
-        {
+        if let Err(error) = arm_call(&mut live.store, &self.loaded.config) {
             return (Err(classify(&error, timeout)), trace);
         }
         live.store.data_mut().trace = trace;
@@ -315,6 +315,11 @@ impl WasmAdapter {
         live.store.data_mut().trace_emitted = 0;
         let result = body(live);
         let state = live.store.data_mut();
+        let denial = state.limiter.take_denial();
+        if let Some(denial) = &denial {
+            let note = format!("sandloop: {denial}; memory.grow returned -1 to the guest");
+            state.capture.push("log", Some("warn"), note.as_bytes());
+        }
         let trace = state.trace.take();
         let refusals = state.trace_refusals;
         let output = state.capture.take();
@@ -336,7 +341,7 @@ impl WasmAdapter {
         }
         let result = result.map_err(|error| {
             self.live = None;
-            let mut classified = classify(&error, timeout);
+            let mut classified = classify_after(&error, denial, timeout);
             if let Some(said) = last_stderr_words(&output) {
                 classified.message = format!("{} (guest stderr: {said})", classified.message);
             }
@@ -738,6 +743,7 @@ impl SeedSource for WasmAdapter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::SandboxEngine;
     use crate::sandbox::output::Capture;
 
     #[test]

@@ -4,7 +4,7 @@
 //! the process writes to them, so an epoch re-run after `--resume` leaves no
 //! stale lines behind.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -14,11 +14,14 @@ use serde_json::json;
 
 use super::adapter::{CallObserver, CallReport};
 
-/// Files of the open epochs.
+/// Files of the open epochs (at most the two latest of each kind stay
+/// open, so a run of many epochs does not pile up descriptors), and the
+/// files this process has started.
 #[derive(Default)]
 struct Files {
     traces: HashMap<u32, BufWriter<File>>,
     output: HashMap<u32, BufWriter<File>>,
+    started: HashSet<(&'static str, u32)>,
 }
 
 /// A [`CallObserver`] writing to `DIR/traces/epoch-NNNN.jsonl` (one trace
@@ -49,15 +52,26 @@ impl CallLog {
     fn writer<'a>(
         dir: &Path,
         map: &'a mut HashMap<u32, BufWriter<File>>,
-        folder: &str,
+        started: &mut HashSet<(&'static str, u32)>,
+        name: &'static str,
         epoch: u32,
     ) -> std::io::Result<&'a mut BufWriter<File>> {
+        if !map.contains_key(&epoch) {
+            // Every line is flushed as written: closing loses nothing.
+            map.retain(|open, _| *open + 1 >= epoch);
+        }
         match map.entry(epoch) {
             std::collections::hash_map::Entry::Occupied(entry) => Ok(entry.into_mut()),
             std::collections::hash_map::Entry::Vacant(entry) => {
-                let folder = dir.join(folder);
+                let folder = dir.join(name);
                 std::fs::create_dir_all(&folder)?;
-                let file = File::create(folder.join(format!("epoch-{epoch:04}.jsonl")))?;
+                let path = folder.join(format!("epoch-{epoch:04}.jsonl"));
+                let file = if started.insert((name, epoch)) {
+                    File::create(path)?
+                } else {
+                    // Started earlier by this process and closed since.
+                    std::fs::OpenOptions::new().append(true).open(path)?
+                };
                 Ok(entry.insert(BufWriter::new(file)))
             }
         }
@@ -65,9 +79,13 @@ impl CallLog {
 
     fn write(&self, report: &CallReport<'_>) -> std::io::Result<()> {
         let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-        let Files { traces, output } = &mut *files;
+        let Files {
+            traces,
+            output,
+            started,
+        } = &mut *files;
         if !report.trace_events.is_empty() {
-            let writer = Self::writer(&self.dir, traces, "traces", report.epoch)?;
+            let writer = Self::writer(&self.dir, traces, started, "traces", report.epoch)?;
             for event in report.trace_events {
                 serde_json::to_writer(&mut *writer, event)?;
                 writer.write_all(b"\n")?;
@@ -75,7 +93,7 @@ impl CallLog {
             writer.flush()?;
         }
         if !report.output.is_empty() || report.trace_refusals > 0 {
-            let writer = Self::writer(&self.dir, output, "adapter-output", report.epoch)?;
+            let writer = Self::writer(&self.dir, output, started, "adapter-output", report.epoch)?;
             let line = json!({
                 "branch_id": report.branch_id,
                 "call": report.call,

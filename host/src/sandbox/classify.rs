@@ -3,7 +3,7 @@
 
 use wasmtime::Trap;
 
-use super::host_state::MemoryLimitExceeded;
+use super::host_state::{HostState, MemoryLimitExceeded};
 use crate::episode::adapter::{AdapterError, ErrorType};
 
 /// Classify a wasmtime call error. Every such error leaves the instance
@@ -35,4 +35,71 @@ pub fn classify(error: &wasmtime::Error, call_timeout_secs: f64) -> AdapterError
 
 fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or_default().to_string()
+}
+
+/// Classify a failed call after which the memory limiter reports `denial`,
+/// a growth past `--max-memory` it denied during the call: a guest that
+/// then trapped (Rust aborts when an allocation fails) is reported as
+/// `memory_limit`, with the trap kept in the message.
+pub fn classify_after(
+    error: &wasmtime::Error,
+    denial: Option<MemoryLimitExceeded>,
+    call_timeout_secs: f64,
+) -> AdapterError {
+    let classified = classify(error, call_timeout_secs);
+    match denial {
+        Some(denial) if classified.error_type == ErrorType::Trap => AdapterError::new(
+            ErrorType::MemoryLimit,
+            format!(
+                "{denial}; the guest trapped after its memory growth was denied: {}",
+                classified.message
+            ),
+        ),
+        _ => classified,
+    }
+}
+
+/// [`classify_after`] with the denial taken from `store`'s limiter.
+pub fn classify_call(
+    error: &wasmtime::Error,
+    store: &mut wasmtime::Store<HostState>,
+    call_timeout_secs: f64,
+) -> AdapterError {
+    let denial = store.data_mut().limiter.take_denial();
+    classify_after(error, denial, call_timeout_secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trap_after_a_denied_growth_is_a_memory_limit() {
+        let denial = MemoryLimitExceeded {
+            limit_mib: 64,
+            desired_mib: 320,
+        };
+        let trap = wasmtime::Error::new(Trap::UnreachableCodeReached);
+        let classified = classify_after(&trap, Some(denial.clone()), 1.0);
+        assert_eq!(classified.error_type, ErrorType::MemoryLimit);
+        assert!(
+            classified
+                .message
+                .starts_with("linear memory limit of 64 MiB exceeded (asked for 320 MiB)"),
+            "{}",
+            classified.message
+        );
+        assert!(
+            classified.message.contains("unreachable"),
+            "{}",
+            classified.message
+        );
+        assert_eq!(classify_after(&trap, None, 1.0).error_type, ErrorType::Trap);
+        let deadline = wasmtime::Error::new(Trap::Interrupt);
+        assert_eq!(
+            classify_after(&deadline, Some(denial), 1.0).error_type,
+            ErrorType::Deadline,
+            "a deadline stays a deadline"
+        );
+    }
 }

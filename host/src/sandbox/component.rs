@@ -1021,15 +1021,15 @@ fn found_exports(engine: &wasmtime::Engine, component: &Component) -> Vec<(Strin
         .collect()
 }
 
-/// The linker every adapter instance is created with: WASI p2 (restricted by
-/// each instance's context) plus the `log` and `trace` imports.
 /// The linker every adapter instance gets: WASI p2 (no ambient authority;
-/// grants come with the store; clock waits end at the call deadline) and
-/// the `types`, `log` and `trace` imports.
+/// grants come with the store; clock waits end at the call deadline; only
+/// regular files and directories open, a bounded number of them) and the
+/// `types`, `log` and `trace` imports.
 pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
     super::host_state::link_deadline_clocks(&mut linker)?;
+    super::guarded_open::link_guarded_open(&mut linker)?;
     types::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
     log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
     trace::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;

@@ -9,13 +9,15 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::sandloop::adapter::{log, trace as trace_wit, types};
 use super::config::SandboxConfig;
+use super::dir_grant::descriptor_path;
+use super::guarded_open::{OpenFiles, resource_table_capacity};
 use super::http_grant::HttpGrant;
 use super::output::Capture;
 use crate::trace::{TraceEventKind, TraceLog};
 
 /// Error raised inside the guest when it asks for more linear memory than
 /// `--max-memory` allows; classified as `memory_limit`.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("linear memory limit of {limit_mib} MiB exceeded (asked for {desired_mib} MiB)")]
 pub struct MemoryLimitExceeded {
     /// The limit, MiB.
@@ -25,15 +27,38 @@ pub struct MemoryLimitExceeded {
 }
 
 /// Per-instance memory and table limits.
+///
+/// A linear memory may not grow past `--max-memory`. A growth past it is
+/// *denied*, not trapped: `memory.grow` returns -1 to the guest, which may
+/// handle the failed allocation and go on (`Vec::try_reserve`, Python's
+/// `MemoryError`). The denial is remembered for the current call, so that a
+/// guest which then traps (Rust's allocation-failure abort) is reported as
+/// `memory_limit` rather than as a bare trap. A memory whose *initial* size
+/// is above the limit fails instantiation with [`MemoryLimitExceeded`].
 #[derive(Debug)]
 pub struct Limiter {
     memory_bytes: usize,
     /// The largest size, bytes, any linear memory of the instance has been
     /// granted (its initial size not counted until it first grows).
     largest: usize,
+    /// The first growth denied since [`Limiter::take_denial`] was last
+    /// called (once per call).
+    denied: Option<MemoryLimitExceeded>,
+    /// Growths denied over the instance's life.
+    denied_count: u64,
 }
 
 impl Limiter {
+    /// A limiter allowing each linear memory `memory_bytes` bytes.
+    pub fn new(memory_bytes: usize) -> Self {
+        Self {
+            memory_bytes,
+            largest: 0,
+            denied: None,
+            denied_count: 0,
+        }
+    }
+
     /// The per-memory limit, bytes (`--max-memory`).
     pub fn limit_bytes(&self) -> usize {
         self.memory_bytes
@@ -44,20 +69,38 @@ impl Limiter {
     pub fn largest_bytes(&self) -> usize {
         self.largest
     }
+
+    /// The first growth denied since the last call of this method, if any
+    /// (the host takes it at the start and end of every call).
+    pub fn take_denial(&mut self) -> Option<MemoryLimitExceeded> {
+        self.denied.take()
+    }
+
+    /// Memory growths denied over the instance's life.
+    pub fn denied_count(&self) -> u64 {
+        self.denied_count
+    }
 }
 
 impl ResourceLimiter for Limiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         if desired > self.memory_bytes {
-            return Err(wasmtime::Error::new(MemoryLimitExceeded {
+            let exceeded = MemoryLimitExceeded {
                 limit_mib: (self.memory_bytes >> 20) as u64,
                 desired_mib: desired.div_ceil(1 << 20) as u64,
-            }));
+            };
+            if current == 0 {
+                // A memory created above the limit: the instance cannot start.
+                return Err(wasmtime::Error::new(exceeded));
+            }
+            self.denied_count += 1;
+            self.denied.get_or_insert(exceeded);
+            return Ok(false);
         }
         self.largest = self.largest.max(desired);
         Ok(true)
@@ -76,7 +119,9 @@ impl ResourceLimiter for Limiter {
 /// Everything a `Store` of an adapter instance holds.
 pub struct HostState {
     wasi: WasiCtx,
-    table: ResourceTable,
+    /// WASI resources of the instance (descriptors, streams, pollables),
+    /// capped by [`super::guarded_open::resource_table_capacity`].
+    pub(super) table: ResourceTable,
     /// Memory limiter installed with `Store::limiter`.
     pub limiter: Limiter,
     /// Captured stdout, stderr and log lines of the current call.
@@ -96,6 +141,9 @@ pub struct HostState {
     /// that would end later is stopped (see [`link_deadline_clocks`]).
     /// `None` until the first call.
     pub call_deadline: Option<std::time::Instant>,
+    /// Descriptors the guest opened through its grants, bounded by
+    /// `--max-open-files` ([`super::guarded_open`]).
+    pub open_files: OpenFiles,
     http_ctx: WasiHttpCtx,
 }
 
@@ -121,20 +169,30 @@ impl HostState {
             } else {
                 FsPerms::ReadWrite
             };
-            wasi.preopened_dir(&grant.host, &grant.guest, perms)?;
+            // Resolved again now, beneath the root opened with the grant,
+            // and handed over by descriptor: never by a path the guest may
+            // have swapped for a symlink.
+            let dir = grant.open().map_err(|error| {
+                wasmtime::Error::msg(format!(
+                    "the grant of {} at {}: {error}",
+                    grant.host.display(),
+                    grant.guest
+                ))
+            })?;
+            wasi.preopened_dir(descriptor_path(&dir), &grant.guest, perms)?;
         }
         for name in &config.env {
             if let Ok(value) = std::env::var(name) {
                 wasi.env(name, value);
             }
         }
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(resource_table_capacity(config.max_open_files));
         Ok(Self {
             wasi: wasi.build(),
-            table: ResourceTable::new(),
-            limiter: Limiter {
-                memory_bytes: (config.max_memory_mib as usize).saturating_mul(1 << 20),
-                largest: 0,
-            },
+            table,
+            open_files: OpenFiles::new(config.max_open_files),
+            limiter: Limiter::new((config.max_memory_mib as usize).saturating_mul(1 << 20)),
             capture,
             trace: None,
             trace_refusals: 0,

@@ -15,12 +15,15 @@ pub mod call_log;
 pub mod classify;
 pub mod component;
 pub mod config;
+pub mod dir_grant;
 pub mod engine;
 pub mod function_cache;
+pub mod guarded_open;
 pub mod host_state;
 pub mod http_grant;
 pub mod output;
 pub mod snapshot;
+pub mod store;
 pub mod workflow;
 
 pub use adapter::{BindingHandle, CallObserver, CallReport, ReplayOptions, WasmAdapter};

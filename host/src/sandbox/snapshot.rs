@@ -130,8 +130,8 @@ use super::bindings::exports::sandloop::adapter::{
 };
 use super::cache::{CacheOutcome, cache_path, load_or_compile, sha256_hex};
 use super::component::{ComponentInfo, ExportIndices, LoadedAdapter, linker};
-use super::engine::SandboxEngine;
 use super::host_state::HostState;
+use super::store::{arm_call, new_store};
 use crate::episode::adapter::Protocols;
 
 /// Name of the component instance wizer's instrumentation exports: one
@@ -402,10 +402,7 @@ impl LiveInstance {
             message: format!("{error:#}"),
         };
         let state = HostState::new(&loaded.config).map_err(fail)?;
-        let mut store = Store::new(loaded.engine.engine(), state);
-        store.limiter(|state| &mut state.limiter);
-        store.epoch_deadline_trap();
-        reset_budget(&mut store, loaded).map_err(fail)?;
+        let mut store = new_store(&loaded.engine, &loaded.config, state).map_err(fail)?;
         let instance = loaded.pre.instantiate(&mut store).map_err(fail)?;
         Ok(LiveInstance { store, instance })
     }
@@ -813,13 +810,7 @@ fn catch_panic<R>(body: impl FnOnce() -> Result<R, String>) -> Result<R, String>
 
 /// One call's epoch deadline and fuel for `store`, from `loaded`'s config.
 fn reset_budget(store: &mut Store<HostState>, loaded: &LoadedAdapter) -> wasmtime::Result<()> {
-    store.set_epoch_deadline(SandboxEngine::deadline_ticks(
-        loaded.config.call_timeout_secs,
-    ));
-    if let Some(fuel) = loaded.config.fuel {
-        store.set_fuel(fuel)?;
-    }
-    Ok(())
+    arm_call(store, &loaded.config)
 }
 
 /// Save the engine's function cache beside the instrumented component

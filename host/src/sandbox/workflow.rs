@@ -11,15 +11,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::json;
-use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
 
 use super::cache::{load_or_compile, sha256_hex};
-use super::classify::classify;
+use super::classify::classify_call;
 use super::config::SandboxConfig;
 use super::engine::SandboxEngine;
 use super::host_state::HostState;
 use super::http_grant::HttpGrant;
+use super::store::new_store;
 
 /// Host bindings of world `workflow`; `log` is the adapter world's.
 #[allow(missing_docs)]
@@ -163,6 +163,7 @@ impl WorkflowPlugin {
         let mut linker: Linker<HostState> = Linker::new(engine.engine());
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .and_then(|()| super::host_state::link_deadline_clocks(&mut linker))
+            .and_then(|()| super::guarded_open::link_guarded_open(&mut linker))
             .and_then(|()| {
                 crate::sandbox::bindings::sandloop::adapter::log::add_to_linker::<
                     HostState,
@@ -204,19 +205,10 @@ impl WorkflowPlugin {
         };
         state.signals.target = Some(target);
         state.http = self.http.clone();
-        state.call_deadline = Some(
-            std::time::Instant::now()
-                + std::time::Duration::from_secs_f64(self.config.call_timeout_secs),
-        );
-        let mut store = Store::new(self.engine.engine(), state);
-        store.limiter(|state| &mut state.limiter);
-        store.epoch_deadline_trap();
-        store.set_epoch_deadline(SandboxEngine::deadline_ticks(self.config.call_timeout_secs));
-        if let Some(fuel) = self.config.fuel
-            && let Err(error) = store.set_fuel(fuel)
-        {
-            return failed(format!("instantiation: {error:#}"));
-        }
+        let mut store = match new_store(&self.engine, &self.config, state) {
+            Ok(store) => store,
+            Err(error) => return failed(format!("instantiation: {error:#}")),
+        };
         let result = self.pre.instantiate(&mut store).and_then(|workflow| {
             workflow
                 .sandloop_adapter_step()
@@ -229,7 +221,7 @@ impl WorkflowPlugin {
                 error: outcome.error,
             },
             Err(error) => {
-                let classified = classify(&error, self.config.call_timeout_secs);
+                let classified = classify_call(&error, &mut store, self.config.call_timeout_secs);
                 failed(format!(
                     "{}: {}",
                     classified.error_type.as_str(),

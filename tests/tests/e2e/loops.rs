@@ -478,3 +478,57 @@ fn worker_command(repo: &Path, url: &str) -> std::process::Command {
     command.args(["loop", "worker", "--repo", s(repo), "--coordinator", url]);
     command
 }
+
+#[test]
+fn a_workflow_grant_swapped_for_a_symlink_out_of_the_repository_fails_the_step() {
+    let top = tempfile::tempdir().unwrap();
+    let repo = top.path().join("repo");
+    init(&repo, "Probe the grants.\n");
+    std::fs::create_dir_all(repo.join("work/sub")).unwrap();
+    std::fs::create_dir_all(top.path().join("outside")).unwrap();
+    std::fs::write(top.path().join("outside/secret.txt"), "the secret").unwrap();
+    let workflows = repo.join(".sandloop/workflow_sets/main/workflows");
+    for old in ["plan", "work", "goal_check"] {
+        std::fs::remove_dir_all(workflows.join(old)).unwrap();
+    }
+    let workflow = |id: &str, toml: &str| {
+        std::fs::create_dir_all(workflows.join(id)).unwrap();
+        std::fs::write(workflows.join(id).join("prompt.txt"), format!("{id}\n")).unwrap();
+        let plugin = "plugin = \".sandloop/plugins/loop_steps.wasm\"\n";
+        std::fs::write(
+            workflows.join(id).join("workflow.toml"),
+            format!("{plugin}{toml}"),
+        )
+        .unwrap();
+    };
+    // Iteration 1 plants the link; iteration 2 probes through its grant.
+    workflow("plant", "dirs = [\"work::/work\"]\npriority = 1\n");
+    workflow(
+        "probe",
+        "dirs = [\"work/sub::/sub:ro\"]\nmust_follow = \"plant\"\npriority = 5\n",
+    );
+    let toml = repo.join("sandloop-loop.toml");
+    let text = std::fs::read_to_string(&toml)
+        .unwrap()
+        .replace("max_turns = 20", "max_turns = 2");
+    std::fs::write(&toml, text).unwrap();
+
+    let output = run(&["loop", "run", "--repo", s(&repo), "--json"]);
+    let report: Value =
+        serde_json::from_str(&stdout(&output)).unwrap_or_else(|_| panic!("{}", stderr(&output)));
+    let history = report["state"]["history"].as_array().unwrap();
+    assert_eq!(history[0]["workflow_id"], "plant");
+    assert_eq!(history[0]["success"], true, "{history:?}");
+    assert!(repo.join("work/sub").is_symlink());
+    assert_eq!(history[1]["workflow_id"], "probe");
+    assert_eq!(
+        history[1]["success"], false,
+        "the probe read outside the repository: {history:?}"
+    );
+    let error = history[1]["error"].as_str().unwrap();
+    assert!(
+        error.contains("no longer resolves to a directory beneath"),
+        "{error}"
+    );
+    assert!(!error.contains("the secret"), "{error}");
+}

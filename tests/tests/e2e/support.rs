@@ -13,9 +13,13 @@ fn cache_dir() -> &'static Path {
         .path()
 }
 
-/// The `sandloop` binary with a private cache and no inherited cache settings.
+/// The `sandloop` binary with a private cache and no inherited cache
+/// settings. `SANDLOOP_E2E_BIN` points the tests at another build of it
+/// (an older one, to see a test fail before its fix).
 pub fn sandloop() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sandloop"));
+    let binary = std::env::var_os("SANDLOOP_E2E_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_sandloop").into());
+    let mut command = Command::new(binary);
     command
         .env("SANDLOOP_CACHE_DIR", cache_dir())
         .env_remove("XDG_CACHE_HOME");
