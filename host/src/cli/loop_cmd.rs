@@ -95,6 +95,31 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Hold the repository's coordinator lock (`.sandloop/.sandloop.lock`, see
+/// [`super::dir_lock`]) for the coordinator's lifetime: one `loop run` or
+/// `loop serve` drives a repository's loop at a time. A second one is
+/// refused (exit 2) naming the holder's pid, before it reads or writes any
+/// state. `None` when the repository has no `.sandloop/` directory: then it
+/// has no loop, and the configuration check that follows refuses it.
+fn lock_coordinator(repo: &Path) -> Result<Option<super::dir_lock::DirLock>, CliError> {
+    let dir = repo.join(SANDLOOP_DIRNAME);
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    super::dir_lock::lock_dir(&dir)
+        .map(Some)
+        .map_err(|error| match error {
+            super::dir_lock::DirLockError::Held { holder, .. } => CliError::Input(format!(
+                "another sandloop coordinator ({}) is driving the loop in {}; \
+                 one `loop run` or `loop serve` per repository at a time \
+                 (stop it first: `sandloop loop stop`, or end that process)",
+                super::dir_lock::Holder(holder),
+                repo.display()
+            )),
+            other => CliError::Failed(other.to_string()),
+        })
+}
+
 /// Check the configuration and load every plugin before any state is
 /// written (exit 2 with every problem).
 fn check_before_start(
@@ -117,6 +142,7 @@ fn check_before_start(
 
 fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
     let repo = &args.repo;
+    let _lock = lock_coordinator(repo)?;
     let cache = args
         .cache_dir
         .clone()
@@ -182,6 +208,7 @@ fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
 }
 
 fn serve(args: LoopServeArgs) -> Result<(), CliError> {
+    let _lock = lock_coordinator(&args.repo)?;
     // Bind and check first: a serve that cannot start leaves no loop behind.
     let server = tiny_http::Server::http(&args.listen)
         .map_err(|error| CliError::Input(format!("cannot listen on {}: {error}", args.listen)))?;
