@@ -11,7 +11,7 @@ use super::args::{
 use super::{CliError, loop_templates, say};
 use crate::coordinator::config::SANDLOOP_DIRNAME;
 use crate::coordinator::models::{LoopState, LoopStatus, TaskAction};
-use crate::coordinator::service::{Coordinator, CoordinatorError};
+use crate::coordinator::service::{Coordinator, CoordinatorError, Start};
 use crate::coordinator::state_store::StateStore;
 use crate::coordinator::worker::StepRunner;
 
@@ -140,6 +140,38 @@ fn check_before_start(
         })
 }
 
+/// Say on stderr how the loop was found: a resumed session, or an ended
+/// loop archived and a new session started (what `--resume` does with a
+/// loop that has already ended).
+fn report_start(coordinator: &Coordinator, resume: bool) {
+    match coordinator.start() {
+        Start::Fresh { .. } => {}
+        Start::Resumed { session_id } => {
+            eprintln!("sandloop loop: resuming session {session_id}");
+        }
+        Start::AfterFinished {
+            previous_session_id,
+            previous_status,
+            archive,
+            session_id,
+        } => {
+            let archived = archive
+                .as_ref()
+                .map(|path| format!(" (state archived as {})", path.display()))
+                .unwrap_or_default();
+            let note = if resume {
+                "; --resume continues only a running loop"
+            } else {
+                ""
+            };
+            eprintln!(
+                "sandloop loop: the previous loop (session {previous_session_id}) had already ended \
+                 ({previous_status}){archived}; starting a new session {session_id}{note}"
+            );
+        }
+    }
+}
+
 fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
     let repo = &args.repo;
     let _lock = lock_coordinator(repo)?;
@@ -161,6 +193,7 @@ fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
         args.goal_file.as_deref(),
     )
     .map_err(coordinator_error)?;
+    report_start(&coordinator, args.resume);
     let mut task = coordinator.register().map_err(coordinator_error)?;
     while task.action == TaskAction::Run {
         let finished = runner
@@ -226,6 +259,7 @@ fn serve(args: LoopServeArgs) -> Result<(), CliError> {
         args.goal_file.as_deref(),
     )
     .map_err(coordinator_error)?;
+    report_start(&coordinator, args.resume);
     let address = server
         .server_addr()
         .to_ip()
