@@ -540,3 +540,70 @@ fn a_second_coordinator_on_one_repository_is_refused_naming_the_first() {
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     assert!(stdout(&output).contains("stopped (goal_met)"));
 }
+
+/// The Python of the virtualenv `.ci/loopy-loop-venv.sh` installs pydantic
+/// into (`$SANDLOOP_LOOPY_PYTHON` overrides it), or `None` after printing
+/// SKIPPED when `SANDLOOP_SKIP_LOOPY_WIRE=1` asks to skip knowingly.
+fn loopy_loop_python() -> Option<std::path::PathBuf> {
+    let python = std::env::var_os("SANDLOOP_LOOPY_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/loopy-loop-venv/bin/python")
+        });
+    let has_pydantic = std::process::Command::new(&python)
+        .args(["-c", "import pydantic"])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if has_pydantic {
+        return Some(python);
+    }
+    if std::env::var_os("SANDLOOP_SKIP_LOOPY_WIRE").is_some() {
+        eprintln!(
+            "SKIPPED: no pydantic at {} (SANDLOOP_SKIP_LOOPY_WIRE is set)",
+            python.display()
+        );
+        return None;
+    }
+    panic!(
+        "the loopy-loop wire test needs pydantic at {}: run `bash .ci/loopy-loop-venv.sh` \
+         (or set SANDLOOP_SKIP_LOOPY_WIRE=1 to skip it knowingly)",
+        python.display()
+    );
+}
+
+#[test]
+fn loop_serve_answers_validate_against_the_loopy_loop_models() {
+    let Some(python) = loopy_loop_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    init(dir.path(), "Write 2 progress lines.\n");
+    let toml = dir.path().join("sandloop-loop.toml");
+    let text = std::fs::read_to_string(&toml)
+        .unwrap()
+        .replace("max_turns = 20", "max_turns = 4");
+    std::fs::write(&toml, text).unwrap();
+    let listen = free_listen();
+    let mut server = serve_on(dir.path(), &listen, false, 600);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/loopy_loop/check_wire.py");
+    let output = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(format!("http://{listen}"))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("wire ok:") && stdout.contains("loop stopped (max_turns)"),
+        "{stdout}"
+    );
+}
