@@ -13,6 +13,12 @@
 //! reference's crash recovery does (its result is recovered from the
 //! pending request or result file, or it is recorded as abandoned). A
 //! restarted server has no leases: the first `register` recovers.
+//!
+//! The 409 is a deliberate difference from the reference, whose second
+//! `register` records the task out abandoned and hands out the next one at
+//! once: keeping the lease means a slow worker's step is never run twice.
+//! A `finished` for a task that is no longer the active one is answered
+//! [`TaskResponse::stale_report`] and never moves the lease.
 
 use std::io::Read;
 use std::path::Path;
