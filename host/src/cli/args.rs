@@ -130,7 +130,9 @@ pub struct LoopServeArgs {
     /// worker may take it over, seconds.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub lease_secs: u64,
-    /// Continue a running loop.
+    /// Continue a running loop (a child session that was running is
+    /// resumed first). A loop that has already ended is not continued: its
+    /// state is archived and a new session starts, as without --resume.
     #[arg(long)]
     pub resume: bool,
     /// Run this workflow set instead of the config's.
@@ -162,7 +164,10 @@ pub struct LoopRunArgs {
     /// The repository (default: the current directory).
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub repo: PathBuf,
-    /// Continue a running loop (after a crash or Ctrl-C).
+    /// Continue a running loop after a crash or Ctrl-C (a child session
+    /// that was running is resumed first). A loop that has already ended is
+    /// not continued: its state is archived and a new session starts, as
+    /// without --resume.
     #[arg(long)]
     pub resume: bool,
     /// Run this workflow set instead of the config's.

@@ -11,7 +11,7 @@ use super::args::{
 use super::{CliError, loop_templates, say};
 use crate::coordinator::config::SANDLOOP_DIRNAME;
 use crate::coordinator::models::{LoopState, LoopStatus, TaskAction};
-use crate::coordinator::service::{Coordinator, CoordinatorError};
+use crate::coordinator::service::{Coordinator, CoordinatorError, Start};
 use crate::coordinator::state_store::StateStore;
 use crate::coordinator::worker::StepRunner;
 
@@ -95,6 +95,31 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Hold the repository's coordinator lock (`.sandloop/.sandloop.lock`, see
+/// [`super::dir_lock`]) for the coordinator's lifetime: one `loop run` or
+/// `loop serve` drives a repository's loop at a time. A second one is
+/// refused (exit 2) naming the holder's pid, before it reads or writes any
+/// state. `None` when the repository has no `.sandloop/` directory: then it
+/// has no loop, and the configuration check that follows refuses it.
+fn lock_coordinator(repo: &Path) -> Result<Option<super::dir_lock::DirLock>, CliError> {
+    let dir = repo.join(SANDLOOP_DIRNAME);
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    super::dir_lock::lock_dir(&dir)
+        .map(Some)
+        .map_err(|error| match error {
+            super::dir_lock::DirLockError::Held { holder, .. } => CliError::Input(format!(
+                "another sandloop coordinator ({}) is driving the loop in {}; \
+                 one `loop run` or `loop serve` per repository at a time \
+                 (stop it first: `sandloop loop stop`, or end that process)",
+                super::dir_lock::Holder(holder),
+                repo.display()
+            )),
+            other => CliError::Failed(other.to_string()),
+        })
+}
+
 /// Check the configuration and load every plugin before any state is
 /// written (exit 2 with every problem).
 fn check_before_start(
@@ -115,8 +140,41 @@ fn check_before_start(
         })
 }
 
+/// Say on stderr how the loop was found: a resumed session, or an ended
+/// loop archived and a new session started (what `--resume` does with a
+/// loop that has already ended).
+fn report_start(coordinator: &Coordinator, resume: bool) {
+    match coordinator.start() {
+        Start::Fresh { .. } => {}
+        Start::Resumed { session_id } => {
+            eprintln!("sandloop loop: resuming session {session_id}");
+        }
+        Start::AfterFinished {
+            previous_session_id,
+            previous_status,
+            archive,
+            session_id,
+        } => {
+            let archived = archive
+                .as_ref()
+                .map(|path| format!(" (state archived as {})", path.display()))
+                .unwrap_or_default();
+            let note = if resume {
+                "; --resume continues only a running loop"
+            } else {
+                ""
+            };
+            eprintln!(
+                "sandloop loop: the previous loop (session {previous_session_id}) had already ended \
+                 ({previous_status}){archived}; starting a new session {session_id}{note}"
+            );
+        }
+    }
+}
+
 fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
     let repo = &args.repo;
+    let _lock = lock_coordinator(repo)?;
     let cache = args
         .cache_dir
         .clone()
@@ -135,6 +193,7 @@ fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
         args.goal_file.as_deref(),
     )
     .map_err(coordinator_error)?;
+    report_start(&coordinator, args.resume);
     let mut task = coordinator.register().map_err(coordinator_error)?;
     while task.action == TaskAction::Run {
         let finished = runner
@@ -182,6 +241,7 @@ fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
 }
 
 fn serve(args: LoopServeArgs) -> Result<(), CliError> {
+    let _lock = lock_coordinator(&args.repo)?;
     // Bind and check first: a serve that cannot start leaves no loop behind.
     let server = tiny_http::Server::http(&args.listen)
         .map_err(|error| CliError::Input(format!("cannot listen on {}: {error}", args.listen)))?;
@@ -199,6 +259,7 @@ fn serve(args: LoopServeArgs) -> Result<(), CliError> {
         args.goal_file.as_deref(),
     )
     .map_err(coordinator_error)?;
+    report_start(&coordinator, args.resume);
     let address = server
         .server_addr()
         .to_ip()

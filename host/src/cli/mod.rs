@@ -2,6 +2,7 @@
 //! lives in its own file and only wires library pieces together.
 
 pub mod args;
+pub mod dir_lock;
 pub mod inspect;
 pub mod loop_cmd;
 pub mod loop_templates;

@@ -530,25 +530,15 @@ fn append_line(
 
 /// Lock the run directory as `sandloop run` does; refuse (exit 2) while a
 /// run or another replay holds it.
-fn lock_for_replay(run: &Path) -> Result<std::fs::File, CliError> {
-    let path = run.join(".sandloop.lock");
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|error| input(format!("cannot open {}: {error}", path.display())))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(input(format!(
-            "{} is in use by a sandloop run or another replay; replay once it has finished",
-            run.display()
-        ))),
-        Err(std::fs::TryLockError::Error(error)) => Err(CliError::Failed(format!(
-            "cannot lock {}: {error}",
-            path.display()
-        ))),
-    }
+fn lock_for_replay(run: &Path) -> Result<super::dir_lock::DirLock, CliError> {
+    super::dir_lock::lock_dir(run).map_err(|error| match error {
+        super::dir_lock::DirLockError::Held { holder, .. } => input(format!(
+            "{} is in use by a sandloop run or another replay ({}); replay once it has finished",
+            run.display(),
+            super::dir_lock::Holder(holder)
+        )),
+        other => CliError::Failed(other.to_string()),
+    })
 }
 
 /// Why no durable point qualifies, naming what was found.

@@ -586,25 +586,15 @@ fn check_out_dir(out: &Path, resume: bool) -> Result<(), CliError> {
 
 /// Hold an exclusive lock on `DIR/.sandloop.lock` for the whole run, so two
 /// processes never write one run directory. The lock dies with the process.
-fn lock_run_dir(out: &Path) -> Result<std::fs::File, CliError> {
-    let path = out.join(".sandloop.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|error| CliError::Input(format!("cannot open {}: {error}", path.display())))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(CliError::Input(format!(
-            "{} is in use by another sandloop run",
-            out.display()
-        ))),
-        Err(std::fs::TryLockError::Error(error)) => Err(CliError::Failed(format!(
-            "cannot lock {}: {error}",
-            path.display()
-        ))),
-    }
+fn lock_run_dir(out: &Path) -> Result<super::dir_lock::DirLock, CliError> {
+    super::dir_lock::lock_dir(out).map_err(|error| match error {
+        super::dir_lock::DirLockError::Held { holder, .. } => CliError::Input(format!(
+            "{} is in use by another sandloop run ({})",
+            out.display(),
+            super::dir_lock::Holder(holder)
+        )),
+        other => CliError::Failed(other.to_string()),
+    })
 }
 
 /// `manifest.json`: host version, adapter identity and every option of each

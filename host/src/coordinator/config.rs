@@ -133,6 +133,7 @@ impl RootConfig {
             stop_criteria: self.stop_criteria.clone(),
             max_turns: self.max_turns,
             goal_check_consecutive_failures_cap: self.goal_check_consecutive_failures_cap,
+            team_harness: Default::default(),
         }
     }
 }
@@ -383,6 +384,15 @@ pub struct WorkflowDefinition {
 }
 
 impl WorkflowDefinition {
+    /// Whether a step of this workflow must report a goal-check verdict: its
+    /// id is `goal_check` or its `workflow.toml` sets `emits_goal_check`
+    /// (reference `_workflow_expects_goal_check_signal`). The coordinator
+    /// checks for the verdict by this test, and the worker tells the plugin
+    /// (`task.emits-goal-check`) by the same one.
+    pub fn expects_goal_check(&self) -> bool {
+        self.id == super::models::GOAL_CHECK_WORKFLOW_ID || self.config.emits_goal_check
+    }
+
     /// `workflow.toml` relative to the repo root, as errors show it.
     fn shown_config_path(&self) -> PathBuf {
         workflow_file_shown(&self.workflow_set, &self.id, WORKFLOW_CONFIG_FILENAME)
@@ -465,14 +475,22 @@ pub enum ConfigError {
         source: io::Error,
     },
     /// Malformed TOML, a value of the wrong type, a missing required key or
-    /// an unknown key, as the TOML parser reports it.
-    #[error("{}{}: {message}", file.display(), LineColumn(*position))]
+    /// an unknown key, as the TOML parser reports it, e.g.
+    /// `sandloop-loop.toml:3:13: max_turns: invalid value: integer -1,
+    /// expected u32`.
+    #[error("{}{}: {}{message}", file.display(), LineColumn(*position), FieldPrefix(field.as_deref()))]
     Toml {
         /// The file.
         file: PathBuf,
         /// 1-based line and column (in characters) of the error, when the
         /// parser knows it.
         position: Option<(usize, usize)>,
+        /// Dotted path of the field whose value is wrong, e.g. `max_turns`,
+        /// `run_after_successes.every`, `dirs[1]`; `None` for a syntax error
+        /// or an error about the whole document. An unknown key is named by
+        /// its own path; a missing key by the table that lacks it (the
+        /// message names the key).
+        field: Option<String>,
         /// The parser's message.
         message: String,
     },
@@ -508,6 +526,18 @@ impl fmt::Display for LineColumn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
             Some((line, column)) => write!(f, ":{line}:{column}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `field: ` before a message, or nothing.
+struct FieldPrefix<'a>(Option<&'a str>);
+
+impl fmt::Display for FieldPrefix<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(field) => write!(f, "{field}: "),
             None => Ok(()),
         }
     }
@@ -635,9 +665,19 @@ fn read_text(path: &Path, shown_as: PathBuf, what: &'static str) -> Result<Strin
     })
 }
 
-/// Parse TOML into `T`, reporting errors with their line and column.
+/// Parse TOML into `T`, reporting errors with their line and column and the
+/// dotted path of the field (through `serde_path_to_error`).
 fn parse_toml<T: for<'de> Deserialize<'de>>(text: &str, file: PathBuf) -> Result<T, ConfigError> {
-    toml::from_str(text).map_err(|error| {
+    let mut field = None;
+    let parsed = toml::Deserializer::parse(text).and_then(|deserializer| {
+        serde_path_to_error::deserialize(deserializer).map_err(|error| {
+            let path = error.path().to_string();
+            // The root shows as `.`; an error there names no field.
+            field = (path != ".").then_some(path);
+            error.into_inner()
+        })
+    });
+    parsed.map_err(|error| {
         let position = error.span().map(|span| {
             let before = &text[..span.start.min(text.len())];
             let line = before.matches('\n').count() + 1;
@@ -647,6 +687,7 @@ fn parse_toml<T: for<'de> Deserialize<'de>>(text: &str, file: PathBuf) -> Result
         ConfigError::Toml {
             file,
             position,
+            field,
             message: error.message().trim().to_string(),
         }
     })

@@ -294,6 +294,37 @@ fn malformed_toml_reports_line_and_column() {
 }
 
 #[test]
+fn type_errors_name_file_line_and_the_dotted_field_path() {
+    let repo = Repo::good();
+    repo.write(
+        "sandloop-loop.toml",
+        &GOOD_ROOT.replace("max_turns = 20", "max_turns = -1"),
+    );
+    assert_has_prefix(
+        &repo.preflight_errors(),
+        "sandloop-loop.toml:3:13: max_turns: invalid value: integer `-1`",
+    );
+
+    repo.write("sandloop-loop.toml", GOOD_ROOT);
+    repo.write(
+        &format!("{WF}/review/workflow.toml"),
+        "plugin = \"plugins/step.wasm\"\n[run_after_successes]\nworkflow_id = \"build\"\nevery = -2\n",
+    );
+    assert_has_prefix(
+        &repo.preflight_errors(),
+        &format!("{WF}/review/workflow.toml:4:9: run_after_successes.every: "),
+    );
+    repo.write(
+        &format!("{WF}/review/workflow.toml"),
+        "plugin = \"plugins/step.wasm\"\ndirs = [\"docs::/docs\", 3]\n",
+    );
+    assert_has_prefix(
+        &repo.preflight_errors(),
+        &format!("{WF}/review/workflow.toml:2:24: dirs[1]: invalid type"),
+    );
+}
+
+#[test]
 fn wrong_types_and_missing_keys_report_line_and_column() {
     let repo = Repo::good();
     repo.write(
@@ -333,7 +364,7 @@ fn unknown_keys_are_refused() {
     assert_eq!(errors.len(), 1, "{errors:#?}");
     assert_has_prefix(
         &errors,
-        "sandloop-loop.toml:5:1: unknown field `team_harness_model`",
+        "sandloop-loop.toml:5:1: team_harness_model: unknown field `team_harness_model`",
     );
 
     repo.write("sandloop-loop.toml", GOOD_ROOT);
@@ -342,7 +373,7 @@ fn unknown_keys_are_refused() {
     assert_eq!(errors.len(), 1, "{errors:#?}");
     assert_has_prefix(
         &errors,
-        &format!("{WF}/review/workflow.toml:1:1: unknown field `run_evry`"),
+        &format!("{WF}/review/workflow.toml:1:1: run_evry: unknown field `run_evry`"),
     );
 
     repo.workflow(
@@ -351,7 +382,7 @@ fn unknown_keys_are_refused() {
     );
     assert_has_prefix(
         &repo.preflight_errors(),
-        &format!("{WF}/review/workflow.toml:9:1: unknown field `count`"),
+        &format!("{WF}/review/workflow.toml:9:1: run_after_successes.count: unknown field `count`"),
     );
 }
 

@@ -7,6 +7,8 @@
 //! - [`config`]: `sandloop-loop.toml` and the workflow sets under
 //!   `.sandloop/workflow_sets/`, with a preflight that reports every problem
 //!   at once.
+//! - [`events`]: a session's event log (late reports, refused child
+//!   requests).
 //! - [`scheduler`]: which workflow runs next.
 //! - [`sessions`]: the session directories and the files in them.
 //! - [`state_store`]: one state file per session, locked and written
@@ -17,6 +19,7 @@
 //!   tasks from it.
 
 pub mod config;
+pub mod events;
 pub mod models;
 pub mod scheduler;
 pub mod service;

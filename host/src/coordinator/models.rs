@@ -6,9 +6,15 @@
 //! stay comparable with it. Differences, all deliberate:
 //! - timestamps are kept as RFC 3339 UTC strings (see [`utc_now`]) rather
 //!   than parsed date-times;
-//! - [`RootConfigSnapshot`] has no `team_harness_*` fields: a workflow step
-//!   here is a sandboxed WASM component, configured per workflow (see
+//! - [`RootConfigSnapshot`] carries the reference's `team_harness_*` fields
+//!   only as inert placeholders ([`TeamHarnessFields`], always empty), so
+//!   the `/register` and `/finished` answers validate against the
+//!   reference's pydantic models: a workflow step here is a sandboxed WASM
+//!   component, configured per workflow (see
 //!   [`super::config::WorkflowConfig`]), not an agent team;
+//! - [`RootConfigSnapshot`] ignores unknown keys where the reference
+//!   refuses them, so a worker accepts what a newer reference coordinator
+//!   sends;
 //! - serde is strict where pydantic is lax (`"1"` is not an integer, `"yes"`
 //!   is not a boolean).
 //!
@@ -45,6 +51,13 @@ pub const RUN_ACTION: &str = "run";
 /// `STOP_ACTION`); the JSON spelling of [`TaskAction::Stop`].
 pub const STOP_ACTION: &str = "stop";
 
+/// `stop_reason` of the answer to a stale `/finished` (a report for a task
+/// that is no longer the active one): nothing was recorded and nothing is
+/// handed out to its sender; the report is logged as a late report in the
+/// session's `events.jsonl`. The answer is a stop, so a loopy-loop worker
+/// ends cleanly; `sandloop loop worker` asks for a new task instead.
+pub const STALE_REPORT: &str = "stale_report";
+
 /// Workflow id with built-in meaning: it must write a [`GoalCheckSignal`]
 /// and is never scheduled before some other workflow has succeeded
 /// (reference `GOAL_CHECK_WORKFLOW_ID` in `cli.py`, and the `"goal_check"`
@@ -67,10 +80,11 @@ pub fn format_utc_seconds(at: SystemTime) -> String {
 
 /// Root configuration frozen into a loop's state when its session starts, so
 /// a running loop is not changed by later edits of `sandloop-loop.toml`.
-/// Mirrors `RootConfigSnapshot` in the reference without its
-/// `team_harness_*` fields; unknown keys are refused.
+/// Mirrors `RootConfigSnapshot` in the reference; its `team_harness_*`
+/// fields are inert ([`TeamHarnessFields`]). Unknown keys are ignored (the
+/// reference refuses them), so a snapshot from a loopy-loop coordinator is
+/// accepted.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RootConfigSnapshot {
     /// Goal text (the trimmed contents of the goal file).
     pub goal: String,
@@ -88,6 +102,54 @@ pub struct RootConfigSnapshot {
     /// Consecutive invalid goal-check outputs allowed before the loop fails
     /// with `goal_check_broken`.
     pub goal_check_consecutive_failures_cap: u32,
+    /// The reference's agent-team settings, inert here.
+    #[serde(flatten)]
+    pub team_harness: TeamHarnessFields,
+}
+
+/// The `team_harness_*` fields of the reference's `RootConfigSnapshot`,
+/// which configure the coding-agent team a loopy-loop worker runs. sandloop
+/// runs a WASM component per workflow instead and never reads them: they
+/// are written with inert values (empty strings, lists and maps, `null`
+/// retry settings) only so the snapshot validates against the reference's
+/// pydantic model (which requires six of them), and read leniently (each
+/// defaults when missing; a loopy-loop coordinator's values are kept but
+/// not used).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TeamHarnessFields {
+    /// Agent provider; inert, default `""`.
+    #[serde(default)]
+    pub team_harness_provider: String,
+    /// Agent model; inert, default `""`.
+    #[serde(default)]
+    pub team_harness_model: String,
+    /// Agent names; inert, default empty.
+    #[serde(default)]
+    pub team_harness_agents: Vec<String>,
+    /// Model per agent; inert, default empty.
+    #[serde(default)]
+    pub team_harness_agent_models: std::collections::BTreeMap<String, String>,
+    /// Reasoning effort per agent; inert, default empty.
+    #[serde(default)]
+    pub team_harness_agent_reasoning_efforts: std::collections::BTreeMap<String, String>,
+    /// Retry count; inert, default `null`.
+    #[serde(default)]
+    pub team_harness_max_retries: Option<i64>,
+    /// First retry delay in seconds; inert, default `null`.
+    #[serde(default)]
+    pub team_harness_retry_base_delay_s: Option<serde_json::Number>,
+    /// Longest retry delay in seconds; inert, default `null`.
+    #[serde(default)]
+    pub team_harness_retry_max_delay_s: Option<serde_json::Number>,
+    /// Agent API base URL; inert, default `""`.
+    #[serde(default)]
+    pub team_harness_api_base: String,
+    /// Environment variable holding the agent API key; inert, default `""`.
+    #[serde(default)]
+    pub team_harness_api_key_env: String,
+    /// Extra system prompt for the agents; inert, default `""`.
+    #[serde(default)]
+    pub team_harness_system_prompt_extension: String,
 }
 
 /// The task a worker is running now (reference `CurrentTask`). Set when a
@@ -162,6 +224,16 @@ impl TaskResponse {
             config_snapshot: Some(config_snapshot.clone()),
             stop_reason: None,
         }
+    }
+
+    /// The answer to a stale report: a stop with [`STALE_REPORT`].
+    pub fn stale_report() -> Self {
+        Self::stop(STALE_REPORT)
+    }
+
+    /// True for the answer to a stale report ([`TaskResponse::stale_report`]).
+    pub fn is_stale_report(&self) -> bool {
+        self.action == TaskAction::Stop && self.stop_reason.as_deref() == Some(STALE_REPORT)
     }
 
     /// A stop response carrying `stop_reason`, every other field `None`.
@@ -613,6 +685,7 @@ mod tests {
             stop_criteria: vec![],
             max_turns: 20,
             goal_check_consecutive_failures_cap: 3,
+            team_harness: TeamHarnessFields::default(),
         }
     }
 
@@ -763,13 +836,41 @@ mod tests {
     }
 
     #[test]
-    fn snapshot_refuses_unknown_keys() {
-        let mut value = serde_json::to_value(snapshot()).unwrap();
-        value["team_harness_model"] = json!("gpt");
-        let err = serde_json::from_value::<RootConfigSnapshot>(value)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("team_harness_model"), "{err}");
+    fn snapshot_carries_inert_team_harness_fields_and_ignores_unknown_keys() {
+        let value = serde_json::to_value(snapshot()).unwrap();
+        for (key, inert) in [
+            ("team_harness_provider", json!("")),
+            ("team_harness_model", json!("")),
+            ("team_harness_agents", json!([])),
+            ("team_harness_agent_models", json!({})),
+            ("team_harness_agent_reasoning_efforts", json!({})),
+            ("team_harness_max_retries", json!(null)),
+            ("team_harness_retry_base_delay_s", json!(null)),
+            ("team_harness_retry_max_delay_s", json!(null)),
+            ("team_harness_api_base", json!("")),
+            ("team_harness_api_key_env", json!("")),
+            ("team_harness_system_prompt_extension", json!("")),
+        ] {
+            assert_eq!(value[key], inert, "{key}");
+        }
+        // A loopy-loop coordinator's snapshot, with values and a key from a
+        // later version, is accepted.
+        let mut theirs = value.clone();
+        theirs["team_harness_provider"] = json!("openai");
+        theirs["team_harness_retry_base_delay_s"] = json!(1.5);
+        theirs["team_harness_new_setting"] = json!(true);
+        let parsed: RootConfigSnapshot = serde_json::from_value(theirs).unwrap();
+        assert_eq!(parsed.team_harness.team_harness_provider, "openai");
+        assert_eq!(parsed.goal, "Ship it");
+        // A state file written before these fields existed still reads.
+        let mut old = value;
+        old.as_object_mut()
+            .unwrap()
+            .retain(|key, _| !key.starts_with("team_harness_"));
+        assert_eq!(
+            serde_json::from_value::<RootConfigSnapshot>(old).unwrap(),
+            snapshot()
+        );
         // Records without extra="forbid" ignore unknown keys.
         let entry: HistoryEntry = serde_json::from_value(json!({
             "iteration": 1, "workflow_set": "main", "workflow_id": "plan",

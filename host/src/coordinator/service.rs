@@ -3,7 +3,7 @@
 //! step for step — orphaned-task recovery (from the pending finished
 //! request, then from the iteration result, before calling a task
 //! abandoned), stale and mismatched `finished` calls answered without
-//! touching state, stop precedence (goal met, stop requested, unresolvable
+//! touching state (here with a stale-report stop, not the active task), stop precedence (goal met, stop requested, unresolvable
 //! error, max turns), the goal-check signal and its consecutive-failure
 //! cap, control signals, child sessions dispatched after a success and the
 //! parent resumed when its child ends.
@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use super::config::{
     ConfigError, PreflightResult, WorkflowDefinition, derive_goal_hash, run_preflight,
 };
+use super::events::{SessionEvent, append_event};
 use super::models::{
     ChildSessionRecord, ChildSessionRequest, ControlSignal, ControlState, ControlStopReason,
     CurrentTask, FinishedRequest, GOAL_CHECK_WORKFLOW_ID, GoalCheckSignal, HistoryEntry,
@@ -57,6 +58,34 @@ pub enum CoordinatorError {
     Invariant(String),
 }
 
+/// How [`Coordinator::open`] found the loop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// No state: a new session was started.
+    Fresh {
+        /// The new session.
+        session_id: String,
+    },
+    /// The previous loop had ended: its state was archived and a new session
+    /// started (with or without `resume`, as the reference does).
+    AfterFinished {
+        /// The ended loop's session.
+        previous_session_id: String,
+        /// How it ended, e.g. `goal_met`.
+        previous_status: LoopStatus,
+        /// Where its state was archived.
+        archive: Option<PathBuf>,
+        /// The new session.
+        session_id: String,
+    },
+    /// A running loop was continued (`resume`).
+    Resumed {
+        /// The session that goes on: the top-level one, or the child that
+        /// was running.
+        session_id: String,
+    },
+}
+
 struct Inner {
     /// The store of the active session (switches to a child and back).
     store: StateStore<LoopState>,
@@ -69,6 +98,7 @@ struct Inner {
 pub struct Coordinator {
     repo_root: PathBuf,
     inner: Mutex<Inner>,
+    start: Start,
 }
 
 /// Read a signal file: `None` when it is missing, unreadable or of the
@@ -97,6 +127,7 @@ fn snapshot_of(preflight: &PreflightResult) -> RootConfigSnapshot {
         stop_criteria: root.stop_criteria.clone(),
         max_turns: root.max_turns,
         goal_check_consecutive_failures_cap: root.goal_check_consecutive_failures_cap,
+        team_harness: Default::default(),
     }
 }
 
@@ -125,16 +156,24 @@ impl Coordinator {
         let root_workflow_set = preflight.workflow_set.clone();
         let mut preflights = HashMap::new();
         preflights.insert(root_workflow_set.clone(), preflight);
-        let coordinator = Self {
+        let mut coordinator = Self {
             repo_root: repo_root.to_path_buf(),
             inner: Mutex::new(Inner {
                 store: StateStore::new(repo_root),
                 preflights,
                 root_workflow_set,
             }),
+            start: Start::Fresh {
+                session_id: String::new(),
+            },
         };
-        coordinator.prepare_state(resume)?;
+        coordinator.start = coordinator.prepare_state(resume)?;
         Ok(coordinator)
+    }
+
+    /// How the loop was found when the coordinator opened it.
+    pub fn start(&self) -> &Start {
+        &self.start
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -153,37 +192,86 @@ impl Coordinator {
         Ok(self.lock().store.read_state()?)
     }
 
-    fn prepare_state(&self, resume: bool) -> Result<(), CoordinatorError> {
+    fn prepare_state(&self, resume: bool) -> Result<Start, CoordinatorError> {
         let mut inner = self.lock();
         let existing = inner.store.read_state()?;
         let Some(existing) = existing else {
-            return self.write_fresh_state(&mut inner);
+            let session_id = self.write_fresh_state(&mut inner)?;
+            return Ok(Start::Fresh { session_id });
         };
         if existing.status.is_terminal() {
-            inner.store.archive_state()?;
-            return self.write_fresh_state(&mut inner);
+            let archive = inner.store.archive_state()?;
+            let session_id = self.write_fresh_state(&mut inner)?;
+            return Ok(Start::AfterFinished {
+                previous_session_id: existing.active_session_id,
+                previous_status: existing.status,
+                archive,
+                session_id,
+            });
         }
         if !resume {
             return Err(CoordinatorError::RunningState(existing.active_session_id));
         }
-        // Resume the latest top-level session, as the reference does (a
-        // child that was active at the crash is left as it was).
-        let path = state_path(&self.repo_root, &existing.active_session_id);
+        // Resume the latest top-level session's active child first (at any
+        // depth): its orphaned task is recovered by the next `register`
+        // exactly like a top-level one, it runs to its end, then its parent
+        // goes on. The reference resumes the top-level session and leaves
+        // the child running forever.
+        let mut resumed = existing;
+        while let Some(child) = self.running_child_of(&resumed)? {
+            eprintln!(
+                "sandloop loop: resuming child session {} (workflow set {}) of session {} first",
+                child.active_session_id, child.workflow_set, resumed.active_session_id
+            );
+            resumed = child;
+        }
+        let path = state_path(&self.repo_root, &resumed.active_session_id);
         create_session_dir(
             &self.repo_root,
             &NewSession {
-                session_id: &existing.active_session_id,
-                goal_hash: &existing.goal_hash,
-                goal: &existing.config_snapshot.goal,
-                workflow_set: &existing.workflow_set,
-                parent_session_id: existing.parent_session_id.as_deref(),
+                session_id: &resumed.active_session_id,
+                goal_hash: &resumed.goal_hash,
+                goal: &resumed.config_snapshot.goal,
+                workflow_set: &resumed.workflow_set,
+                parent_session_id: resumed.parent_session_id.as_deref(),
             },
         )?;
         inner.store = StateStore::with_state_path(&self.repo_root, path);
-        Ok(())
+        Ok(Start::Resumed {
+            session_id: resumed.active_session_id,
+        })
     }
 
-    fn write_fresh_state(&self, inner: &mut Inner) -> Result<(), CoordinatorError> {
+    /// The child of `parent` that was running at a crash: the newest entry
+    /// of its `children.json` still marked `running` whose state is not
+    /// terminal. An entry whose child had already ended (the crash came
+    /// before the parent took over) is marked complete on the way.
+    fn running_child_of(&self, parent: &LoopState) -> Result<Option<LoopState>, CoordinatorError> {
+        let path = children_path(&self.repo_root, &parent.active_session_id);
+        let payload = self.read_children(&path);
+        let running: Vec<String> = payload["children"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|record| record["status"] == "running")
+            .filter_map(|record| record["session_id"].as_str().map(str::to_owned))
+            .collect();
+        for child_id in running.iter().rev() {
+            let store: StateStore<LoopState> =
+                StateStore::with_state_path(&self.repo_root, state_path(&self.repo_root, child_id));
+            let Some(child) = store.read_state()? else {
+                continue;
+            };
+            if child.status.is_terminal() {
+                self.mark_child_record_complete(&parent.active_session_id, &child)?;
+                continue;
+            }
+            return Ok(Some(child));
+        }
+        Ok(None)
+    }
+
+    fn write_fresh_state(&self, inner: &mut Inner) -> Result<String, CoordinatorError> {
         let preflight = &inner.preflights[&inner.root_workflow_set];
         let snapshot = snapshot_of(preflight);
         let session_id = create_session_id(&snapshot.goal_hash);
@@ -199,9 +287,9 @@ impl Coordinator {
         )?;
         inner.store =
             StateStore::with_state_path(&self.repo_root, state_path(&self.repo_root, &session_id));
-        let state = LoopState::new(session_id, None, snapshot);
+        let state = LoopState::new(session_id.clone(), None, snapshot);
         inner.store.write_state(&state)?;
-        Ok(())
+        Ok(session_id)
     }
 
     /// A worker asks for work (reference `register_worker`): recover or
@@ -209,7 +297,8 @@ impl Coordinator {
     /// a requested child session, or choose the next workflow.
     pub fn register(&self) -> Result<TaskResponse, CoordinatorError> {
         let mut inner = self.lock();
-        self.register_locked(&mut inner)
+        let response = self.register_locked(&mut inner)?;
+        self.resume_parent_if_stopped(&mut inner, response)
     }
 
     fn register_locked(&self, inner: &mut Inner) -> Result<TaskResponse, CoordinatorError> {
@@ -299,9 +388,12 @@ impl Coordinator {
     }
 
     /// A worker reports a finished task (reference `finish_assignment`).
-    /// A call with no active task dispatches as `register` would; a call
-    /// for another task than the active one changes nothing and answers
-    /// with the active task.
+    /// A call with no active task dispatches as `register` would. A call
+    /// for another task than the active one (a stale report) changes no
+    /// state, hands nothing out and is answered
+    /// [`TaskResponse::stale_report`]; it is logged as a late report in the
+    /// session's event log. (The reference answers it with the active task,
+    /// which hands another worker's task to the stale one.)
     pub fn finished(&self, request: &FinishedRequest) -> Result<TaskResponse, CoordinatorError> {
         let mut inner = self.lock();
         let store = std::mem::replace(&mut inner.store, StateStore::new(&self.repo_root));
@@ -313,8 +405,8 @@ impl Coordinator {
                 return Ok::<_, CoordinatorError>((current, response));
             };
             if !request.matches_task(&active) {
-                let response = TaskResponse::run(&active, &current.config_snapshot);
-                return Ok((current, Dispatch::Respond(response)));
+                self.log_late_report(request, &active);
+                return Ok((current, Dispatch::Respond(TaskResponse::stale_report())));
             }
             self.record_finished_task(&mut inner, &mut current, &active, request, &now);
             if current.stop_reason.as_deref() == Some("goal_check_broken") {
@@ -328,12 +420,46 @@ impl Coordinator {
         });
         inner.store = store;
         let response = self.after_dispatch(&mut inner, dispatch?)?;
+        if response.is_stale_report() {
+            return Ok(response);
+        }
+        self.resume_parent_if_stopped(&mut inner, response)
+    }
+
+    /// After a stop in a child session that has ended, mark it complete in
+    /// its parent's `children.json` and go on with the parent (reference
+    /// `_resume_parent_if_active_child_completed`, applied after
+    /// `register` too, so a child whose recovered orphan ends it hands
+    /// back to its parent).
+    fn resume_parent_if_stopped(
+        &self,
+        inner: &mut Inner,
+        response: TaskResponse,
+    ) -> Result<TaskResponse, CoordinatorError> {
         if response.action == TaskAction::Stop
-            && let Some(parent) = self.resume_parent_if_active_child_completed(&mut inner)?
+            && let Some(parent) = self.resume_parent_if_active_child_completed(inner)?
         {
             return Ok(parent);
         }
         Ok(response)
+    }
+
+    /// Record a report for another task than `active` as a late report in
+    /// the session's event log (a warning on stderr when it cannot be).
+    fn log_late_report(&self, request: &FinishedRequest, active: &CurrentTask) {
+        let event = SessionEvent::late_report(request, Some(active));
+        eprintln!(
+            "sandloop loop: a late report for iteration {} ({}) of session {} was ignored: \
+             iteration {} ({}) is the active task",
+            request.iteration,
+            request.workflow_id,
+            request.session_id,
+            active.iteration,
+            active.workflow_id
+        );
+        if let Err(error) = append_event(&self.repo_root, &active.session_id, &event) {
+            eprintln!("warning: {error}");
+        }
     }
 
     fn record_finished_task(
@@ -454,7 +580,7 @@ impl Coordinator {
                 .preflight_for(inner, workflow_set)
                 .ok()
                 .and_then(|preflight| preflight.workflows.iter().find(|w| w.id == workflow_id))
-                .is_some_and(|workflow| workflow.config.emits_goal_check)
+                .is_some_and(WorkflowDefinition::expects_goal_check)
     }
 
     fn dispatch_child_session_after_success(
@@ -482,8 +608,17 @@ impl Coordinator {
             let Some(request) = read_signal::<ChildSessionRequest>(&request_path) else {
                 continue;
             };
-            let Ok(base) = self.preflight_for(inner, &request.workflow_set) else {
-                continue;
+            let base = match self.preflight_for(inner, &request.workflow_set) {
+                Ok(base) => base,
+                Err(error) => {
+                    self.refuse_child_request(
+                        &state.active_session_id,
+                        &request_path,
+                        &request,
+                        &error,
+                    );
+                    continue;
+                }
             };
             let Some(workflow) = choose_next_workflow(&base.workflows, &[], 0) else {
                 continue;
@@ -541,6 +676,39 @@ impl Coordinator {
         Ok(None)
     }
 
+    /// Refuse a child-session request whose workflow set cannot be loaded,
+    /// once: say so on stderr, log it in the session's event log, and
+    /// rename the request `<name>.refused` so it is not scanned again (the
+    /// reference skips it silently, every step).
+    fn refuse_child_request(
+        &self,
+        session_id: &str,
+        request_path: &Path,
+        request: &ChildSessionRequest,
+        error: &CoordinatorError,
+    ) {
+        let reason = error.to_string();
+        eprintln!(
+            "sandloop loop: refused the child-session request {} (workflow set {:?}): {reason}",
+            request_path.display(),
+            request.workflow_set
+        );
+        let mut refused = request_path.as_os_str().to_owned();
+        refused.push(".refused");
+        if let Err(error) = std::fs::rename(request_path, &refused) {
+            eprintln!("warning: cannot rename {}: {error}", request_path.display());
+        }
+        let event = SessionEvent::ChildRequestRefused {
+            at: utc_now(),
+            request_file: request_path.to_path_buf(),
+            workflow_set: request.workflow_set.clone(),
+            reason,
+        };
+        if let Err(error) = append_event(&self.repo_root, session_id, &event) {
+            eprintln!("warning: {error}");
+        }
+    }
+
     fn resume_parent_if_active_child_completed(
         &self,
         inner: &mut Inner,
@@ -557,7 +725,8 @@ impl Coordinator {
         self.mark_child_record_complete(&parent_id, &child)?;
         inner.store =
             StateStore::with_state_path(&self.repo_root, state_path(&self.repo_root, &parent_id));
-        Ok(Some(self.register_locked(inner)?))
+        let response = self.register_locked(inner)?;
+        Ok(Some(self.resume_parent_if_stopped(inner, response)?))
     }
 
     fn read_children(&self, path: &Path) -> Value {

@@ -10,8 +10,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use super::{Coordinator, CoordinatorError};
 use crate::coordinator::config::derive_goal_hash;
+use crate::coordinator::events::read_events;
 use crate::coordinator::models::{
     FinishedRequest, LoopState, LoopStatus, RootConfigSnapshot, TaskAction, TaskResponse,
 };
@@ -21,6 +25,7 @@ use crate::coordinator::sessions::{
     sessions_root_path, state_path,
 };
 use crate::coordinator::state_store::{ARCHIVE_PREFIX, StateStore, TEMP_FILENAME};
+use crate::coordinator::transport::serve;
 
 const GOAL: &str = "Count to three";
 const CHILD_GOAL: &str = "Check the count twice";
@@ -296,6 +301,7 @@ fn fresh_start_creates_a_running_session_and_register_runs_the_first_workflow() 
         stop_criteria: vec![],
         max_turns: 20,
         goal_check_consecutive_failures_cap: 3,
+        team_harness: Default::default(),
     };
     assert_eq!(on_disk.config_snapshot, expected_snapshot);
 
@@ -638,7 +644,7 @@ fn finished_without_an_active_task_dispatches_like_register() {
 }
 
 #[test]
-fn a_mismatched_finished_answers_with_the_active_task_and_changes_nothing() {
+fn a_mismatched_finished_is_answered_stale_changes_nothing_and_is_logged() {
     let repo = Repo::plain(20);
     let coordinator = repo.open();
     let task = coordinator.register().unwrap();
@@ -661,17 +667,92 @@ fn a_mismatched_finished_answers_with_the_active_task_and_changes_nothing() {
     ];
     for request in &mismatches {
         let answer = coordinator.finished(request).unwrap();
-        assert_eq!(answer, task, "for {request:?}");
+        assert_eq!(answer, TaskResponse::stale_report(), "for {request:?}");
+        assert!(answer.is_stale_report());
         assert_eq!(
             std::fs::read(repo.state_file(&session)).unwrap(),
             before,
             "state.json changed for {request:?}"
         );
     }
+    // Each is in the session's event log as a late report, not a result.
+    let events = read_events(repo.root(), &session);
+    assert_eq!(events.len(), mismatches.len(), "{events:#?}");
+    for (event, request) in events.iter().zip(&mismatches) {
+        assert_eq!(event["event"], "late_report");
+        assert_eq!(event["report"], serde_json::to_value(request).unwrap());
+        assert_eq!(event["active_task"]["iteration"], 1);
+        assert_eq!(event["active_task"]["workflow_id"], "plan");
+    }
     // The matching report is still accepted afterwards.
     let next = coordinator.finished(&good).unwrap();
     assert_run(&next, "work", 2);
     assert_eq!(repo.state_of(&session).history.len(), 1);
+}
+
+#[test]
+fn a_stale_finished_over_http_hands_nothing_out_and_never_moves_the_lease() {
+    let repo = Repo::plain(20);
+    let coordinator = Arc::new(repo.open());
+    let session = session_of(&coordinator);
+    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", server.server_addr().to_ip().unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let serving = {
+        let (coordinator, stop) = (Arc::clone(&coordinator), Arc::clone(&stop));
+        std::thread::spawn(move || serve(coordinator, server, stop, Duration::from_millis(400)))
+    };
+    let post = |path: &str, body: Value| -> (u16, Value) {
+        match ureq::post(&format!("{url}{path}")).send_json(body) {
+            Ok(response) => (response.status(), response.into_json().unwrap()),
+            Err(ureq::Error::Status(code, response)) => (code, response.into_json().unwrap()),
+            Err(error) => panic!("{error}"),
+        }
+    };
+    // Worker A takes iteration 1; while it is leased, another register waits.
+    let (code, a) = post("/register", json!({}));
+    assert_eq!((code, a["iteration"].clone()), (200, json!(1)), "{a}");
+    assert_eq!(post("/register", json!({})).0, 409);
+    // A's lease runs out; worker B takes the loop on (1 is abandoned).
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, b) = post("/register", json!({}));
+    assert_eq!((code, b["iteration"].clone()), (200, json!(2)), "{b}");
+    let before = std::fs::read(repo.state_file(&session)).unwrap();
+
+    // A's late report changes nothing and hands A nothing.
+    let late = json!({"workflow_id": a["workflow_id"], "session_id": session,
+        "iteration": 1, "success": true, "text": "late", "error": null});
+    let (code, answer) = post("/finished", late.clone());
+    assert_eq!(code, 200);
+    assert_eq!(
+        answer,
+        serde_json::to_value(TaskResponse::stale_report()).unwrap()
+    );
+    assert_eq!(std::fs::read(repo.state_file(&session)).unwrap(), before);
+    let events = read_events(repo.root(), &session);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0]["event"], "late_report");
+    assert_eq!(events[0]["report"], late);
+    assert_eq!(events[0]["active_task"]["iteration"], 2);
+    // The lease is still B's, and B's report is taken.
+    assert_eq!(post("/register", json!({})).0, 409);
+    let b_report = json!({"workflow_id": b["workflow_id"], "session_id": session,
+        "iteration": 2, "success": true, "text": null, "error": null});
+    let (code, next) = post("/finished", b_report);
+    assert_eq!((code, next["iteration"].clone()), (200, json!(3)), "{next}");
+    stop.store(true, Ordering::SeqCst);
+    serving.join().unwrap();
+    let state = repo.state_of(&session);
+    let results: Vec<(u32, bool, Option<String>)> = state
+        .history
+        .iter()
+        .map(|e| (e.iteration, e.success, e.error.clone()))
+        .collect();
+    assert_eq!(
+        results,
+        [(1, false, Some("abandoned".into())), (2, true, None)],
+        "the late report is not a result"
+    );
 }
 
 // ---------------------------------------------------------------- goal check
@@ -1227,7 +1308,7 @@ fn a_child_session_runs_to_max_turns_then_the_parent_resumes() {
     // A report for the parent's old task is stale: the child's is active.
     assert_eq!(
         coordinator.finished(&report(&plan, true, None)).unwrap(),
-        step2
+        TaskResponse::stale_report()
     );
     let step3 = succeed(&coordinator, &step2);
     assert_eq!(assert_run(&step3, "step", 3), child);
@@ -1342,6 +1423,115 @@ fn a_child_request_after_a_failed_step_is_not_dispatched() {
     assert!(!request.exists());
 }
 
+#[test]
+fn a_child_request_for_an_unknown_workflow_set_is_refused_once_with_its_reason() {
+    let repo = Repo::with_children(10);
+    let coordinator = repo.open();
+    let plan = coordinator.register().unwrap();
+    let parent = assert_run(&plan, "plan", 1);
+    let request = repo.request_child(&parent, "0001.json", &child_request("nowhere"));
+    let next = succeed(&coordinator, &plan);
+    assert_eq!(assert_run(&next, "work", 2), parent);
+    assert!(!request.exists(), "a refused request is not scanned again");
+    let mut refused = request.clone().into_os_string();
+    refused.push(".refused");
+    assert!(Path::new(&refused).exists(), "it is kept, renamed");
+    let refusals = |session: &str| -> Vec<Value> {
+        read_events(repo.root(), session)
+            .into_iter()
+            .filter(|event| event["event"] == "child_request_refused")
+            .collect()
+    };
+    let events = refusals(&parent);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0]["workflow_set"], "nowhere");
+    assert!(
+        events[0]["reason"].as_str().unwrap().contains("nowhere"),
+        "{events:#?}"
+    );
+    // Later successes do not refuse it again, and no child was made.
+    let next = succeed(&coordinator, &next);
+    assert_eq!(assert_run(&next, "review", 3), parent);
+    succeed(&coordinator, &next);
+    assert_eq!(refusals(&parent).len(), 1);
+    assert_eq!(repo.children_json(&parent)["children"], json!([]));
+}
+
+#[test]
+fn a_child_session_active_at_a_crash_is_resumed_first_then_the_parent() {
+    let repo = Repo::with_children(3);
+    let (parent, child, step1) = {
+        let coordinator = repo.open();
+        let plan = coordinator.register().unwrap();
+        let parent = assert_run(&plan, "plan", 1);
+        repo.request_child(&parent, "0001.json", &child_request("sub"));
+        let step1 = succeed(&coordinator, &plan);
+        let child = assert_run(&step1, "step", 1);
+        (parent, child, step1)
+        // The coordinator dies here, with the child's step running.
+    };
+    // The step had finished and its report was written before the crash.
+    let pending = pending_finished_request_path(repo.root(), &child, 1, "step");
+    write_json(
+        &pending,
+        &serde_json::to_value(report(&step1, true, None)).unwrap(),
+    );
+    let coordinator = repo.resume();
+    assert_eq!(session_of(&coordinator), child, "the child resumes first");
+    let step2 = coordinator.register().unwrap();
+    assert_eq!(assert_run(&step2, "tidy", 2), child);
+    assert!(!pending.exists());
+    let recovered = repo.state_of(&child);
+    assert_eq!(recovered.history.len(), 1);
+    assert!(recovered.history[0].success, "{:?}", recovered.history);
+    let step3 = succeed(&coordinator, &step2);
+    assert_eq!(assert_run(&step3, "step", 3), child);
+    drop(coordinator);
+
+    // Killed again during the child's last step, with no result: the step
+    // is abandoned, which ends the child, and the parent goes on.
+    let coordinator = repo.resume();
+    assert_eq!(session_of(&coordinator), child);
+    let back = coordinator.register().unwrap();
+    assert_eq!(assert_run(&back, "work", 2), parent);
+    let child_state = repo.state_of(&child);
+    assert_eq!(child_state.status, LoopStatus::MaxTurns);
+    assert_eq!(child_state.current_task, None);
+    let iterations: Vec<(u32, bool)> = child_state
+        .history
+        .iter()
+        .map(|e| (e.iteration, e.success))
+        .collect();
+    assert_eq!(iterations, [(1, true), (2, true), (3, false)]);
+    assert_eq!(child_state.history[2].error.as_deref(), Some("abandoned"));
+    let records = repo.children_json(&parent)["children"].clone();
+    assert_eq!(records[0]["status"], "max_turns");
+    assert!(records[0]["completed_at"].is_string());
+
+    // A crash after the child ended but before the parent took over: the
+    // record is completed on resume and the parent resumes.
+    drop(coordinator);
+    repo.write(
+        &children_path(repo.root(), &parent)
+            .strip_prefix(repo.root())
+            .unwrap()
+            .to_string_lossy(),
+        &serde_json::to_string(&json!({"schema_version": 1, "children": [
+            {"session_id": child, "workflow_set": "sub", "goal_hash": "x",
+             "status": "running", "created_at": "2026-01-01T00:00:00Z"}]}))
+        .unwrap(),
+    );
+    let coordinator = repo.resume();
+    assert_eq!(session_of(&coordinator), parent);
+    assert_eq!(
+        repo.children_json(&parent)["children"][0]["status"],
+        "max_turns"
+    );
+    let last = coordinator.register().unwrap(); // work 2 abandoned
+    assert_eq!(assert_run(&last, "review", 3), parent);
+    assert_stop(&succeed(&coordinator, &last), "max_turns");
+}
+
 fn child_sessions_exist(repo_root: &Path, session: &str) -> bool {
     let dir = session_dir_path(repo_root, session).join("children");
     std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some())
@@ -1367,7 +1557,10 @@ fn two_coordinators_on_one_repo_see_the_same_state() {
 
     // The first one's late report of the same task is stale now.
     let before = std::fs::read(repo.state_file(&session)).unwrap();
-    assert_eq!(first.finished(&report(&task, true, None)).unwrap(), next);
+    assert_eq!(
+        first.finished(&report(&task, true, None)).unwrap(),
+        TaskResponse::stale_report()
+    );
     assert_eq!(std::fs::read(repo.state_file(&session)).unwrap(), before);
     // And either can go on.
     let after = succeed(&first, &next);

@@ -13,6 +13,12 @@
 //! reference's crash recovery does (its result is recovered from the
 //! pending request or result file, or it is recorded as abandoned). A
 //! restarted server has no leases: the first `register` recovers.
+//!
+//! The 409 is a deliberate difference from the reference, whose second
+//! `register` records the task out abandoned and hands out the next one at
+//! once: keeping the lease means a slow worker's step is never run twice.
+//! A `finished` for a task that is no longer the active one is answered
+//! [`TaskResponse::stale_report`] and never moves the lease.
 
 use std::io::Read;
 use std::path::Path;
@@ -126,6 +132,9 @@ pub fn serve(
                         )
                     }
                     Ok(finished) => match coordinator.finished(&finished) {
+                        // A stale report hands nothing out: the lease stays
+                        // with the worker that holds the active task.
+                        Ok(task) if task.is_stale_report() => respond(request, 200, &task),
                         Ok(task) => {
                             leased = lease_of(&task);
                             respond(request, 200, &task)
@@ -163,9 +172,39 @@ pub enum TransportError {
     #[error(transparent)]
     Worker(#[from] WorkerError),
     /// Another worker holds the task that is out (HTTP 409).
-    #[error("coordinator at {0}: another worker is running the current task")]
-    Busy(String),
+    #[error("coordinator at {url}: {message}")]
+    Busy {
+        /// The coordinator's URL.
+        url: String,
+        /// The coordinator's explanation (which iteration is out).
+        message: String,
+    },
+    /// The coordinator stayed busy (409) for longer than
+    /// [`BUSY_WAIT_LIMIT`].
+    #[error(
+        "coordinator at {url}: gave up after waiting {}s for the task another worker holds: {message}",
+        waited.as_secs()
+    )]
+    BusyTooLong {
+        /// The coordinator's URL.
+        url: String,
+        /// How long the worker waited.
+        waited: Duration,
+        /// The coordinator's last explanation.
+        message: String,
+    },
 }
+
+/// Longest a worker waits for a turn while another worker holds the task
+/// that is out (the coordinator answers `register` with 409). A worker may
+/// hold a task for the whole lease (`loop serve --lease-secs`, default
+/// 600 s), so the bound is longer than the default lease.
+pub const BUSY_WAIT_LIMIT: Duration = Duration::from_secs(15 * 60);
+/// First pause before asking again after a 409; doubled after each, up to
+/// [`BUSY_RETRY_MAX`].
+pub const BUSY_RETRY_FIRST: Duration = Duration::from_millis(500);
+/// Longest pause between two asks after a 409.
+pub const BUSY_RETRY_MAX: Duration = Duration::from_secs(10);
 
 fn post<T: Serialize>(
     agent: &ureq::Agent,
@@ -181,7 +220,17 @@ fn post<T: Serialize>(
         .send_json(serde_json::to_value(body).map_err(|e| error(e.to_string()))?)
     {
         Ok(response) => response,
-        Err(ureq::Error::Status(409, _)) => return Err(TransportError::Busy(url.to_string())),
+        Err(ureq::Error::Status(409, response)) => {
+            let message = response
+                .into_json::<serde_json::Value>()
+                .ok()
+                .and_then(|body| body["error"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| "another worker is running the current task".into());
+            return Err(TransportError::Busy {
+                url: url.to_string(),
+                message,
+            });
+        }
         Err(e) => return Err(error(e.to_string())),
     };
     response
@@ -204,20 +253,8 @@ pub fn run_worker(
         .timeout(Duration::from_secs(60))
         .build();
     let runner = StepRunner::new(repo_root, cache_dir);
-    // Another worker may hold the task that is out: wait for our turn.
-    let mut waited = false;
-    let mut task = loop {
-        match post(&agent, &format!("{base}/register"), &json!({})) {
-            Err(TransportError::Busy(_)) => {
-                if !waited {
-                    eprintln!("another worker is running the current task; waiting for a turn");
-                    waited = true;
-                }
-                std::thread::sleep(Duration::from_millis(500));
-            }
-            other => break other?,
-        }
-    };
+    let register_url = format!("{base}/register");
+    let mut task = register(&agent, &register_url)?;
     while task.action == TaskAction::Run {
         let finished = runner.run_task(&task)?;
         let mut attempt = 0;
@@ -233,6 +270,48 @@ pub fn run_worker(
             }
         };
         let _ = std::fs::remove_file(&finished.pending_path);
+        if task.is_stale_report() {
+            // Our lease ran out and another worker took the loop on: the
+            // report was logged as late, and we ask for new work.
+            eprintln!(
+                "sandloop loop worker: the report for iteration {} ({}) came too late (another \
+                 worker took the task over); asking for a new task",
+                finished.request.iteration, finished.request.workflow_id
+            );
+            task = register(&agent, &register_url)?;
+        }
     }
     Ok(task)
+}
+
+/// `POST /register`, waiting for a turn while another worker holds the task
+/// that is out (409): it says on stderr each time it will ask again, backs
+/// off from [`BUSY_RETRY_FIRST`] to [`BUSY_RETRY_MAX`], and gives up after
+/// [`BUSY_WAIT_LIMIT`] with [`TransportError::BusyTooLong`].
+fn register(agent: &ureq::Agent, url: &str) -> Result<TaskResponse, TransportError> {
+    let started = std::time::Instant::now();
+    let mut pause = BUSY_RETRY_FIRST;
+    loop {
+        match post(agent, url, &json!({})) {
+            Err(TransportError::Busy { url, message }) => {
+                let waited = started.elapsed();
+                if waited + pause > BUSY_WAIT_LIMIT {
+                    return Err(TransportError::BusyTooLong {
+                        url,
+                        waited,
+                        message,
+                    });
+                }
+                eprintln!(
+                    "sandloop loop worker: {message}; retrying in {:.1}s (waited {}s of at most {}s)",
+                    pause.as_secs_f64(),
+                    waited.as_secs(),
+                    BUSY_WAIT_LIMIT.as_secs()
+                );
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(BUSY_RETRY_MAX);
+            }
+            other => return other,
+        }
+    }
 }

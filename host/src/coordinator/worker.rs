@@ -112,6 +112,29 @@ pub fn render_prompt(
     format!("{}\n", lines.join("\n").trim_end())
 }
 
+/// The task a plugin's step receives for `workflow` at `iteration` of
+/// `session_id`, with the rendered `prompt`. `emits_goal_check` is exactly
+/// the coordinator's test ([`WorkflowDefinition::expects_goal_check`]).
+pub fn step_task(
+    workflow: &WorkflowDefinition,
+    snapshot: &RootConfigSnapshot,
+    session_id: &str,
+    iteration: u32,
+    prompt: &str,
+) -> StepTask {
+    StepTask {
+        goal: snapshot.goal.clone(),
+        completion_criteria: snapshot.completion_criteria.clone(),
+        stop_criteria: snapshot.stop_criteria.clone(),
+        session_id: session_id.to_string(),
+        workflow_set: workflow.workflow_set.clone(),
+        workflow_id: workflow.id.clone(),
+        iteration,
+        prompt: prompt.to_string(),
+        emits_goal_check: workflow.expects_goal_check(),
+    }
+}
+
 fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), WorkerError> {
     crate::harness::atomic::write_json_atomic(path, value).map_err(|error| io_error(path, error))
 }
@@ -248,7 +271,7 @@ impl StepRunner {
             workflow_set,
             iteration,
             workflow_id,
-            workflow.config.emits_goal_check,
+            workflow.expects_goal_check(),
             &body,
         );
         let prompt_file = prompt_path(&self.repo_root, session_id, iteration, workflow_id);
@@ -262,17 +285,7 @@ impl StepRunner {
                 ..IterationResult::default()
             },
             Ok(plugin) => {
-                let step = StepTask {
-                    goal: snapshot.goal.clone(),
-                    completion_criteria: snapshot.completion_criteria.clone(),
-                    stop_criteria: snapshot.stop_criteria.clone(),
-                    session_id: session_id.to_string(),
-                    workflow_set: workflow_set.to_string(),
-                    workflow_id: workflow_id.to_string(),
-                    iteration,
-                    prompt: prompt.clone(),
-                    emits_goal_check: workflow.config.emits_goal_check,
-                };
+                let step = step_task(workflow, snapshot, session_id, iteration, &prompt);
                 let target = SignalTarget {
                     goal_check: goal_check_path(
                         &self.repo_root,
@@ -317,5 +330,60 @@ impl StepRunner {
             request,
             pending_path,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinator::config::run_preflight;
+
+    #[test]
+    fn the_plugin_is_told_to_report_a_goal_check_exactly_when_the_coordinator_demands_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |relative: &str, text: &str| {
+            let path = dir.path().join(relative);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write(
+            "sandloop-loop.toml",
+            "goal_file = \"goal.txt\"\nworkflow_set = \"main\"\nmax_turns = 5\n",
+        );
+        write("goal.txt", "Count.\n");
+        write("step.wasm", "");
+        let workflows = ".sandloop/workflow_sets/main/workflows";
+        for (id, extra) in [
+            ("goal_check", ""),
+            ("verify", "emits_goal_check = true\n"),
+            ("work", ""),
+        ] {
+            write(
+                &format!("{workflows}/{id}/workflow.toml"),
+                &format!("plugin = \"step.wasm\"\n{extra}"),
+            );
+            write(&format!("{workflows}/{id}/prompt.txt"), "Do it.\n");
+        }
+        let preflight = run_preflight(dir.path(), None, None).unwrap();
+        let snapshot = preflight.root_config.snapshot();
+        for workflow in &preflight.workflows {
+            let task = step_task(workflow, &snapshot, "s1", 2, "prompt");
+            assert_eq!(
+                task.emits_goal_check,
+                workflow.expects_goal_check(),
+                "{}",
+                workflow.id
+            );
+            assert_eq!(
+                task.emits_goal_check,
+                workflow.id != "work",
+                "{}",
+                workflow.id
+            );
+            assert_eq!(
+                (task.workflow_id.as_str(), task.iteration),
+                (workflow.id.as_str(), 2)
+            );
+        }
     }
 }

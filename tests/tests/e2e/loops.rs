@@ -222,12 +222,7 @@ fn state_or_none(repo: &Path) -> Option<Value> {
 fn a_loop_served_over_http_is_driven_by_a_worker_process() {
     let dir = tempfile::tempdir().unwrap();
     init(dir.path(), "Write 2 progress lines.\n");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = free_listen();
     let mut server = serve_on(dir.path(), &listen, false, 600);
     let url = format!("http://{listen}");
     let output = worker_command(dir.path(), &url).output().unwrap();
@@ -312,12 +307,7 @@ fn plugins_and_grants_are_checked_before_any_state_is_written() {
 fn two_workers_take_turns_and_never_run_a_step_twice() {
     let dir = tempfile::tempdir().unwrap();
     init(dir.path(), "Write 4 slow progress lines.\n");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = free_listen();
     // A port already taken: refused, and no loop is left behind.
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = busy.local_addr().unwrap().to_string();
@@ -393,6 +383,12 @@ fn serve_on(repo: &Path, listen: &str, resume: bool, lease_secs: u32) -> std::pr
     child
 }
 
+/// `127.0.0.1:PORT` with a port that was free a moment ago.
+fn free_listen() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
 fn iterations_done(repo: &Path) -> u64 {
     state_or_none(repo)
         .and_then(|state| state["iteration_count"].as_u64())
@@ -403,12 +399,7 @@ fn iterations_done(repo: &Path) -> u64 {
 fn killed_workers_and_a_killed_coordinator_lose_no_iteration_over_http() {
     let dir = tempfile::tempdir().unwrap();
     init(dir.path(), "Write 5 slow progress lines.\n");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = free_listen();
     let url = format!("http://{listen}");
     let mut server = serve_on(dir.path(), &listen, false, 1);
     let worker = || {
@@ -531,4 +522,142 @@ fn a_workflow_grant_swapped_for_a_symlink_out_of_the_repository_fails_the_step()
         "{error}"
     );
     assert!(!error.contains("the secret"), "{error}");
+}
+
+/// Every file under `dir` with its bytes, sorted by path.
+fn snapshot_files(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    fn walk(dir: &Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>)>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else {
+                out.push((path.clone(), std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn a_second_coordinator_on_one_repository_is_refused_naming_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    init(dir.path(), "Write 2 progress lines.\n");
+    let listen = free_listen();
+    // An idle `loop serve` holds the repository; no worker changes its state.
+    let mut server = serve_on(dir.path(), &listen, false, 600);
+    let started = Instant::now();
+    while state_or_none(dir.path()).is_none() && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let before = snapshot_files(&dir.path().join(".sandloop"));
+    let holder = format!("process {}", server.id());
+    let other_listen = free_listen();
+    for args in [
+        vec!["loop", "run", "--repo", s(dir.path()), "--resume"],
+        vec!["loop", "run", "--repo", s(dir.path())],
+        vec![
+            "loop",
+            "serve",
+            "--repo",
+            s(dir.path()),
+            "--resume",
+            "--listen",
+            &other_listen,
+        ],
+    ] {
+        let output = run(&args);
+        assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains("another sandloop coordinator")
+                && stderr(&output).contains(&holder),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert_eq!(
+            snapshot_files(&dir.path().join(".sandloop")),
+            before,
+            "{args:?} left the state byte-identical"
+        );
+    }
+    assert!(
+        !dir.path().join("work/progress.txt").exists(),
+        "no step ran"
+    );
+    // Once the first is gone (even killed), the loop can be resumed.
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let output = run(&["loop", "run", "--repo", s(dir.path()), "--resume"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(stdout(&output).contains("stopped (goal_met)"));
+}
+
+/// The Python of the virtualenv `.ci/loopy-loop-venv.sh` installs pydantic
+/// into (`$SANDLOOP_LOOPY_PYTHON` overrides it), or `None` after printing
+/// SKIPPED when `SANDLOOP_SKIP_LOOPY_WIRE=1` asks to skip knowingly.
+fn loopy_loop_python() -> Option<std::path::PathBuf> {
+    let python = std::env::var_os("SANDLOOP_LOOPY_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/loopy-loop-venv/bin/python")
+        });
+    let has_pydantic = std::process::Command::new(&python)
+        .args(["-c", "import pydantic"])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if has_pydantic {
+        return Some(python);
+    }
+    if std::env::var_os("SANDLOOP_SKIP_LOOPY_WIRE").is_some() {
+        eprintln!(
+            "SKIPPED: no pydantic at {} (SANDLOOP_SKIP_LOOPY_WIRE is set)",
+            python.display()
+        );
+        return None;
+    }
+    panic!(
+        "the loopy-loop wire test needs pydantic at {}: run `bash .ci/loopy-loop-venv.sh` \
+         (or set SANDLOOP_SKIP_LOOPY_WIRE=1 to skip it knowingly)",
+        python.display()
+    );
+}
+
+#[test]
+fn loop_serve_answers_validate_against_the_loopy_loop_models() {
+    let Some(python) = loopy_loop_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    init(dir.path(), "Write 2 progress lines.\n");
+    let toml = dir.path().join("sandloop-loop.toml");
+    let text = std::fs::read_to_string(&toml)
+        .unwrap()
+        .replace("max_turns = 20", "max_turns = 4");
+    std::fs::write(&toml, text).unwrap();
+    let listen = free_listen();
+    let mut server = serve_on(dir.path(), &listen, false, 600);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/loopy_loop/check_wire.py");
+    let output = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(format!("http://{listen}"))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("wire ok:") && stdout.contains("loop stopped (max_turns)"),
+        "{stdout}"
+    );
 }
