@@ -531,9 +531,8 @@ fn missing_files_are_named() {
     );
     let dirs_error = format!("{WF}/build/workflow.toml: dirs[1]: \"");
     assert!(
-        errors
-            .iter()
-            .any(|e| e.starts_with(&dirs_error) && e.contains("out is not a directory beneath")),
+        errors.iter().any(|e| e.starts_with(&dirs_error)
+            && e.contains("out is not a directory inside the repository")),
         "{errors:#?}"
     );
     assert_eq!(errors.len(), 4, "{errors:#?}");

@@ -156,7 +156,7 @@ impl DirGrant {
         };
         grant.resolve().map_err(|error| {
             format!(
-                "--dir {spec:?}: {relative} is not a directory beneath {} ({error})",
+                "--dir {spec:?}: {relative} is not a directory inside the repository {} ({error})",
                 root.path().display()
             )
         })?;
@@ -326,7 +326,7 @@ mod tests {
         std::os::unix::fs::symlink("../../outside", repo.join("work/sub")).unwrap();
         let error = DirGrant::parse_beneath(&root, "work/sub::/sub").unwrap_err();
         assert!(
-            error.contains("work/sub is not a directory beneath"),
+            error.contains("work/sub is not a directory inside the repository"),
             "{error}"
         );
     }

@@ -292,7 +292,8 @@ fn plugins_and_grants_are_checked_before_any_state_is_written() {
     let output = run(&["loop", "run", "--repo", s(dir.path())]);
     assert_eq!(code(&output), 2, "{}", stderr(&output));
     assert!(
-        stderr(&output).contains("outside the repository"),
+        stderr(&output).contains("escape is not a directory inside the repository")
+            && stderr(&output).contains("led outside"),
         "{}",
         stderr(&output)
     );
