@@ -226,16 +226,15 @@ impl WasmAdapter {
         // The start function runs under one call's budget (store::new_store).
         let mut store = new_store(&loaded.engine, &loaded.config, state).map_err(fail)?;
         let instance = loaded.pre.instantiate(&mut store).map_err(|error| {
-            let mut classified = classify_call(&error, &mut store, loaded.config.call_timeout_secs);
-            if classified.error_type == ErrorType::Trap {
-                let mut failed = fail(error);
-                failed.message = format!("while starting (start function): {}", failed.message);
-                failed
-            } else {
-                classified.message =
-                    format!("while starting (start function): {}", classified.message);
-                classified
-            }
+            let classified = classify_call(&error, &mut store, loaded.config.call_timeout_secs);
+            // A plain trap while starting is the instantiation failure it is;
+            // a deadline or a limit keeps its class.
+            let mut failed = match classified.error_type {
+                ErrorType::Trap => fail(error),
+                _ => classified,
+            };
+            failed.message = format!("while starting (start function): {}", failed.message);
+            failed
         })?;
         let indices = &loaded.indices;
         let live = Live {

@@ -59,9 +59,6 @@ pub struct OpenFiles {
     /// Table keys of descriptors opened, some perhaps closed since (checked
     /// again only when the limit is reached).
     keys: BTreeSet<u32>,
-    /// Opens refused over the instance's life: not a regular file or
-    /// directory, or past the limit.
-    pub refused: u64,
 }
 
 impl OpenFiles {
@@ -70,7 +67,6 @@ impl OpenFiles {
         Self {
             limit,
             keys: BTreeSet::new(),
-            refused: 0,
         }
     }
 
@@ -219,7 +215,6 @@ impl HostState {
             return Ok(Err(ErrorCode::NotPermitted));
         }
         if !self.open_files.has_room(table) {
-            self.open_files.refused += 1;
             let note = format!(
                 "sandloop: open of {path:?} refused: the instance already holds \
                  {} open files (--max-open-files)",
@@ -250,7 +245,6 @@ impl HostState {
             Descriptor::File(WasiFile::new(opened, perms, mode, false))
         } else {
             drop(opened);
-            self.open_files.refused += 1;
             let note = format!(
                 "sandloop: open of {path:?} refused: not a regular file or directory \
                  (a FIFO, device or socket could block past the call deadline)"
@@ -263,10 +257,7 @@ impl HostState {
                 self.open_files.keys.insert(resource.rep());
                 Ok(Ok(resource))
             }
-            Err(_) => {
-                self.open_files.refused += 1;
-                Ok(Err(ErrorCode::InsufficientMemory))
-            }
+            Err(_) => Ok(Err(ErrorCode::InsufficientMemory)),
         }
     }
 }

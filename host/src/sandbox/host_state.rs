@@ -44,8 +44,6 @@ pub struct Limiter {
     /// The first growth denied since [`Limiter::take_denial`] was last
     /// called (once per call).
     denied: Option<MemoryLimitExceeded>,
-    /// Growths denied over the instance's life.
-    denied_count: u64,
 }
 
 impl Limiter {
@@ -55,7 +53,6 @@ impl Limiter {
             memory_bytes,
             largest: 0,
             denied: None,
-            denied_count: 0,
         }
     }
 
@@ -75,11 +72,6 @@ impl Limiter {
     pub fn take_denial(&mut self) -> Option<MemoryLimitExceeded> {
         self.denied.take()
     }
-
-    /// Memory growths denied over the instance's life.
-    pub fn denied_count(&self) -> u64 {
-        self.denied_count
-    }
 }
 
 impl ResourceLimiter for Limiter {
@@ -98,7 +90,6 @@ impl ResourceLimiter for Limiter {
                 // A memory created above the limit: the instance cannot start.
                 return Err(wasmtime::Error::new(exceeded));
             }
-            self.denied_count += 1;
             self.denied.get_or_insert(exceeded);
             return Ok(false);
         }
