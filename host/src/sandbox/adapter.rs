@@ -673,11 +673,13 @@ impl EpisodeAdapter for WasmAdapter {
         handle: GroupHandle,
         ctx: &CallContext,
     ) -> Result<(), AdapterError> {
-        self.release_group_point(&handle);
+        let point_failure = self.release_group_point(&handle);
         let group_trace = self.group_trace.take();
         if handle.generation.get() != self.generation || self.live.is_none() {
-            // The resource died with its store; there is nothing to release.
-            return Ok(());
+            // The resource died with its store; there is nothing to release,
+            // unless releasing the group's replay point is what took the
+            // store down: that failure is this release's.
+            return point_failure.map_or(Ok(()), Err);
         }
         let wit_ctx = self.context(ctx);
         let trace = group_trace.map(|(_, log)| log);
