@@ -1021,6 +1021,7 @@ mod children;
 pub use children::{
     ChildConcurrency, ChildFailure, ChildFailureStage, ChildForker, ChildLease, ChildOutcome,
     ChildResult, ChildSession, ChildTask, Disposition, ForkRequest, RISK_DENIED, RiskAssessment,
+    SerialChildGroup,
 };
 
 #[cfg(test)]

@@ -40,6 +40,8 @@ pub use replay::{
 };
 use replay::{GroupPoint, ReplayLane};
 
+use crate::replay::SerialChildGroup;
+
 /// What one call left behind besides its result, handed to a
 /// [`CallObserver`] after every call.
 pub struct CallReport<'a> {
@@ -83,6 +85,9 @@ pub struct GroupHandle {
     lost: Cell<bool>,
     /// The replay point captured after the prefix, if any.
     point: RefCell<Option<GroupPoint>>,
+    /// Set when the group's suffixes run serially from its point because
+    /// its children cannot be forked: counted when the group is released.
+    serial: RefCell<Option<SerialChildGroup>>,
 }
 
 struct Live {
@@ -467,6 +472,41 @@ impl WasmAdapter {
         }
     }
 
+    /// `execute-episode` of `item` on `handle`'s group: from the group's
+    /// replay point when it has a usable one, else on the prepared group
+    /// (prepared again first when its instance was replaced).
+    fn run_episode(
+        &mut self,
+        handle: &GroupHandle,
+        item: &Item,
+        ctx: &CallContext,
+    ) -> Result<Record, AdapterError> {
+        if handle.generation.get() != self.generation || self.live.is_none() {
+            self.prepare_again(handle, ctx)?;
+        }
+        if let Some(result) = self.run_from_group_point(handle, item, ctx) {
+            return result;
+        }
+        let json = to_json(item);
+        let wit_ctx = self.context(ctx);
+        let trace = self.trace_for(ctx, item);
+        let resource = handle.resource.get();
+        let (result, trace) = self.call("execute-episode", item_id(item), trace, |live| {
+            let guest = live
+                .groups
+                .as_ref()
+                .expect("a live group implies the export");
+            guest.call_execute_episode(&mut live.store, resource, &json, &wit_ctx)
+        });
+        self.keep_group_trace(ctx, trace);
+        let text = result?.map_err(declared)?;
+        let mut record = parse_record(&text, self.max_output(), "the observation record")?;
+        if handle.reprepared.get() {
+            record.insert("prefix_reprepared".into(), serde_json::Value::Bool(true));
+        }
+        Ok(record)
+    }
+
     fn max_output(&self) -> usize {
         self.loaded.config.max_output_bytes
     }
@@ -606,6 +646,7 @@ impl EpisodeAdapter for WasmAdapter {
             reprepared: Cell::new(false),
             lost: Cell::new(false),
             point: RefCell::new(None),
+            serial: RefCell::new(None),
         };
         let mut prefix_record = parse_record(
             &prepared.prefix_record,
@@ -630,30 +671,11 @@ impl EpisodeAdapter for WasmAdapter {
         item: &Item,
         ctx: &CallContext,
     ) -> Result<Record, AdapterError> {
-        if handle.generation.get() != self.generation || self.live.is_none() {
-            self.prepare_again(handle, ctx)?;
+        let result = self.run_episode(handle, item, ctx);
+        if let Some(serial) = handle.serial.borrow_mut().as_mut() {
+            serial.observe(result.is_ok());
         }
-        if let Some(result) = self.run_from_group_point(handle, item, ctx) {
-            return result;
-        }
-        let json = to_json(item);
-        let wit_ctx = self.context(ctx);
-        let trace = self.trace_for(ctx, item);
-        let resource = handle.resource.get();
-        let (result, trace) = self.call("execute-episode", item_id(item), trace, |live| {
-            let guest = live
-                .groups
-                .as_ref()
-                .expect("a live group implies the export");
-            guest.call_execute_episode(&mut live.store, resource, &json, &wit_ctx)
-        });
-        self.keep_group_trace(ctx, trace);
-        let text = result?.map_err(declared)?;
-        let mut record = parse_record(&text, self.max_output(), "the observation record")?;
-        if handle.reprepared.get() {
-            record.insert("prefix_reprepared".into(), serde_json::Value::Bool(true));
-        }
-        Ok(record)
+        result
     }
 
     fn execute_episode_batch(
@@ -673,6 +695,9 @@ impl EpisodeAdapter for WasmAdapter {
         handle: GroupHandle,
         ctx: &CallContext,
     ) -> Result<(), AdapterError> {
+        if let (Some(serial), Some(lane)) = (handle.serial.borrow_mut().take(), &self.replay) {
+            serial.finish(&lane.options.metrics);
+        }
         let point_failure = self.release_group_point(&handle);
         let group_trace = self.group_trace.take();
         if handle.generation.get() != self.generation || self.live.is_none() {

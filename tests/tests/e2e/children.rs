@@ -507,6 +507,14 @@ fn a_point_that_cannot_be_snapshotted_runs_as_it_would_by_state() {
             assert!(record["replay"].get("fork").is_none(), "{fork}: {record}");
         }
         let summary = json_file(&out.join("summary.json"));
+        // No child forked: the group ran serially from the point, and is
+        // counted as such (reference `run_child_group_from`).
+        let replay = &summary["replay"];
+        assert_eq!(replay["child_group_attempt_count"], 1, "{fork}: {replay}");
+        assert_eq!(replay["child_serial_fallback_group_count"], 1, "{fork}");
+        assert_eq!(replay["child_group_success_count"], 1, "{fork}");
+        assert_eq!(replay["child_group_failure_count"], 0, "{fork}");
+        assert_eq!(replay["child_session_fork_attempt_count"], 0, "{fork}");
         let points = jsonl(&out.join("replay-points.jsonl"));
         if fork == "snapshot" {
             let why = points[0]["snapshot_error"].as_str().unwrap();
@@ -531,6 +539,59 @@ fn a_point_that_cannot_be_snapshotted_runs_as_it_would_by_state() {
         );
     }
     assert_same_records(&runs[0], &runs[1], "snapshot against state");
+}
+
+#[test]
+fn groups_run_serially_with_no_child_workers_count_as_serial_fallbacks() {
+    // `--child-workers 0`: each group's suffixes run from its point in the
+    // parent, one after another; a group with a failed suffix is a failed
+    // group attempt.
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "items.jsonl",
+        &[
+            json!({"item_id": "good", "family": "good", "text": "seed"}),
+            json!({"item_id": "bad", "family": "bad", "text": "seed"}),
+        ],
+    );
+    let catalog = write_catalog(
+        dir.path(),
+        json!([
+            {"spec_id": "gv", "seed_family": "good"},
+            {"spec_id": "bv", "seed_family": "bad", "faults": ["suffix_fails"]},
+        ]),
+    );
+    let out = dir.path().join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        REPLAY_PROBE,
+        "--items",
+        s(&items),
+        "--variants",
+        s(&catalog),
+        "--child-workers",
+        "0",
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let records = records(&out);
+    assert!(
+        find(&records, "bad~bv", "episode_suffix")
+            .get("adapter_error")
+            .is_some()
+    );
+    let good = find(&records, "good~gv", "episode_suffix");
+    assert_eq!(good["via"], "replay", "{good}");
+    assert_eq!(good["replay"]["isolated"], Value::Null, "{good}");
+    let replay = summary_replay(&out);
+    assert_eq!(replay["child_group_attempt_count"], 2, "{replay}");
+    assert_eq!(replay["child_serial_fallback_group_count"], 2, "{replay}");
+    assert_eq!(replay["child_group_success_count"], 1, "{replay}");
+    assert_eq!(replay["child_group_failure_count"], 1, "{replay}");
+    assert_eq!(replay["child_session_fork_attempt_count"], 0, "{replay}");
 }
 
 #[test]
