@@ -84,7 +84,9 @@ impl RiskAssessment {
         })
     }
 
-    fn check(&self) -> Result<(), String> {
+    /// The reference's shape rules: a non-blank `policy_id` and a
+    /// public-safe reason. Errors say which is broken.
+    pub fn check(&self) -> Result<(), String> {
         if self.policy_id.trim().is_empty() {
             return Err("policy_id must be non-empty".into());
         }

@@ -86,6 +86,9 @@ pub enum ReplayStage {
     Finalize,
     /// Releasing the point.
     Release,
+    /// The adapter's risk policy on the intent of a replayed suffix
+    /// (`sandloop replay`), before anything is restored.
+    Intent,
 }
 
 impl ReplayStage {
@@ -100,6 +103,7 @@ impl ReplayStage {
             ReplayStage::Suffix => "suffix",
             ReplayStage::Finalize => "finalize",
             ReplayStage::Release => "release",
+            ReplayStage::Intent => "intent",
         }
     }
 }
@@ -164,7 +168,8 @@ pub struct ReplayError {
 }
 
 impl ReplayError {
-    fn new(stage: ReplayStage, cause: ReplayCause) -> Self {
+    /// A failure of `stage` for `cause`, with nothing else attached.
+    pub(crate) fn new(stage: ReplayStage, cause: ReplayCause) -> Self {
         Self {
             stage,
             cause,

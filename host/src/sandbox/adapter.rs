@@ -33,12 +33,14 @@ use crate::trace::{TraceEvent, TraceLog};
 mod child_instance;
 mod children;
 mod replay;
+mod replay_screen;
 mod snapshot_children;
 pub use children::{MAX_CHILDREN_PER_FORK, WasmChild, WasmChildForker};
 pub use replay::{
     BindingHandle, ReplayOptions, adopt_durable_point, adopt_snapshot_point, point_id_for,
 };
 use replay::{GroupPoint, ReplayLane};
+pub use replay_screen::{screen_replay_intent, screens_replay_intent};
 
 use crate::replay::SerialChildGroup;
 

@@ -215,6 +215,46 @@ fn the_risk_policy_screens_intents_and_outcomes() {
 }
 
 #[test]
+fn replay_refuses_an_item_whose_intent_the_policy_denied() {
+    // The same policy screens `sandloop replay`, from a state point and
+    // from a snapshot point alike.
+    for fork in ["state", "snapshot"] {
+        let dir = tempfile::tempdir().unwrap();
+        let specs: &[(&str, &[&str])] = &[("ok", &[]), ("denied", &["intent_denied"])];
+        let (out, records) = children_run(dir.path(), &[], specs, &["--fork", fork]);
+        let denied = variant(&records, "denied");
+        assert_eq!(denied["replay"]["stage"], "intent", "{fork}: {denied}");
+        assert_eq!(denied["replay"]["fork"], fork, "{fork}");
+
+        let output = run(&["replay", "--run", s(&out), "--item", "s~denied"]);
+        assert_exit(&output, 1, &["denied", "probe-policy"]);
+        let report = jsonl(&out.join("replays.jsonl")).pop().unwrap();
+        assert_eq!(report["succeeded"], false, "{fork}: {report}");
+        let assessment = &report["intent_assessment"];
+        assert_eq!(assessment["disposition"], "deny", "{fork}: {report}");
+        assert_eq!(assessment["policy_id"], "probe-policy", "{fork}");
+        assert_eq!(report["outcome"]["error"]["stage"], "intent", "{fork}");
+        assert_eq!(
+            report["outcome"]["error"]["type"], "replay_risk_denied",
+            "{fork}"
+        );
+        assert_eq!(report["restore"], Value::Null, "{fork}: nothing restored");
+        assert_eq!(
+            report["trace_events"],
+            json!([]),
+            "{fork}: the denied suffix never ran"
+        );
+        assert_eq!(report["metrics"]["child_intent_denied_count"], 1, "{fork}");
+
+        // An allowed intent replays, its assessment beside the result.
+        let report = replay_report(&out, "s~ok");
+        assert_eq!(report["succeeded"], true, "{fork}: {report}");
+        assert_eq!(report["intent_assessment"]["disposition"], "allow");
+        assert_eq!(report["outcome"]["record"]["via"], "replay", "{fork}");
+    }
+}
+
+#[test]
 fn fork_failures_fail_the_group_and_serial_leases_downgrade_it() {
     for (faults, error_type, quarantined) in [
         (&["fork_fails"][..], "adapter_error", false),

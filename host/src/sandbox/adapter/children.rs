@@ -216,7 +216,7 @@ impl ChildSession for WasmChild {
 }
 
 /// The public intent of an item: its variant spec, or its id for a seed.
-fn intent_of(item: &Item) -> Map<String, Value> {
+pub(super) fn intent_of(item: &Item) -> Map<String, Value> {
     match item.get("variant_spec") {
         Some(Value::Object(spec)) => spec.clone(),
         _ => {
