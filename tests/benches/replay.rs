@@ -446,7 +446,7 @@ fn main() {
                 .unwrap();
             if let Some(binding) = lease.binding {
                 fresh.release_replay_state(&binding).unwrap();
-                fresh.discard_binding(binding);
+                fresh.discard_binding(binding).unwrap();
             }
             fresh_registry.release(&mut fresh, &id).unwrap();
 

@@ -52,6 +52,9 @@ pub enum Fault {
     ReleaseFailsOnce,
     /// Every `release-replay-state` call fails.
     ReleaseFails,
+    /// The replay binding's destructor panics (a trap when the host drops
+    /// the handle after a successful release).
+    BindingDropTraps,
     /// `export-replay-state` returns none.
     ExportNone,
     /// `restore-replay-state` panics (a trap).
@@ -118,6 +121,7 @@ impl Fault {
         (Fault::FinalizeFails, "finalize_fails"),
         (Fault::ReleaseFailsOnce, "release_fails_once"),
         (Fault::ReleaseFails, "release_fails"),
+        (Fault::BindingDropTraps, "binding_drop_traps"),
         (Fault::ExportNone, "export_none"),
         (Fault::TrapInRestore, "trap_in_restore"),
         (Fault::ImportFails, "import_fails"),
@@ -254,7 +258,7 @@ mod tests {
 
     #[test]
     fn every_name_round_trips() {
-        assert_eq!(Fault::ALL.len(), 37);
+        assert_eq!(Fault::ALL.len(), 38);
         for (fault, name) in Fault::ALL {
             assert_eq!(fault.name(), *name);
             assert_eq!(Fault::from_name(name), Some(*fault));

@@ -297,6 +297,17 @@ struct Working {
     faults: Faults,
 }
 
+/// `binding_drop_traps` on the seed: the destructor the host runs when it
+/// drops the handle panics, like a `Drop` that fails to clean up.
+impl Drop for ProbePoint {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.seed_faults
+                .trap(Fault::BindingDropTraps, "the replay-binding destructor");
+        }
+    }
+}
+
 impl ProbePoint {
     fn target_faults(&self, target: &str) -> Faults {
         self.item_faults.get(target).cloned().unwrap_or_default()

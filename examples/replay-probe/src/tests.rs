@@ -741,3 +741,16 @@ fn pad_bytes_travel_with_the_state_and_count_in_its_digest() {
     }
     assert!(ProbeState::of(&item("s", &[]).with("pad_bytes", Value::Null)).is_ok());
 }
+
+#[test]
+fn binding_drop_traps_panics_in_the_destructor_after_a_clean_release() {
+    let probe = ReplayProbe;
+    let (_, lease) = point(item("s", &["binding_drop_traps"]), &[]);
+    let binding = lease.binding.unwrap();
+    probe.release_state(&binding).unwrap();
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(binding)));
+    assert!(dropped.is_err(), "the destructor panics");
+
+    let (_, honest) = point(item("s", &[]), &[]);
+    drop(honest);
+}

@@ -17,10 +17,14 @@ use super::{CliError, open_sandbox, say};
 use crate::episode::adapter::{CallContext, Item, Record};
 use crate::replay::durable::{DurableKind, PointLine, load_points, read_durable_state};
 use crate::replay::{
-    Fidelity, Lifecycle, MemoryAgentStateStore, ReplayMetricLedger, ReplayPointRegistry,
+    Disposition, Fidelity, ForkRequest, Lifecycle, MemoryAgentStateStore, ReplayCause, ReplayError,
+    ReplayMetricLedger, ReplayPoint, ReplayPointRegistry, ReplayStage, RiskAssessment,
     select_before,
 };
-use crate::sandbox::adapter::{adopt_durable_point, adopt_snapshot_point};
+use crate::sandbox::adapter::{
+    BindingHandle, adopt_durable_point, adopt_snapshot_point, screen_replay_intent,
+    screens_replay_intent,
+};
 use crate::sandbox::snapshot::Instrumented;
 use crate::sandbox::{LoadedAdapter, WasmAdapter, load};
 use crate::trace::TraceLog;
@@ -397,7 +401,26 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         branch_id: "replay".into(),
         execution_group_id: Some(line.execution_group_id.clone()),
     };
-    let outcome = adopted.and_then(|point| {
+    // A denied intent never runs (reference `RiskAwareReplayChildAdapter`),
+    // whichever kind of durable point it replays from.
+    let mut intent_assessment = None;
+    let screened = adopted.and_then(|point| {
+        let screened = screen_intent(
+            &loaded,
+            &mut adapter,
+            &registry,
+            &point,
+            &item,
+            &ctx,
+            minimum,
+        )?;
+        if let Some(assessment) = screened {
+            intent_assessment = Some(assessment.clone());
+            judge_intent(&metrics, &assessment)?;
+        }
+        Ok(point)
+    });
+    let outcome = screened.and_then(|point| {
         registry.run_from(
             &mut adapter,
             &point.replay_point_id,
@@ -420,7 +443,11 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         Err(error) => (
             false,
             error.restore.as_ref().map(|restore| restore.to_record()),
-            json!({"error": {"stage": error.stage.as_str(), "message": error.to_string()}}),
+            json!({"error": {
+                "stage": error.stage.as_str(),
+                "type": error.cause.error_type(),
+                "message": error.to_string(),
+            }}),
         ),
     };
     let report = json!({
@@ -436,6 +463,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         },
         "import_minutes": import_minutes,
         "restored_from": state_file.kind,
+        "intent_assessment": intent_assessment.as_ref().map(RiskAssessment::to_record),
         "snapshot_compile": snapshot.map(|(_, compile)| compile),
         "restore": restore,
         "succeeded": succeeded,
@@ -458,6 +486,90 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
             args.item
         ))),
     }
+}
+
+/// The adapter's `child-risk` verdict on replaying `item` from the adopted
+/// `point` (at the replay's `minimum` fidelity), `None` when the component
+/// does not export the policy. The point's state is exported from its
+/// adopted binding in `adapter` (an imported state or a resumed snapshot
+/// alike), and the policy judges in a fresh instance of `loaded` that
+/// adopts it as the item's child. Errors (stage `intent`): the state
+/// cannot be exported, or the screen failed; the replay is then refused,
+/// never run unscreened.
+fn screen_intent(
+    loaded: &Arc<LoadedAdapter>,
+    adapter: &mut WasmAdapter,
+    registry: &ReplayPointRegistry<BindingHandle, MemoryAgentStateStore>,
+    point: &ReplayPoint,
+    item: &Item,
+    ctx: &CallContext,
+    minimum: Fidelity,
+) -> Result<Option<RiskAssessment>, ReplayError> {
+    if !screens_replay_intent(loaded) {
+        return Ok(None);
+    }
+    let failed = |error| ReplayError::adapter(ReplayStage::Intent, error);
+    let refused = |why: &str| {
+        ReplayError::new(
+            ReplayStage::Intent,
+            ReplayCause::Unavailable(format!(
+                "the adapter's child-risk policy cannot screen this replay: {why}"
+            )),
+        )
+    };
+    let binding = *registry
+        .binding(&point.replay_point_id)
+        .ok_or_else(|| refused("the point has no binding"))?;
+    let state = adapter
+        .export_replay_state(&binding)
+        .map_err(failed)?
+        .ok_or_else(|| refused("export-replay-state gave none"))?;
+    let item_id = item
+        .get("item_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let request = ForkRequest {
+        replay_point_id: point.replay_point_id.clone(),
+        child_id: item_id.clone(),
+        target_branch_id: item_id,
+        minimum_fidelity: minimum,
+    };
+    screen_replay_intent(loaded, point, &state, &request, ctx, item)
+        .map(Some)
+        .map_err(failed)
+}
+
+/// Count `assessment` in `metrics` as the child runtime does
+/// (`child_intent_assessment_count`, then `child_intent_allowed_count` or
+/// `child_intent_denied_count`); a denial is the replay's `intent` failure
+/// (`replay_risk_denied`), naming the policy and its reason.
+fn judge_intent(
+    metrics: &ReplayMetricLedger,
+    assessment: &RiskAssessment,
+) -> Result<(), ReplayError> {
+    let denied = assessment.disposition == Disposition::Deny;
+    metrics.increment("child_intent_assessment_count");
+    metrics.increment(if denied {
+        "child_intent_denied_count"
+    } else {
+        "child_intent_allowed_count"
+    });
+    if !denied {
+        return Ok(());
+    }
+    let reason = assessment
+        .sanitized_reason
+        .as_deref()
+        .map(|reason| format!(": {reason}"))
+        .unwrap_or_default();
+    Err(ReplayError::new(
+        ReplayStage::Intent,
+        ReplayCause::RiskDenied(format!(
+            "replay intent denied by {}{reason}",
+            assessment.policy_id
+        )),
+    ))
 }
 
 /// An adapter over the point's snapshot component `bytes` (sha256
@@ -655,6 +767,18 @@ fn print_report(
             }
             say(&format!("  outcome    failed: {error}"));
         }
+    }
+    if let Some(assessment) = report["intent_assessment"].as_object() {
+        let field = |key: &str| assessment.get(key).and_then(Value::as_str).unwrap_or("");
+        say(&format!(
+            "  intent     {} by {}",
+            if field("disposition") == "deny" {
+                "denied"
+            } else {
+                "allowed"
+            },
+            field("policy_id")
+        ));
     }
     if let Some(compile) = report["snapshot_compile"].as_object() {
         let ms = |key: &str| compile.get(key).and_then(Value::as_f64).unwrap_or(0.0);

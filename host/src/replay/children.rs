@@ -4,7 +4,8 @@
 //! the adapter's risk policy, run serially or in parallel, and always
 //! cleaned up. Mirrors `run_child_group_from` in the reference's
 //! `child_replay_runtime.py`; without isolated children the caller falls
-//! back to [`ReplayPointRegistry::run_from`] per task, as the reference does.
+//! back to [`ReplayPointRegistry::run_from`] per task, as the reference does,
+//! and counts that group with a [`SerialChildGroup`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -83,7 +84,9 @@ impl RiskAssessment {
         })
     }
 
-    fn check(&self) -> Result<(), String> {
+    /// The reference's shape rules: a non-blank `policy_id` and a
+    /// public-safe reason. Errors say which is broken.
+    pub fn check(&self) -> Result<(), String> {
         if self.policy_id.trim().is_empty() {
             return Err("policy_id must be non-empty".into());
         }
@@ -768,6 +771,46 @@ where
             metrics.increment("child_group_success_count");
         }
         Ok(results)
+    }
+}
+
+/// A child group run by the serial fallback (reference
+/// `run_child_group_from` when the adapter has no isolated child mode): its
+/// children cannot be forked — the adapter cannot export the point,
+/// `--child-workers 0`, a refused snapshot — so each task's suffix runs from
+/// the point in the parent, one after another. Counted as the reference
+/// counts it: [`start`](Self::start) is one `child_group_attempt_count` and
+/// one `child_serial_fallback_group_count`; [`finish`](Self::finish) is one
+/// `child_group_success_count` when every suffix [`observe`](Self::observe)d
+/// succeeded, else one `child_group_failure_count`.
+#[derive(Debug)]
+pub struct SerialChildGroup {
+    failed: bool,
+}
+
+impl SerialChildGroup {
+    /// A group about to run its suffixes serially, counted as an attempt
+    /// and a serial fallback.
+    pub fn start(metrics: &ReplayMetricLedger) -> Self {
+        metrics.increment("child_group_attempt_count");
+        metrics.increment("child_serial_fallback_group_count");
+        Self { failed: false }
+    }
+
+    /// One suffix ran (from the point, or on the group after the point was
+    /// lost); `succeeded` is whether it did.
+    pub fn observe(&mut self, succeeded: bool) {
+        self.failed |= !succeeded;
+    }
+
+    /// The group is done (released): a success, or a failure when any
+    /// suffix failed.
+    pub fn finish(self, metrics: &ReplayMetricLedger) {
+        metrics.increment(if self.failed {
+            "child_group_failure_count"
+        } else {
+            "child_group_success_count"
+        });
     }
 }
 

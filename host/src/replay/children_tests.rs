@@ -639,3 +639,35 @@ fn intents_must_be_public_safe() {
         .unwrap_err();
     assert!(error.to_string().contains("not public-safe"), "{error}");
 }
+
+#[test]
+fn a_group_whose_children_cannot_fork_counts_as_a_serial_fallback() {
+    // Reference `run_child_group_from` without isolated children: one
+    // group attempt, one serial fallback, then a success or a failure.
+    let metrics = ReplayMetricLedger::new();
+    let mut group = SerialChildGroup::start(&metrics);
+    assert_eq!(metrics.count("child_group_attempt_count"), 1);
+    assert_eq!(metrics.count("child_serial_fallback_group_count"), 1);
+    for succeeded in [true, false, true] {
+        group.observe(succeeded);
+    }
+    group.finish(&metrics);
+    assert_eq!(metrics.count("child_group_failure_count"), 1);
+    assert_eq!(metrics.count("child_group_success_count"), 0);
+
+    let mut group = SerialChildGroup::start(&metrics);
+    group.observe(true);
+    group.finish(&metrics);
+    assert_eq!(metrics.count("child_group_attempt_count"), 2);
+    assert_eq!(metrics.count("child_serial_fallback_group_count"), 2);
+    assert_eq!(metrics.count("child_group_success_count"), 1);
+    assert_eq!(metrics.count("child_group_failure_count"), 1);
+    // No child was forked, screened or settled.
+    for field in [
+        "child_session_fork_attempt_count",
+        "child_group_settled_count",
+        "child_candidate_success_count",
+    ] {
+        assert_eq!(metrics.count(field), 0, "{field}");
+    }
+}

@@ -96,6 +96,10 @@ pub struct PointLine {
     pub snapshot: Option<Value>,
     /// Why the point could not be snapshotted, if that was asked and failed.
     pub snapshot_error: Option<String>,
+    /// Why the point's release failed (`{stage, type, message, ...}`, as a
+    /// record's `replay.error`), when it did: the release itself, or the
+    /// binding's destructor after it. Written only when present.
+    pub release_error: Option<Value>,
 }
 
 impl PointLine {
@@ -128,6 +132,9 @@ impl PointLine {
         if let Some(error) = &self.snapshot_error {
             record.insert("snapshot_error".into(), Value::from(error.clone()));
         }
+        if let Some(error) = &self.release_error {
+            record.insert("release_error".into(), error.clone());
+        }
         record
     }
 
@@ -149,6 +156,8 @@ impl PointLine {
             snapshot: Option<Value>,
             #[serde(default)]
             snapshot_error: Option<String>,
+            #[serde(default)]
+            release_error: Option<Value>,
         }
         let point = ReplayPoint::from_record(record)?;
         // Errors name the field's path, e.g. `durable_state.binding_token`.
@@ -166,6 +175,7 @@ impl PointLine {
             quarantined: extra.quarantined,
             snapshot: extra.snapshot,
             snapshot_error: extra.snapshot_error,
+            release_error: extra.release_error,
         })
     }
 }
@@ -573,6 +583,7 @@ mod tests {
             durable_error: None,
             snapshot: None,
             snapshot_error: None,
+            release_error: None,
             quarantined: false,
         }
     }

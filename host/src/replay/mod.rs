@@ -34,5 +34,5 @@ pub use registry::{
     ChildConcurrency, ChildFailure, ChildFailureStage, ChildForker, ChildLease, ChildOutcome,
     ChildResult, ChildSession, ChildTask, Disposition, ForkRequest, RISK_DENIED, ReplayAdapter,
     ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage, RiskAssessment, Selection,
-    select_before,
+    SerialChildGroup, select_before,
 };

@@ -57,8 +57,13 @@ pub trait ReplayAdapter {
     /// Release what `binding` holds; may be retried after an error.
     fn release_replay_state(&mut self, binding: &Self::Binding) -> Result<(), AdapterError>;
     /// Drop the handle after a successful release (a no-op by default).
-    fn discard_binding(&mut self, binding: Self::Binding) {
+    ///
+    /// Errors: the adapter's own cleanup of the handle failed (for a
+    /// component, the guest's destructor trapped). The handle is gone
+    /// either way; the registry records the failure as that release's.
+    fn discard_binding(&mut self, binding: Self::Binding) -> Result<(), AdapterError> {
         let _ = binding;
+        Ok(())
     }
 }
 
@@ -81,6 +86,9 @@ pub enum ReplayStage {
     Finalize,
     /// Releasing the point.
     Release,
+    /// The adapter's risk policy on the intent of a replayed suffix
+    /// (`sandloop replay`), before anything is restored.
+    Intent,
 }
 
 impl ReplayStage {
@@ -95,6 +103,7 @@ impl ReplayStage {
             ReplayStage::Suffix => "suffix",
             ReplayStage::Finalize => "finalize",
             ReplayStage::Release => "release",
+            ReplayStage::Intent => "intent",
         }
     }
 }
@@ -113,6 +122,20 @@ pub enum ReplayCause {
     AgentState(String),
     /// The adapter's risk policy denied a child's intent or outcome.
     RiskDenied(String),
+}
+
+impl ReplayCause {
+    /// The error type written beside a failure (`type` of a record's
+    /// `replay.error`): the adapter's own error type, else what broke.
+    pub fn error_type(&self) -> &str {
+        match self {
+            ReplayCause::Adapter(adapter) => adapter.error_type.as_str(),
+            ReplayCause::Contract(_) => "replay_contract",
+            ReplayCause::Unavailable(_) => "replay_unavailable",
+            ReplayCause::AgentState(_) => "agent_state",
+            ReplayCause::RiskDenied(_) => RISK_DENIED,
+        }
+    }
 }
 
 impl std::fmt::Display for ReplayCause {
@@ -145,7 +168,8 @@ pub struct ReplayError {
 }
 
 impl ReplayError {
-    fn new(stage: ReplayStage, cause: ReplayCause) -> Self {
+    /// A failure of `stage` for `cause`, with nothing else attached.
+    pub(crate) fn new(stage: ReplayStage, cause: ReplayCause) -> Self {
         Self {
             stage,
             cause,
@@ -282,6 +306,9 @@ struct Entry<B, K> {
     binding: Option<B>,
     agent_released: bool,
     adapter_released: bool,
+    /// Dropping the binding after its release failed: the point stays
+    /// `failed` and every later release repeats this error.
+    drop_error: Option<ReplayError>,
 }
 
 /// Replay points of one adapter instance, with their runtime bindings.
@@ -496,6 +523,7 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
                     binding,
                     agent_released: false,
                     adapter_released,
+                    drop_error: None,
                 });
                 Ok(point)
             }
@@ -586,7 +614,11 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
         let mut cleanup: Option<ReplayError> = None;
         if let Some(binding) = binding {
             match adapter.release_replay_state(&binding) {
-                Ok(()) => adapter.discard_binding(binding),
+                Ok(()) => {
+                    if let Err(error) = adapter.discard_binding(binding) {
+                        cleanup = Some(ReplayError::adapter(ReplayStage::Release, error));
+                    }
+                }
                 Err(error) => {
                     self.metrics.increment("orphaned_adapter_binding_count");
                     cleanup = Some(ReplayError::adapter(ReplayStage::Release, error));
@@ -653,6 +685,7 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
             binding: lease.binding,
             agent_released: false,
             adapter_released: false,
+            drop_error: None,
         });
         Ok(point)
     }
@@ -906,7 +939,10 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
     /// Release `replay_point_id` (reference `release`): the adapter binding
     /// and the agent state are each released once, however often this is
     /// retried; the point ends `released`, or `failed` while either part
-    /// could not be released. Releasing a released point succeeds.
+    /// could not be released. Releasing a released point succeeds. When
+    /// dropping the binding fails after the adapter released it (a guest
+    /// destructor that traps), the point stays `failed` and every release
+    /// returns that error: there is nothing left to retry.
     pub fn release<A: ReplayAdapter<Binding = B>>(
         &mut self,
         adapter: &mut A,
@@ -938,15 +974,19 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
             return Ok(entry.point.clone());
         }
         entry.point.lifecycle = Lifecycle::Releasing;
-        let mut adapter_error = None;
+        let mut adapter_error = entry.drop_error.clone();
         if !entry.adapter_released
             && let Some(binding) = entry.binding.as_ref()
         {
             match adapter.release_replay_state(binding) {
                 Ok(()) => {
                     entry.adapter_released = true;
-                    if let Some(binding) = entry.binding.take() {
-                        adapter.discard_binding(binding);
+                    if let Some(binding) = entry.binding.take()
+                        && let Err(error) = adapter.discard_binding(binding)
+                    {
+                        let error = ReplayError::adapter(release, error);
+                        entry.drop_error = Some(error.clone());
+                        adapter_error = Some(error);
                     }
                 }
                 Err(error) => adapter_error = Some(ReplayError::adapter(release, error)),
@@ -961,11 +1001,12 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
                 }
             }
         }
-        entry.point.lifecycle = if entry.adapter_released && entry.agent_released {
-            Lifecycle::Released
-        } else {
-            Lifecycle::Failed
-        };
+        entry.point.lifecycle =
+            if entry.adapter_released && entry.agent_released && entry.drop_error.is_none() {
+                Lifecycle::Released
+            } else {
+                Lifecycle::Failed
+            };
         match (adapter_error, agent_error) {
             (None, None) => Ok(entry.point.clone()),
             (Some(adapter), agent) => Err(adapter.also(agent)),
@@ -985,6 +1026,7 @@ mod children;
 pub use children::{
     ChildConcurrency, ChildFailure, ChildFailureStage, ChildForker, ChildLease, ChildOutcome,
     ChildResult, ChildSession, ChildTask, Disposition, ForkRequest, RISK_DENIED, RiskAssessment,
+    SerialChildGroup,
 };
 
 #[cfg(test)]

@@ -27,6 +27,9 @@ struct Fake {
     release_failures_left: u32,
     finalized_with: Vec<bool>,
     release_calls: u32,
+    /// Dropping a released binding fails (a guest destructor that traps).
+    drop_traps: bool,
+    discarded: Vec<u32>,
 }
 
 fn adapter_error(message: &str) -> AdapterError {
@@ -128,6 +131,13 @@ impl ReplayAdapter for Fake {
             self.live.remove(binding),
             "binding {binding} released twice"
         );
+        Ok(())
+    }
+    fn discard_binding(&mut self, binding: u32) -> Result<(), AdapterError> {
+        self.discarded.push(binding);
+        if self.drop_traps {
+            return Err(AdapterError::new(ErrorType::Trap, "destructor trapped"));
+        }
         Ok(())
     }
 }
@@ -594,6 +604,34 @@ fn release_is_idempotent_and_retries_without_releasing_agent_state_twice() {
     assert_eq!(count(&registry, "release_success_count"), 2);
     assert_eq!(registry.gauges(), (0, 0, 0));
     assert!(registry.release(&mut adapter, "nope").is_err());
+}
+
+#[test]
+fn a_trap_dropping_a_released_binding_fails_that_release() {
+    let (mut registry, mut adapter, mut trace) =
+        (registry(), Fake::default(), trace_with(1, "main"));
+    capture(&mut registry, &mut adapter, &mut trace, "rp").unwrap();
+    adapter.drop_traps = true;
+    let error = registry.release(&mut adapter, "rp").unwrap_err();
+    assert_eq!(error.stage, ReplayStage::Release);
+    assert!(
+        matches!(&error.cause, ReplayCause::Adapter(e) if e.error_type == ErrorType::Trap),
+        "{error}"
+    );
+    assert_eq!(adapter.discarded, [1], "dropped once, after the release");
+    assert_eq!(registry.get("rp").unwrap().lifecycle, Lifecycle::Failed);
+    assert_eq!(registry.store().live(), 0, "agent state released");
+    // A retry neither releases nor drops again, and keeps the failure.
+    let again = registry.release(&mut adapter, "rp").unwrap_err();
+    assert_eq!(again, error);
+    assert_eq!((adapter.release_calls, adapter.discarded.len()), (1, 1));
+    assert_eq!(registry.get("rp").unwrap().lifecycle, Lifecycle::Failed);
+    assert_eq!(count(&registry, "release_failure_count"), 2);
+    assert_eq!(
+        registry.gauges(),
+        (1, 0, 1),
+        "failed, with no binding left held"
+    );
 }
 
 #[test]

@@ -33,12 +33,16 @@ use crate::trace::{TraceEvent, TraceLog};
 mod child_instance;
 mod children;
 mod replay;
+mod replay_screen;
 mod snapshot_children;
 pub use children::{MAX_CHILDREN_PER_FORK, WasmChild, WasmChildForker};
 pub use replay::{
     BindingHandle, ReplayOptions, adopt_durable_point, adopt_snapshot_point, point_id_for,
 };
 use replay::{GroupPoint, ReplayLane};
+pub use replay_screen::{screen_replay_intent, screens_replay_intent};
+
+use crate::replay::SerialChildGroup;
 
 /// What one call left behind besides its result, handed to a
 /// [`CallObserver`] after every call.
@@ -83,6 +87,9 @@ pub struct GroupHandle {
     lost: Cell<bool>,
     /// The replay point captured after the prefix, if any.
     point: RefCell<Option<GroupPoint>>,
+    /// Set when the group's suffixes run serially from its point because
+    /// its children cannot be forked: counted when the group is released.
+    serial: RefCell<Option<SerialChildGroup>>,
 }
 
 struct Live {
@@ -471,6 +478,41 @@ impl WasmAdapter {
         }
     }
 
+    /// `execute-episode` of `item` on `handle`'s group: from the group's
+    /// replay point when it has a usable one, else on the prepared group
+    /// (prepared again first when its instance was replaced).
+    fn run_episode(
+        &mut self,
+        handle: &GroupHandle,
+        item: &Item,
+        ctx: &CallContext,
+    ) -> Result<Record, AdapterError> {
+        if handle.generation.get() != self.generation || self.live.is_none() {
+            self.prepare_again(handle, ctx)?;
+        }
+        if let Some(result) = self.run_from_group_point(handle, item, ctx) {
+            return result;
+        }
+        let json = to_json(item);
+        let wit_ctx = self.context(ctx);
+        let trace = self.trace_for(ctx, item);
+        let resource = handle.resource.get();
+        let (result, trace) = self.call("execute-episode", item_id(item), trace, |live| {
+            let guest = live
+                .groups
+                .as_ref()
+                .expect("a live group implies the export");
+            guest.call_execute_episode(&mut live.store, resource, &json, &wit_ctx)
+        });
+        self.keep_group_trace(ctx, trace);
+        let text = result?.map_err(declared)?;
+        let mut record = parse_record(&text, self.max_output(), "the observation record")?;
+        if handle.reprepared.get() {
+            record.insert("prefix_reprepared".into(), serde_json::Value::Bool(true));
+        }
+        Ok(record)
+    }
+
     fn max_output(&self) -> usize {
         self.loaded.config.max_output_bytes
     }
@@ -610,6 +652,7 @@ impl EpisodeAdapter for WasmAdapter {
             reprepared: Cell::new(false),
             lost: Cell::new(false),
             point: RefCell::new(None),
+            serial: RefCell::new(None),
         };
         let mut prefix_record = parse_record(
             &prepared.prefix_record,
@@ -634,30 +677,11 @@ impl EpisodeAdapter for WasmAdapter {
         item: &Item,
         ctx: &CallContext,
     ) -> Result<Record, AdapterError> {
-        if handle.generation.get() != self.generation || self.live.is_none() {
-            self.prepare_again(handle, ctx)?;
+        let result = self.run_episode(handle, item, ctx);
+        if let Some(serial) = handle.serial.borrow_mut().as_mut() {
+            serial.observe(result.is_ok());
         }
-        if let Some(result) = self.run_from_group_point(handle, item, ctx) {
-            return result;
-        }
-        let json = to_json(item);
-        let wit_ctx = self.context(ctx);
-        let trace = self.trace_for(ctx, item);
-        let resource = handle.resource.get();
-        let (result, trace) = self.call("execute-episode", item_id(item), trace, |live| {
-            let guest = live
-                .groups
-                .as_ref()
-                .expect("a live group implies the export");
-            guest.call_execute_episode(&mut live.store, resource, &json, &wit_ctx)
-        });
-        self.keep_group_trace(ctx, trace);
-        let text = result?.map_err(declared)?;
-        let mut record = parse_record(&text, self.max_output(), "the observation record")?;
-        if handle.reprepared.get() {
-            record.insert("prefix_reprepared".into(), serde_json::Value::Bool(true));
-        }
-        Ok(record)
+        result
     }
 
     fn execute_episode_batch(
@@ -677,11 +701,16 @@ impl EpisodeAdapter for WasmAdapter {
         handle: GroupHandle,
         ctx: &CallContext,
     ) -> Result<(), AdapterError> {
-        self.release_group_point(&handle);
+        if let (Some(serial), Some(lane)) = (handle.serial.borrow_mut().take(), &self.replay) {
+            serial.finish(&lane.options.metrics);
+        }
+        let point_failure = self.release_group_point(&handle);
         let group_trace = self.group_trace.take();
         if handle.generation.get() != self.generation || self.live.is_none() {
-            // The resource died with its store; there is nothing to release.
-            return Ok(());
+            // The resource died with its store; there is nothing to release,
+            // unless releasing the group's replay point is what took the
+            // store down: that failure is this release's.
+            return point_failure.map_or(Ok(()), Err);
         }
         let wit_ctx = self.context(ctx);
         let trace = group_trace.map(|(_, log)| log);

@@ -215,6 +215,46 @@ fn the_risk_policy_screens_intents_and_outcomes() {
 }
 
 #[test]
+fn replay_refuses_an_item_whose_intent_the_policy_denied() {
+    // The same policy screens `sandloop replay`, from a state point and
+    // from a snapshot point alike.
+    for fork in ["state", "snapshot"] {
+        let dir = tempfile::tempdir().unwrap();
+        let specs: &[(&str, &[&str])] = &[("ok", &[]), ("denied", &["intent_denied"])];
+        let (out, records) = children_run(dir.path(), &[], specs, &["--fork", fork]);
+        let denied = variant(&records, "denied");
+        assert_eq!(denied["replay"]["stage"], "intent", "{fork}: {denied}");
+        assert_eq!(denied["replay"]["fork"], fork, "{fork}");
+
+        let output = run(&["replay", "--run", s(&out), "--item", "s~denied"]);
+        assert_exit(&output, 1, &["denied", "probe-policy"]);
+        let report = jsonl(&out.join("replays.jsonl")).pop().unwrap();
+        assert_eq!(report["succeeded"], false, "{fork}: {report}");
+        let assessment = &report["intent_assessment"];
+        assert_eq!(assessment["disposition"], "deny", "{fork}: {report}");
+        assert_eq!(assessment["policy_id"], "probe-policy", "{fork}");
+        assert_eq!(report["outcome"]["error"]["stage"], "intent", "{fork}");
+        assert_eq!(
+            report["outcome"]["error"]["type"], "replay_risk_denied",
+            "{fork}"
+        );
+        assert_eq!(report["restore"], Value::Null, "{fork}: nothing restored");
+        assert_eq!(
+            report["trace_events"],
+            json!([]),
+            "{fork}: the denied suffix never ran"
+        );
+        assert_eq!(report["metrics"]["child_intent_denied_count"], 1, "{fork}");
+
+        // An allowed intent replays, its assessment beside the result.
+        let report = replay_report(&out, "s~ok");
+        assert_eq!(report["succeeded"], true, "{fork}: {report}");
+        assert_eq!(report["intent_assessment"]["disposition"], "allow");
+        assert_eq!(report["outcome"]["record"]["via"], "replay", "{fork}");
+    }
+}
+
+#[test]
 fn fork_failures_fail_the_group_and_serial_leases_downgrade_it() {
     for (faults, error_type, quarantined) in [
         (&["fork_fails"][..], "adapter_error", false),
@@ -507,6 +547,14 @@ fn a_point_that_cannot_be_snapshotted_runs_as_it_would_by_state() {
             assert!(record["replay"].get("fork").is_none(), "{fork}: {record}");
         }
         let summary = json_file(&out.join("summary.json"));
+        // No child forked: the group ran serially from the point, and is
+        // counted as such (reference `run_child_group_from`).
+        let replay = &summary["replay"];
+        assert_eq!(replay["child_group_attempt_count"], 1, "{fork}: {replay}");
+        assert_eq!(replay["child_serial_fallback_group_count"], 1, "{fork}");
+        assert_eq!(replay["child_group_success_count"], 1, "{fork}");
+        assert_eq!(replay["child_group_failure_count"], 0, "{fork}");
+        assert_eq!(replay["child_session_fork_attempt_count"], 0, "{fork}");
         let points = jsonl(&out.join("replay-points.jsonl"));
         if fork == "snapshot" {
             let why = points[0]["snapshot_error"].as_str().unwrap();
@@ -531,6 +579,59 @@ fn a_point_that_cannot_be_snapshotted_runs_as_it_would_by_state() {
         );
     }
     assert_same_records(&runs[0], &runs[1], "snapshot against state");
+}
+
+#[test]
+fn groups_run_serially_with_no_child_workers_count_as_serial_fallbacks() {
+    // `--child-workers 0`: each group's suffixes run from its point in the
+    // parent, one after another; a group with a failed suffix is a failed
+    // group attempt.
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "items.jsonl",
+        &[
+            json!({"item_id": "good", "family": "good", "text": "seed"}),
+            json!({"item_id": "bad", "family": "bad", "text": "seed"}),
+        ],
+    );
+    let catalog = write_catalog(
+        dir.path(),
+        json!([
+            {"spec_id": "gv", "seed_family": "good"},
+            {"spec_id": "bv", "seed_family": "bad", "faults": ["suffix_fails"]},
+        ]),
+    );
+    let out = dir.path().join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        REPLAY_PROBE,
+        "--items",
+        s(&items),
+        "--variants",
+        s(&catalog),
+        "--child-workers",
+        "0",
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let records = records(&out);
+    assert!(
+        find(&records, "bad~bv", "episode_suffix")
+            .get("adapter_error")
+            .is_some()
+    );
+    let good = find(&records, "good~gv", "episode_suffix");
+    assert_eq!(good["via"], "replay", "{good}");
+    assert_eq!(good["replay"]["isolated"], Value::Null, "{good}");
+    let replay = summary_replay(&out);
+    assert_eq!(replay["child_group_attempt_count"], 2, "{replay}");
+    assert_eq!(replay["child_serial_fallback_group_count"], 2, "{replay}");
+    assert_eq!(replay["child_group_success_count"], 1, "{replay}");
+    assert_eq!(replay["child_group_failure_count"], 1, "{replay}");
+    assert_eq!(replay["child_session_fork_attempt_count"], 0, "{replay}");
 }
 
 #[test]

@@ -385,6 +385,76 @@ fn every_replay_rule_is_enforced_across_the_boundary() {
 }
 
 #[test]
+fn a_trap_in_a_binding_destructor_is_the_release_that_dropped_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // One lane: the honest group runs on the instance the trap poisoned,
+    // unless it is replaced first.
+    let items = write_items(
+        dir.path(),
+        "items.jsonl",
+        &[
+            probe_item("drop-traps", &["binding_drop_traps"]),
+            probe_item("after", &[]),
+        ],
+    );
+    let out = dir.path().join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        REPLAY_PROBE,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+        "--workers",
+        "1",
+        "--child-workers",
+        "0",
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let records = records(&out);
+    let points = jsonl(&out.join("replay-points.jsonl"));
+
+    // The suffix ran before the release: it is not blamed.
+    let ran = suffix(&records, "drop-traps");
+    assert!(ran.get("adapter_error").is_none(), "{ran}");
+    assert_eq!(ran["via"], "replay");
+    // The group's release is where the destructor ran, and says so.
+    let prefix = find(&records, "drop-traps:shared-prefix", "shared_prefix");
+    let release = &prefix["episode_release_error"]["adapter_error"];
+    assert_eq!(release["type"], "trap", "{prefix}");
+    let message = release["message"].as_str().unwrap();
+    assert!(
+        message.contains("replay binding") && message.contains("binding_drop_traps"),
+        "{message}"
+    );
+    assert!(!message.contains("cannot enter"), "{message}");
+    // So does the point: not released cleanly.
+    let dropped = point(&points, "drop-traps");
+    assert_eq!(dropped["lifecycle"], "failed", "{dropped}");
+    assert_eq!(dropped["release_error"]["stage"], "release", "{dropped}");
+    assert_eq!(dropped["release_error"]["type"], "trap", "{dropped}");
+    assert!(
+        dropped["release_error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("binding_drop_traps"),
+        "{dropped}"
+    );
+
+    // The next group ran on a fresh instance, untouched.
+    let after = suffix(&records, "after");
+    assert!(after.get("adapter_error").is_none(), "{after}");
+    assert_eq!(after["via"], "replay");
+    assert_eq!(after["counter_before"], 0);
+    let prefix = find(&records, "after:shared-prefix", "shared_prefix");
+    assert!(prefix.get("episode_release_error").is_none(), "{prefix}");
+    let released = point(&points, "after");
+    assert_eq!(released["lifecycle"], "released");
+    assert_eq!(released["release_error"], Value::Null);
+}
+
+#[test]
 fn replay_reruns_a_failed_suffix_and_refuses_bad_input_without_writing() {
     let dir = tempfile::tempdir().unwrap();
     let cases: &[(&str, &[&str])] = &[

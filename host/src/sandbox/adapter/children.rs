@@ -21,7 +21,7 @@ use super::{GroupHandle, WasmAdapter, declared, item_id};
 use crate::episode::adapter::{AdapterError, CallContext, Item, Record};
 use crate::replay::{
     ChildConcurrency, ChildForker, ChildLease, ChildOutcome, ChildSession, ChildTask,
-    EquivalenceReport, ForkRequest, Lifecycle, RestoreReceipt, RiskAssessment,
+    EquivalenceReport, ForkRequest, Lifecycle, RestoreReceipt, RiskAssessment, SerialChildGroup,
 };
 use crate::sandbox::bindings::exports::sandloop::adapter::replay_children;
 use crate::sandbox::bindings::sandloop::adapter::types as wit_types;
@@ -216,7 +216,7 @@ impl ChildSession for WasmChild {
 }
 
 /// The public intent of an item: its variant spec, or its id for a seed.
-fn intent_of(item: &Item) -> Map<String, Value> {
+pub(super) fn intent_of(item: &Item) -> Map<String, Value> {
     match item.get("variant_spec") {
         Some(Value::Object(spec)) => spec.clone(),
         _ => {
@@ -234,7 +234,10 @@ impl WasmAdapter {
     /// Run every item of `handle`'s group as an isolated child of its
     /// replay point, when the point was snapshotted, or the component
     /// exports `replay-children` and the point's state was exported. `None`
-    /// otherwise (the items then run one by one from the point).
+    /// otherwise: the items then run one by one from the point
+    /// (`execute-episode`), and when the point is usable but its children
+    /// cannot be forked, the group is counted as a serial fallback
+    /// ([`SerialChildGroup`], finished when the group is released).
     pub(super) fn run_children(
         &mut self,
         handle: &GroupHandle,
@@ -251,24 +254,30 @@ impl WasmAdapter {
                 ..
             } = point.as_ref()?;
             let source = match (snapshot, state) {
-                (Some(snapshot), _) => ForkSource::Snapshot(Arc::clone(snapshot)),
-                (None, Some(state)) => ForkSource::State(Arc::clone(state)),
-                (None, None) => return None,
+                (Some(snapshot), _) => Some(ForkSource::Snapshot(Arc::clone(snapshot))),
+                (None, Some(state)) => Some(ForkSource::State(Arc::clone(state))),
+                (None, None) => None,
             };
             (id.clone(), source)
         };
-        let mut lane = self.replay.take()?;
+        let lane = self.replay.as_ref()?;
         let workers = lane.options.child_workers;
         let minimum = lane.options.minimum_fidelity;
-        let usable = lane
+        let point = lane
             .registry
             .get(&point_id)
             .filter(|point| point.lifecycle == Lifecycle::Ready)
-            .cloned();
-        let Some(point) = usable.filter(|_| workers > 0) else {
-            self.replay = Some(lane);
+            .filter(|_| {
+                lane.registry
+                    .binding(&point_id)
+                    .is_some_and(|binding| self.binding_alive(binding))
+            })
+            .cloned()?;
+        let Some(source) = source.filter(|_| workers > 0) else {
+            *handle.serial.borrow_mut() = Some(SerialChildGroup::start(&lane.options.metrics));
             return None;
         };
+        let mut lane = self.replay.take()?;
         let mut results = Vec::with_capacity(items.len());
         for chunk in items.chunks(MAX_CHILDREN_PER_FORK) {
             let tasks: Vec<ChildTask> = chunk

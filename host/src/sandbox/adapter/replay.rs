@@ -324,6 +324,7 @@ impl WasmAdapter {
             quarantined: false,
             snapshot: None,
             snapshot_error: None,
+            release_error: None,
         };
         // A group of one item has no child to fork: its snapshot would be
         // compiled for nothing. A snapshot is taken when the group's
@@ -490,23 +491,27 @@ impl WasmAdapter {
     }
 
     /// Release the group's replay point (retried once) and write its final
-    /// record.
-    pub(super) fn release_group_point(&mut self, handle: &GroupHandle) {
-        let Some(mut point) = handle.point.borrow_mut().take() else {
-            return;
-        };
-        let Some(mut lane) = self.replay.take() else {
-            return;
-        };
+    /// record, with the release's failure (`release_error`) if it failed.
+    /// Returns that failure when it also took the instance down (a trap in
+    /// `release-replay-state` or in the binding's destructor): it is then
+    /// the group release's own failure, since the group died with it.
+    pub(super) fn release_group_point(&mut self, handle: &GroupHandle) -> Option<AdapterError> {
+        let mut point = handle.point.borrow_mut().take()?;
+        let mut lane = self.replay.take()?;
+        let generation = self.generation;
+        let was_live = self.live.is_some();
         let failed = |lane: &ReplayLane| {
             lane.registry
                 .get(&point.id)
                 .is_some_and(|p| p.lifecycle == crate::replay::Lifecycle::Failed)
         };
         point.line.quarantined = failed(&lane);
-        if lane.registry.release(self, &point.id).is_err() {
-            let _ = lane.registry.release(self, &point.id);
-        }
+        let released = match lane.registry.release(self, &point.id) {
+            Err(_) => lane.registry.release(self, &point.id),
+            done => done,
+        };
+        let error = released.err();
+        point.line.release_error = error.as_ref().map(error_block);
         point.line.quarantined |= failed(&lane);
         if let Some(current) = lane.registry.get(&point.id) {
             point.line.point = current.clone();
@@ -515,22 +520,24 @@ impl WasmAdapter {
             store.append_point(&point.line);
         }
         self.replay = Some(lane);
+        let lost = was_live && (self.live.is_none() || self.generation != generation);
+        error.filter(|_| lost).map(|error| adapter_error_of(&error))
     }
 }
 
 /// The `{stage, type, message}` block describing a replay failure.
 pub(super) fn error_block(error: &ReplayError) -> Value {
-    let (error_type, message) = match &error.cause {
-        ReplayCause::Adapter(adapter) => (adapter.error_type.as_str(), adapter.message.clone()),
-        ReplayCause::Contract(message) => ("replay_contract", message.clone()),
-        ReplayCause::Unavailable(message) => ("replay_unavailable", message.clone()),
-        ReplayCause::AgentState(message) => ("agent_state", message.clone()),
-        ReplayCause::RiskDenied(message) => ("replay_risk_denied", message.clone()),
+    let message = match &error.cause {
+        ReplayCause::Adapter(adapter) => &adapter.message,
+        ReplayCause::Contract(message)
+        | ReplayCause::Unavailable(message)
+        | ReplayCause::AgentState(message)
+        | ReplayCause::RiskDenied(message) => message,
     };
     json!({
         "stage": error.stage.as_str(),
-        "type": error_type,
-        "message": crate::episode::records::fold_error_message(&message),
+        "type": error.cause.error_type(),
+        "message": crate::episode::records::fold_error_message(message),
         "quarantined": error.quarantined,
         "also": error.also.as_ref().map(|also| also.to_string()),
     })
@@ -646,12 +653,23 @@ impl ReplayAdapter for WasmAdapter {
         result?.map_err(declared)
     }
 
-    fn discard_binding(&mut self, binding: BindingHandle) {
-        if self.binding_alive(&binding)
-            && let Some(live) = self.live.as_mut()
-        {
-            let _ = binding.resource.resource_drop(&mut live.store);
+    /// Drop the handle, which runs the guest's destructor, as a call of
+    /// its own (deadline, fuel, captured output): a destructor that traps
+    /// fails here, and the poisoned instance is dropped like after any
+    /// failed call, so the next call starts on a fresh one.
+    fn discard_binding(&mut self, binding: BindingHandle) -> Result<(), AdapterError> {
+        if !self.binding_alive(&binding) {
+            // The binding died with its instance: nothing is left to drop.
+            return Ok(());
         }
+        let resource = binding.resource;
+        let (result, _) = self.call("drop replay-binding", None, None, |live| {
+            resource.resource_drop(&mut live.store)
+        });
+        result.map_err(|error| AdapterError {
+            message: format!("dropping the replay binding failed: {}", error.message),
+            ..error
+        })
     }
 }
 
