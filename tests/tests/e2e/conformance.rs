@@ -139,8 +139,8 @@ fn check_conformance(name: &str, run: &Run) {
 
 /// Records keyed by item id, without what legitimately differs between
 /// languages (and between two runs): durations (the record's and the
-/// `replay` block's `*_minutes`) and the text of a trap's message (the
-/// record's and the `replay` block's error).
+/// `replay` block's `*_minutes`) and what the guest's runtime said in an
+/// error ([`without_guest_words`], the record's and the `replay` block's).
 fn comparable(run: &Run) -> BTreeMap<String, Value> {
     run.records
         .iter()
@@ -148,22 +148,32 @@ fn comparable(run: &Run) -> BTreeMap<String, Value> {
             let mut record = record.clone();
             let map = record.as_object_mut().unwrap();
             map.remove("duration_minutes");
-            if let Some(Value::Object(error)) = map.get_mut("adapter_error")
-                && error["type"] == "trap"
-            {
-                error.remove("message");
+            if let Some(Value::Object(error)) = map.get_mut("adapter_error") {
+                without_guest_words(error);
             }
             if let Some(Value::Object(replay)) = map.get_mut("replay") {
                 replay.retain(|key, _| !key.ends_with("_minutes"));
-                if let Some(Value::Object(error)) = replay.get_mut("error")
-                    && error["type"] == "trap"
-                {
-                    error.remove("message");
+                if let Some(Value::Object(error)) = replay.get_mut("error") {
+                    without_guest_words(error);
                 }
             }
             (map["item_id"].as_str().unwrap().to_string(), record)
         })
         .collect()
+}
+
+/// Drop what the guest's own runtime said from an error: a trap's whole
+/// message, and the trap a `memory_limit` error quotes after the host's
+/// words.
+fn without_guest_words(error: &mut serde_json::Map<String, Value>) {
+    if error["type"] == "trap" {
+        error.remove("message");
+    } else if error["type"] == "memory_limit"
+        && let Some(Value::String(message)) = error.get_mut("message")
+        && let Some(at) = message.find("; the guest trapped")
+    {
+        message.truncate(at);
+    }
 }
 
 /// [`comparable`] records without what only a forked child's `replay`
