@@ -153,4 +153,35 @@ mod tests {
             Err(PayloadError::EmptyKey(_))
         ));
     }
+
+    mod props {
+        use super::*;
+        use crate::hostile_inputs::{config, hostile_string, json_value};
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(config(256))]
+
+            #[test]
+            fn prop_trace_payloads_are_accepted_or_refused_naming_the_field(
+                value in json_value(),
+                key in hostile_string(),
+            ) {
+                for payload in [value.clone(), serde_json::json!({ key.clone(): value })] {
+                    match validate_public_payload(&payload) {
+                        Ok(()) => prop_assert!(payload.is_object()),
+                        Err(PayloadError::NotAnObject(field)) => {
+                            prop_assert!(!payload.is_object());
+                            prop_assert_eq!(field, "public_payload");
+                        }
+                        Err(PayloadError::EmptyKey(field)
+                            | PayloadError::ForbiddenKey(field)
+                            | PayloadError::AbsolutePath(field)) => {
+                            prop_assert!(field.starts_with("public_payload"), "{}", field);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
