@@ -631,6 +631,21 @@ fn from_many_flattens_and_unwraps() {
     );
 }
 
+#[test]
+fn a_config_that_is_not_utf8_is_named_with_its_line_and_column() {
+    let repo = Repo::good();
+    std::fs::write(
+        repo.root().join(WF).join("build/workflow.toml"),
+        b"plugin = \"plugins/step.wasm\"\ndescription = \"caf\xe9\"\n",
+    )
+    .unwrap();
+    let errors = repo.preflight_errors();
+    assert_has(
+        &errors,
+        ".sandloop/workflow_sets/main/workflows/build/workflow.toml:2:19: not valid UTF-8",
+    );
+}
+
 mod props {
     use super::*;
     use crate::hostile_inputs::{config, hostile_string, mutate_bytes};
@@ -672,6 +687,8 @@ mod props {
         for each in error.errors() {
             let shown = each.to_string();
             prop_assert!(shown.starts_with(file), "{}", shown);
+            // The file exists: any fault in its text has a line.
+            prop_assert!(!matches!(each, ConfigError::Read { .. }), "{}", shown);
             if let ConfigError::Toml {
                 position: Some((line, column)),
                 ..
