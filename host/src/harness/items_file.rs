@@ -332,6 +332,8 @@ mod tests {
                 let f = bytes_file(&around(before, &bad, after));
                 match read_items_file(f.path()) {
                     Ok(items) => prop_assert!(items.len() >= before + after),
+                    // The damaged line became blank and was the only one.
+                    Err(ItemsFileError::Empty { .. }) if before + after == 0 => {}
                     Err(error) => {
                         let text = error.to_string();
                         let expected = format!("{}:{}: ", f.path().display(), before + 1);
