@@ -221,3 +221,33 @@ pub fn read_temp_file<T>(
     let result = read(&path);
     (dir, path, result)
 }
+
+/// `document` with one of its non-null leaves (see [`leaf_pointers`]) whose
+/// pointer passes `keep` set to a non-null value of another JSON type;
+/// yields the changed document and the field an error should name.
+pub fn with_a_leaf_of_another_type(
+    document: Value,
+    keep: impl Fn(&str) -> bool,
+) -> impl Strategy<Value = (Value, String)> {
+    let leaves: Vec<(String, String)> = leaf_pointers(&document)
+        .into_iter()
+        .filter(|(pointer, _)| {
+            keep(pointer) && !document.pointer(pointer).is_some_and(Value::is_null)
+        })
+        .collect();
+    prop::sample::select(leaves).prop_flat_map(move |(pointer, key)| {
+        let original = json_type(document.pointer(&pointer).expect("a leaf of the document"));
+        let document = document.clone();
+        json_value()
+            .prop_filter("a non-null value of another type", move |value| {
+                !value.is_null() && json_type(value) != original
+            })
+            .prop_map(move |value| {
+                let mut changed = document.clone();
+                *changed
+                    .pointer_mut(&pointer)
+                    .expect("a leaf of the document") = value;
+                (changed, key.clone())
+            })
+    })
+}

@@ -789,8 +789,8 @@ mod tests {
     mod props {
         use super::*;
         use crate::hostile_inputs::{
-            config, hostile_string, json_type, json_value, leaf_pointers, mutate_bytes,
-            read_temp_file,
+            config, hostile_string, json_value, mutate_bytes, read_temp_file,
+            with_a_leaf_of_another_type,
         };
         use proptest::prelude::*;
 
@@ -873,20 +873,12 @@ mod tests {
             #[test]
             fn prop_replay_points_a_field_of_another_type_names_line_and_field(
                 before in 0usize..3,
-                (pointer, key) in prop::sample::select(
-                    leaf_pointers(&Value::Object(durable_line(0)))
-                        .into_iter()
-                        // `snapshot` holds any JSON.
-                        .filter(|(pointer, _)| !pointer.starts_with("/snapshot"))
-                        .collect::<Vec<_>>()
+                (record, key) in with_a_leaf_of_another_type(
+                    Value::Object(durable_line(0)),
+                    // `snapshot` holds any JSON.
+                    |pointer| !pointer.starts_with("/snapshot"),
                 ),
-                value in json_value(),
             ) {
-                let mut record = Value::Object(durable_line(0));
-                let slot = record.pointer_mut(&pointer).unwrap();
-                // Another type, where the original is not an optional `null`.
-                prop_assume!(!slot.is_null() && !value.is_null() && json_type(&value) != json_type(slot));
-                *slot = value;
                 let (dir, result) = load_bytes(&around(before, &serde_json::to_vec(&record).unwrap(), 1));
                 let text = result.unwrap_err().to_string();
                 let shown = format!("{}:{}: ", dir.path().join(POINTS_FILE).display(), before + 1);
