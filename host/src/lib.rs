@@ -13,6 +13,8 @@ pub mod coordinator;
 pub mod digest;
 pub mod episode;
 pub mod harness;
+#[cfg(test)]
+mod hostile_inputs;
 pub mod replay;
 pub mod sandbox;
 pub mod trace;

@@ -147,6 +147,28 @@ fn read_text(path: &Path) -> Result<String, CliError> {
         .map_err(|error| input(format!("cannot read {}: {error}", path.display())))
 }
 
+/// The JSON list in the file at `path`; an error names the file, the
+/// entry and field (`[2].capture_minutes`) and the line and column.
+fn read_json_list<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, CliError> {
+    let text = read_text(path)?;
+    let mut parser = serde_json::Deserializer::from_str(&text);
+    serde_path_to_error::deserialize(&mut parser)
+        .map_err(|error| {
+            let field = error.path().to_string();
+            let error = error.into_inner();
+            match field.as_str() {
+                "." => input(format!("{}: {error}", path.display())),
+                _ => input(format!("{}: {field}: {error}", path.display())),
+            }
+        })
+        .and_then(|list| {
+            parser
+                .end()
+                .map(|()| list)
+                .map_err(|error| input(format!("{}: {error}", path.display())))
+        })
+}
+
 fn from_files(trace: &Path, args: &PlanArgs) -> Result<(Vec<Ranked>, Value), CliError> {
     let (Some(candidates_path), Some(observations_path)) = (&args.candidates, &args.observations)
     else {
@@ -186,11 +208,8 @@ fn from_files(trace: &Path, args: &PlanArgs) -> Result<(Vec<Ranked>, Value), Cli
     }
     let boundaries = TraceBoundaries::from_sequences(pairs)
         .map_err(|error| input(format!("{}: {error}", trace.display())))?;
-    let candidates: Vec<ReplayPositionCost> = serde_json::from_str(&read_text(candidates_path)?)
-        .map_err(|error| input(format!("{}: {error}", candidates_path.display())))?;
-    let observations: Vec<FailureReplayObservation> =
-        serde_json::from_str(&read_text(observations_path)?)
-            .map_err(|error| input(format!("{}: {error}", observations_path.display())))?;
+    let candidates: Vec<ReplayPositionCost> = read_json_list(candidates_path)?;
+    let observations: Vec<FailureReplayObservation> = read_json_list(observations_path)?;
     let proposals = plan_adaptive_replay_points(
         &boundaries,
         &candidates,
@@ -214,4 +233,94 @@ fn from_files(trace: &Path, args: &PlanArgs) -> Result<(Vec<Ranked>, Value), Cli
         "candidate_count": candidates.len(),
     });
     Ok((ranked, inputs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hostile_inputs::{config, json_value, read_temp_file, with_a_leaf_of_another_type};
+    use proptest::prelude::*;
+
+    fn candidate(sequence: u64) -> Value {
+        json!({"after_event_id": format!("e{sequence}"), "next_sequence": sequence,
+               "achievable_fidelity": "exact", "capture_minutes": 1.0, "restore_minutes": 0.5})
+    }
+
+    fn observation(first: u64) -> Value {
+        json!({"first_effect_sequence": first, "terminal_sequence": first + 3,
+               "full_replay_minutes": 2.0, "minimum_fidelity": "best_effort", "weight": 1.0})
+    }
+
+    #[test]
+    fn a_candidate_of_the_wrong_type_is_named_by_index_and_field() {
+        let text = json!([candidate(1), {"next_sequence": 2, "achievable_fidelity": "exact",
+                                         "capture_minutes": "slow", "restore_minutes": 1}]);
+        let (_dir, path, result) =
+            read_temp_file("candidates.json", text.to_string().as_bytes(), |path| {
+                read_json_list::<ReplayPositionCost>(path)
+            });
+        let Err(CliError::Input(message)) = result else {
+            panic!("expected an input error");
+        };
+        assert!(
+            message.starts_with(&format!(
+                "{}: [1].capture_minutes: invalid type",
+                path.display()
+            )),
+            "{message}"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(config(128))]
+
+        #[test]
+        fn prop_plan_inputs_any_json_never_panics_and_errors_name_the_file(
+            candidates in json_value(),
+            observations in json_value(),
+            sequences in prop::collection::vec(0u64..20, 0..8),
+        ) {
+            let (_dir, path, candidates) = read_temp_file("candidates.json", candidates.to_string().as_bytes(), |path| {
+                read_json_list::<ReplayPositionCost>(path)
+            });
+            if let Err(CliError::Input(message)) = &candidates {
+                prop_assert!(message.starts_with(&path.display().to_string()), "{}", message);
+            }
+            let (_dir, path, observations) = read_temp_file("observations.json", observations.to_string().as_bytes(), |path| {
+                read_json_list::<FailureReplayObservation>(path)
+            });
+            if let Err(CliError::Input(message)) = &observations {
+                prop_assert!(message.starts_with(&path.display().to_string()), "{}", message);
+            }
+            let pairs = sequences.iter().map(|s| (format!("e{s}"), *s));
+            if let (Ok(trace), Ok(candidates), Ok(observations)) =
+                (TraceBoundaries::from_sequences(pairs), candidates, observations)
+            {
+                let _ = plan_adaptive_replay_points(&trace, &candidates, &observations, 3, 0.0);
+            }
+        }
+
+        #[test]
+        fn prop_plan_inputs_a_field_of_another_type_is_named(
+            (list, key) in prop_oneof![
+                with_a_leaf_of_another_type(json!([candidate(1), candidate(2), candidate(3)]), |_| true),
+                with_a_leaf_of_another_type(json!([observation(0), observation(1)]), |_| true),
+            ],
+        ) {
+            let is_candidates = list[0].get("next_sequence").is_some()
+                || list[0].get("achievable_fidelity").is_some();
+            let (_dir, path, result) = read_temp_file("inputs.json", list.to_string().as_bytes(), |path| {
+                if is_candidates {
+                    read_json_list::<ReplayPositionCost>(path).map(|_| ())
+                } else {
+                    read_json_list::<FailureReplayObservation>(path).map(|_| ())
+                }
+            });
+            let Err(CliError::Input(message)) = result else {
+                return Err(TestCaseError::fail("a value of another type was accepted"));
+            };
+            prop_assert!(message.starts_with(&path.display().to_string()), "{}", message);
+            prop_assert!(message.contains(&key), "{} not named in {}", key, message);
+        }
+    }
 }

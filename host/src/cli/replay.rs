@@ -62,8 +62,12 @@ fn find_record(run: &Path, item_id: &str, epoch: Option<u32>) -> Result<ItemPosi
     let mut found: Option<Record> = None;
     let mut epochs: Vec<u32> = Vec::new();
     for (index, line) in BufReader::new(file).lines().enumerate() {
-        let line =
-            line.map_err(|error| input(format!("cannot read {}: {error}", path.display())))?;
+        let line = line.map_err(|error| match error.kind() {
+            std::io::ErrorKind::InvalidData => {
+                input(format!("{}:{}: not valid UTF-8", path.display(), index + 1))
+            }
+            _ => input(format!("cannot read {}: {error}", path.display())),
+        })?;
         if !line.contains(item_id) {
             continue;
         }
@@ -198,8 +202,11 @@ fn sandbox_args(
     cache_dir: Option<PathBuf>,
     no_cache: bool,
 ) -> SandboxArgs {
+    // `Map` indexing panics on a missing key; an option a manifest lacks
+    // reads as `null`, so its default applies.
+    let option = |key: &str| options.get(key).unwrap_or(&Value::Null);
     let strings = |key: &str| -> Vec<String> {
-        options[key]
+        option(key)
             .as_array()
             .map(|all| {
                 all.iter()
@@ -209,9 +216,9 @@ fn sandbox_args(
             .unwrap_or_default()
     };
     SandboxArgs {
-        max_memory: options["max_memory_mib"].as_u64().unwrap_or(512),
-        call_timeout: options["call_timeout_secs"].as_f64().unwrap_or(60.0),
-        fuel: options["fuel"].as_u64(),
+        max_memory: option("max_memory_mib").as_u64().unwrap_or(512),
+        call_timeout: option("call_timeout_secs").as_f64().unwrap_or(60.0),
+        fuel: option("fuel").as_u64(),
         dirs: strings("dirs")
             .into_iter()
             .map(|spec| match spec.split_once("::") {
@@ -222,8 +229,8 @@ fn sandbox_args(
             })
             .collect(),
         env: strings("env"),
-        max_output: options["max_output_bytes"].as_u64().unwrap_or(8 << 20) as usize,
-        max_open_files: options["max_open_files"]
+        max_output: option("max_output_bytes").as_u64().unwrap_or(8 << 20) as usize,
+        max_open_files: option("max_open_files")
             .as_u64()
             .map_or(DEFAULT_MAX_OPEN_FILES, |n| n as usize),
         cache_dir,
@@ -318,9 +325,12 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     let adapter_path = match &args.adapter {
         Some(path) => path.clone(),
         None => as_run_saw_it(
-            options["adapter"].as_str().ok_or_else(|| {
-                input("manifest.json does not name the run's adapter; give --adapter")
-            })?,
+            options
+                .get("adapter")
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    input("manifest.json does not name the run's adapter; give --adapter")
+                })?,
             run_cwd.as_deref(),
         ),
     };
@@ -809,4 +819,101 @@ fn print_report(
         "  written    {}",
         args.run.join(REPLAYS_FILE).display()
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hostile_inputs::{config, json_value, mutate_bytes};
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_manifest_without_some_options_falls_back_to_the_defaults() {
+        let sandbox = sandbox_args(&Map::new(), None, None, false);
+        assert_eq!(sandbox.max_memory, 512);
+        assert_eq!(sandbox.call_timeout, 60.0);
+        assert_eq!(sandbox.fuel, None);
+        assert!(sandbox.dirs.is_empty() && sandbox.env.is_empty());
+        assert_eq!(sandbox.max_output, 8 << 20);
+    }
+
+    #[test]
+    fn invalid_utf8_in_records_jsonl_is_named_with_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("records.jsonl"),
+            b"{\"item_id\":\"a\"}\n{\"item_id\":\"a\",\"x\":\"\xff\"}\n",
+        )
+        .unwrap();
+        let Err(CliError::Input(message)) = find_record(dir.path(), "a", None) else {
+            panic!("expected an input error");
+        };
+        assert!(message.contains("records.jsonl:2: "), "{message}");
+    }
+
+    fn record_line(n: usize) -> Vec<u8> {
+        serde_json::to_vec(
+            &json!({"item_id": "it", "execution_group_id": format!("main:epoch-{n}:group-0"),
+                                   "replay": {"trace_id": "t", "first_sequence": n}}),
+        )
+        .unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(config(128))]
+
+        #[test]
+        fn prop_replay_manifest_any_json_never_panics_and_errors_name_it(
+            manifest in prop_oneof![
+                json_value(),
+                (json_value(), json_value(), json_value()).prop_map(|(options, cwd, sha)| {
+                    json!({"invocations": [{"options": options, "cwd": cwd}],
+                           "adapter": {"sha256": sha}})
+                }),
+                prop::collection::vec((
+                    prop::sample::select(vec!["max_memory_mib", "call_timeout_secs", "fuel",
+                                              "dirs", "env", "max_output_bytes", "adapter"]),
+                    json_value(),
+                ), 0..7).prop_map(|options| {
+                    let options: Map<String, Value> =
+                        options.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+                    json!({"invocations": [{"options": options}], "adapter": {"sha256": "ab"}})
+                }),
+            ],
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
+            match manifest_options(dir.path()) {
+                Ok(found) => {
+                    let _ = sandbox_args(&found.options, found.cwd.as_deref(), None, true);
+                }
+                Err(CliError::Input(message)) => {
+                    prop_assert!(message.contains(&dir.path().display().to_string()), "{}", message);
+                }
+                Err(other) => prop_assert!(false, "unexpected {:?}", other),
+            }
+        }
+
+        #[test]
+        fn prop_replay_records_a_damaged_line_is_named_by_number(
+            before in 0usize..3,
+            bad in (0usize..9).prop_flat_map(|n| mutate_bytes(record_line(n), true)),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut text = Vec::new();
+            for n in 0..before {
+                text.extend(record_line(n));
+                text.push(b'\n');
+            }
+            text.extend(&bad);
+            text.extend(b"\n");
+            std::fs::write(dir.path().join("records.jsonl"), &text).unwrap();
+            if let Err(CliError::Input(message)) = find_record(dir.path(), "it", None) {
+                let path = dir.path().join("records.jsonl").display().to_string();
+                if message.starts_with(&path) && !message.contains(" has no record of item ") {
+                    prop_assert!(message.starts_with(&format!("{path}:{}: ", before + 1)), "{}", message);
+                }
+            }
+        }
+    }
 }

@@ -477,7 +477,7 @@ pub enum ConfigError {
     /// Malformed TOML, a value of the wrong type, a missing required key or
     /// an unknown key, as the TOML parser reports it, e.g.
     /// `sandloop-loop.toml:3:13: max_turns: invalid value: integer -1,
-    /// expected u32`.
+    /// expected u32`; or a file that is not UTF-8.
     #[error("{}{}: {}{message}", file.display(), LineColumn(*position), FieldPrefix(field.as_deref()))]
     Toml {
         /// The file.
@@ -651,17 +651,37 @@ fn workflow_file_shown(workflow_set: &str, id: &str, file_name: &str) -> PathBuf
         .join(file_name)
 }
 
-/// Read a UTF-8 file; `shown_as` is how errors name it.
+/// Read a UTF-8 file; `shown_as` is how errors name it. Text that is not
+/// UTF-8 is a [`ConfigError::Toml`] at the line and column of the first
+/// bad byte.
 fn read_text(path: &Path, shown_as: PathBuf, what: &'static str) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|source| match source.kind() {
+    let bytes = std::fs::read(path).map_err(|source| match source.kind() {
         io::ErrorKind::NotFound => ConfigError::Missing {
-            file: shown_as,
+            file: shown_as.clone(),
             what,
         },
         _ => ConfigError::Read {
-            file: shown_as,
+            file: shown_as.clone(),
             source,
         },
+    })?;
+    String::from_utf8(bytes).map_err(|error| {
+        let valid = &error.as_bytes()[..error.utf8_error().valid_up_to()];
+        let line_start = valid
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |at| at + 1);
+        let column =
+            std::str::from_utf8(&valid[line_start..]).map_or(0, |text| text.chars().count());
+        ConfigError::Toml {
+            file: shown_as,
+            position: Some((
+                valid.iter().filter(|b| **b == b'\n').count() + 1,
+                column + 1,
+            )),
+            field: None,
+            message: "not valid UTF-8".into(),
+        }
     })
 }
 

@@ -660,3 +660,169 @@ fn from_many_flattens_and_unwraps() {
             .all(|e| !matches!(e, ConfigError::Many(_)))
     );
 }
+
+#[test]
+fn a_config_that_is_not_utf8_is_named_with_its_line_and_column() {
+    let repo = Repo::good();
+    std::fs::write(
+        repo.root().join(WF).join("build/workflow.toml"),
+        b"plugin = \"plugins/step.wasm\"\ndescription = \"caf\xe9\"\n",
+    )
+    .unwrap();
+    let errors = repo.preflight_errors();
+    assert_has(
+        &errors,
+        ".sandloop/workflow_sets/main/workflows/build/workflow.toml:2:19: not valid UTF-8",
+    );
+}
+
+mod props {
+    use super::*;
+    use crate::hostile_inputs::{config, hostile_string, mutate_bytes};
+    use proptest::prelude::*;
+
+    const WORKFLOW_FILE: &str = ".sandloop/workflow_sets/main/workflows/build/workflow.toml";
+
+    /// `depth` nested TOML arrays or inline tables as the value of `key`.
+    fn deep_toml(key: &str, depth: usize, tables: bool) -> String {
+        if tables {
+            format!(
+                "{key} = {}1{}\n",
+                "{ a = ".repeat(depth),
+                " }".repeat(depth)
+            )
+        } else {
+            format!("{key} = {}1{}\n", "[".repeat(depth), "]".repeat(depth))
+        }
+    }
+
+    /// Text of any kind: unicode, damaged valid configs, deep nesting.
+    fn hostile_toml(valid: &'static str) -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            any::<String>().prop_map(String::into_bytes),
+            mutate_bytes(valid.as_bytes().to_vec(), false),
+            (
+                1usize..5000,
+                any::<bool>(),
+                prop::sample::select(vec!["dirs", "plugin", "x"])
+            )
+                .prop_map(move |(depth, tables, key)| {
+                    format!("{valid}{}", deep_toml(key, depth, tables)).into_bytes()
+                }),
+        ]
+    }
+
+    /// Each error names `file`; a TOML error's line is within the text.
+    fn check_errors(error: &ConfigError, file: &str, text: &[u8]) -> Result<(), TestCaseError> {
+        for each in error.errors() {
+            let shown = each.to_string();
+            prop_assert!(shown.starts_with(file), "{}", shown);
+            // The file exists: any fault in its text has a line.
+            prop_assert!(!matches!(each, ConfigError::Read { .. }), "{}", shown);
+            if let ConfigError::Toml {
+                position: Some((line, column)),
+                ..
+            } = each
+            {
+                prop_assert!(*line >= 1 && *line <= text.split(|b| *b == b'\n').count());
+                prop_assert!(*column >= 1);
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(config(96))]
+
+        #[test]
+        fn prop_workflow_toml_hostile_text_never_panics_and_errors_name_the_file(
+            text in hostile_toml(BUILD),
+        ) {
+            let repo = Repo::good();
+            std::fs::write(repo.root().join(WORKFLOW_FILE), &text).unwrap();
+            if let Err(error) = load_workflow_definitions(repo.root(), "main") {
+                check_errors(&error, WORKFLOW_FILE, &text)?;
+            }
+        }
+
+        #[test]
+        fn prop_root_toml_hostile_text_never_panics_and_errors_name_the_file(
+            text in hostile_toml(GOOD_ROOT),
+        ) {
+            let repo = Repo::good();
+            std::fs::write(repo.root().join(ROOT_CONFIG_FILENAME), &text).unwrap();
+            if let Err(error) = load_root_config(repo.root(), None) {
+                check_errors(&error, ROOT_CONFIG_FILENAME, &text)?;
+            }
+        }
+
+        #[test]
+        fn prop_workflow_toml_a_value_of_the_wrong_type_names_its_line_or_field(
+            (key, value) in prop_oneof![
+                prop::sample::select(vec!["plugin", "description", "must_follow"])
+                    .prop_flat_map(|key| (Just(key), prop_oneof![
+                        any::<i64>().prop_map(|n| n.to_string()),
+                        Just("true".to_string()),
+                        Just("[1, 2]".to_string()),
+                        Just("{ a = 1 }".to_string()),
+                    ])),
+                prop::sample::select(vec!["run_every", "not_before_iteration", "priority",
+                                          "max_memory_mib", "call_timeout_secs"])
+                    .prop_flat_map(|key| (Just(key), prop_oneof![
+                        hostile_string().prop_map(|s| toml_string(&s)),
+                        Just("true".to_string()),
+                        Just("-1".to_string()),
+                        Just("18446744073709551616".to_string()),
+                        Just("nan".to_string()),
+                        Just("inf".to_string()),
+                        Just("-inf".to_string()),
+                        Just("1e999".to_string()),
+                        Just("[1]".to_string()),
+                    ])),
+                prop::sample::select(vec!["dirs", "env", "http_hosts"])
+                    .prop_flat_map(|key| (Just(key), prop_oneof![
+                        hostile_string().prop_map(|s| toml_string(&s)),
+                        hostile_string().prop_map(|s| format!("[{}]", toml_string(&s))),
+                        Just("[1]".to_string()),
+                        Just("[[\"a\"]]".to_string()),
+                    ])),
+                prop::sample::select(vec!["enabled", "run_on_start", "emits_goal_check"])
+                    .prop_flat_map(|key| (Just(key), prop_oneof![
+                        hostile_string().prop_map(|s| toml_string(&s)),
+                        Just("1".to_string()),
+                    ])),
+            ],
+        ) {
+            // The key goes on line 2, before the valid keys (replacing
+            // theirs, so it is not a duplicate).
+            let rest: String = BUILD
+                .lines()
+                .filter(|line| line.split('=').next().map(str::trim) != Some(key))
+                .map(|line| format!("{line}\n"))
+                .collect();
+            let text = format!("# hostile\n{key} = {value}\n{rest}");
+            let repo = Repo::good();
+            std::fs::write(repo.root().join(WORKFLOW_FILE), &text).unwrap();
+            if let Err(error) = load_workflow_definitions(repo.root(), "main") {
+                check_errors(&error, WORKFLOW_FILE, text.as_bytes())?;
+                for each in error.errors() {
+                    match each {
+                        ConfigError::Toml { position, message, .. } => prop_assert!(
+                            position.map(|(line, _)| line) == Some(2) || message.contains(key),
+                            "{}", each
+                        ),
+                        ConfigError::Field { field, .. } => prop_assert!(field.starts_with(key), "{}", each),
+                        other => prop_assert!(false, "unexpected {}", other),
+                    }
+                }
+            }
+        }
+    }
+
+    /// `text` as a TOML basic string.
+    fn toml_string(text: &str) -> String {
+        // JSON string escapes are valid TOML basic-string escapes, except
+        // that TOML has no `\/` (never written by serde_json).
+        serde_json::to_string(text).unwrap()
+    }
+}

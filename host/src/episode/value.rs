@@ -83,6 +83,34 @@ fn repr_str(s: &str) -> String {
     out
 }
 
+/// Most levels of arrays and objects accepted in JSON from outside the host
+/// (items files, values returned by components). serde_json reads at most
+/// 128; the rest is room for the host to nest an accepted value in its own
+/// files (a record under `adapter_claimed`, items in a durable point's
+/// list) and still read those files back.
+pub const MAX_INPUT_NESTING: usize = 100;
+
+/// Levels of arrays and objects in `value`: 0 for a scalar, 1 for `[]` or
+/// `{"a": 1}`, 2 for `[[]]`. Walks without recursion.
+pub fn nesting_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 1)];
+    while let Some((value, depth)) = stack.pop() {
+        match value {
+            Value::Array(items) => {
+                deepest = deepest.max(depth);
+                stack.extend(items.iter().map(|child| (child, depth + 1)));
+            }
+            Value::Object(map) => {
+                deepest = deepest.max(depth);
+                stack.extend(map.values().map(|child| (child, depth + 1)));
+            }
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// Python `float(value)` for a JSON value: numbers, booleans (`1.0`/`0.0`)
 /// and numeric strings; `None` for anything Python would reject.
 pub fn py_float(value: &Value) -> Option<f64> {

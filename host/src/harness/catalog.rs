@@ -42,8 +42,14 @@ pub enum CatalogError {
         #[source]
         source: std::io::Error,
     },
-    /// The file is not JSON.
-    #[error("variant catalog {} is not valid JSON", path.display())]
+    /// The file is not JSON (or not UTF-8); the message names the line and
+    /// column where the parser stopped.
+    #[error(
+        "variant catalog {}:{}:{} is not valid JSON",
+        path.display(),
+        source.line(),
+        source.column()
+    )]
     Parse {
         /// The catalog file.
         path: PathBuf,
@@ -215,12 +221,13 @@ fn validate_catalog(path: &Path, payload: Value) -> Result<Vec<Item>, CatalogErr
 
 /// Reads, parses and validates a catalog file.
 fn parse_specs(path: &Path) -> Result<Vec<Item>, CatalogError> {
-    let text = fs::read_to_string(path).map_err(|source| CatalogError::Read {
+    let bytes = fs::read(path).map_err(|source| CatalogError::Read {
         path: path.to_owned(),
         source,
     })?;
-    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    let payload: Value = serde_json::from_str(text).map_err(|source| CatalogError::Parse {
+    // From bytes, so text that is not UTF-8 is placed by line and column.
+    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&bytes);
+    let payload: Value = serde_json::from_slice(bytes).map_err(|source| CatalogError::Parse {
         path: path.to_owned(),
         source,
     })?;
@@ -1046,5 +1053,147 @@ mod tests {
         std::fs::write(&path, "{}").unwrap();
         assert!(matches!(catalog.refresh(), Err(CatalogError::Shape { .. })));
         assert_eq!(catalog.specs().len(), 1);
+    }
+
+    #[test]
+    fn a_catalog_that_is_not_json_names_line_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("variant_catalog.json");
+        std::fs::write(&path, "{\"specs\": [\n  {\"spec_id\": \"a\",}\n]}").unwrap();
+        let error = VariantCatalog::open(&path).unwrap_err();
+        assert!(matches!(error, CatalogError::Parse { .. }), "{error:?}");
+        // The arm's mid-run warning shows the error's own message only.
+        let shown = format!("{}:2:", path.display());
+        assert!(error.to_string().contains(&shown), "{error}");
+
+        std::fs::write(&path, b"{\"specs\": [\n  {\"spec_id\": \"a\xff\"}]}").unwrap();
+        let error = VariantCatalog::open(&path).unwrap_err();
+        assert!(matches!(error, CatalogError::Parse { .. }), "{error:?}");
+        assert!(error.to_string().contains(&shown), "{error}");
+    }
+
+    mod props {
+        use super::*;
+        use crate::hostile_inputs::{
+            config, json_value, mutate_bytes, read_temp_file, value_not_of,
+        };
+        use proptest::prelude::*;
+
+        /// The error and its sources, as `sandloop run` prints them.
+        fn chain(error: &CatalogError) -> String {
+            let mut text = error.to_string();
+            let mut source = std::error::Error::source(error);
+            while let Some(cause) = source {
+                text.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            text
+        }
+
+        fn open_bytes(
+            bytes: &[u8],
+        ) -> (
+            tempfile::TempDir,
+            PathBuf,
+            Result<VariantCatalog, CatalogError>,
+        ) {
+            read_temp_file("variant_catalog.json", bytes, |path| {
+                VariantCatalog::open(path)
+            })
+        }
+
+        fn valid_catalog(specs: usize) -> Value {
+            let specs: Vec<Value> = (0..specs)
+                .map(|i| {
+                    json!({"spec_id": format!("s{i}"), "seed_family": "fam",
+                                "intent": "x", "ops": [{"op": "append", "text": "t"}],
+                                "priority": i})
+                })
+                .collect();
+            json!({"schema_version": VARIANT_CATALOG_SCHEMA_VERSION, "specs": specs})
+        }
+
+        proptest! {
+            #![proptest_config(config(128))]
+
+            #[test]
+            fn prop_catalog_any_bytes_never_panic_and_errors_name_the_file(
+                bytes in prop::collection::vec(any::<u8>(), 0..512),
+            ) {
+                let (_dir, path, result) = open_bytes(&bytes);
+                if let Err(error) = result {
+                    let shown = path.display().to_string();
+                    prop_assert!(chain(&error).contains(&shown), "{}", chain(&error));
+                }
+            }
+
+            #[test]
+            fn prop_catalog_damaged_text_is_refused_with_file_line_and_column(
+                bytes in (0usize..4).prop_flat_map(|n| {
+                    let text = serde_json::to_vec_pretty(&valid_catalog(n)).unwrap();
+                    mutate_bytes(text, false)
+                }),
+            ) {
+                let (_dir, path, result) = open_bytes(&bytes);
+                match result {
+                    Ok(catalog) => prop_assert!(catalog.specs().len() <= 3),
+                    Err(CatalogError::Parse { source, .. }) => {
+                        let lines = bytes.split(|b| *b == b'\n').count();
+                        prop_assert!(source.line() >= 1 && source.line() <= lines);
+                        let error = VariantCatalog::open(&path).unwrap_err();
+                        let shown = format!("{}:{}:{}", path.display(), source.line(), source.column());
+                        prop_assert!(error.to_string().contains(&shown), "{}", error);
+                    }
+                    Err(error) => {
+                        let shown = path.display().to_string();
+                        prop_assert!(chain(&error).contains(&shown), "{}", chain(&error));
+                    }
+                }
+            }
+
+            #[test]
+            fn prop_catalog_a_spec_field_of_the_wrong_type_names_spec_and_field(
+                count in 1usize..5,
+                index in 0usize..5,
+                (field, value) in prop_oneof![
+                    value_not_of(&["string"]).prop_map(|v| ("spec_id", v)),
+                    value_not_of(&["string"]).prop_map(|v| ("seed_family", v)),
+                    value_not_of(&["number", "null"]).prop_map(|v| ("priority", v)),
+                ],
+            ) {
+                let index = index % count;
+                let mut catalog = valid_catalog(count);
+                catalog["specs"][index][field] = value;
+                let (_dir, path, result) = open_bytes(&serde_json::to_vec(&catalog).unwrap());
+                let error = result.unwrap_err();
+                prop_assert!(matches!(error, CatalogError::Invalid { .. }), "{:?}", error);
+                let text = error.to_string();
+                prop_assert!(text.contains(&path.display().to_string()), "{}", text);
+                prop_assert!(text.contains(&format!("specs[{index}].{field} ")), "{}", text);
+            }
+
+            #[test]
+            fn prop_catalog_any_json_is_read_or_refused_naming_what_is_wrong(
+                specs in prop::collection::vec(json_value(), 0..6),
+                schema in prop::option::of(json_value()),
+            ) {
+                let mut catalog = json!({"specs": specs});
+                if let Some(schema) = schema {
+                    catalog["schema_version"] = schema;
+                }
+                let (_dir, _path, result) = open_bytes(&serde_json::to_vec(&catalog).unwrap());
+                match result {
+                    Ok(opened) => prop_assert_eq!(opened.specs().len(), specs.len()),
+                    Err(CatalogError::Invalid { message, .. }) => {
+                        // Each problem names `specs[i].field` or `schema_version`.
+                        prop_assert!(
+                            message.starts_with("specs[") || message.starts_with("schema_version "),
+                            "{}", message
+                        );
+                    }
+                    Err(other) => prop_assert!(false, "unexpected {:?}", other),
+                }
+            }
+        }
     }
 }

@@ -222,7 +222,32 @@ pub fn load_arm_checkpoint(
             path: path.to_owned(),
             message: error.to_string(),
         })?;
-    validate_checkpoint(payload, expected)
+    validate_checkpoint(payload, expected).map_err(|error| match error {
+        CheckpointError::Invalid(message) => {
+            CheckpointError::Invalid(format!("{}: {message}", path.display()))
+        }
+        other => other,
+    })
+}
+
+/// `value` as a `T`, or the message `resume checkpoint {at}.FIELD is
+/// malformed: ...` naming the field at fault within `at`.
+fn deserialize_at<T: serde::de::DeserializeOwned>(
+    value: Value,
+    at: &str,
+) -> Result<T, CheckpointError> {
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let field = error.path().to_string();
+        let field = if field == "." {
+            at.to_owned()
+        } else {
+            format!("{at}.{field}")
+        };
+        invalid(format!(
+            "resume checkpoint {field} is malformed: {}",
+            error.into_inner()
+        ))
+    })
 }
 
 fn invalid(message: impl Into<String>) -> CheckpointError {
@@ -267,7 +292,7 @@ pub fn validate_checkpoint(
         .unwrap_or(Value::Null);
     if schema.as_str() != Some(HARNESS_CHECKPOINT_SCHEMA_VERSION) {
         return Err(invalid(format!(
-            "resume checkpoint schema is incompatible: expected \
+            "resume checkpoint schema_version is incompatible: expected \
              \"{HARNESS_CHECKPOINT_SCHEMA_VERSION}\", got {schema}"
         )));
     }
@@ -339,10 +364,10 @@ pub fn validate_checkpoint(
             "resume checkpoint state.coverage_first_seen must be an object",
         ));
     };
-    if !coverage.values().all(Value::is_number) {
-        return Err(invalid(
-            "resume checkpoint state.coverage_first_seen values must be numeric",
-        ));
+    if let Some((family, _)) = coverage.iter().find(|(_, minutes)| !minutes.is_number()) {
+        return Err(invalid(format!(
+            "resume checkpoint state.coverage_first_seen.{family} must be numeric"
+        )));
     }
 
     let completed = count_field(completed_raw.as_ref())
@@ -410,18 +435,10 @@ pub fn validate_checkpoint(
 
     // Shape of every entry, with its position in the message.
     for (index, epoch) in list("epochs").iter().enumerate() {
-        if let Err(error) = EpochSummary::deserialize(epoch) {
-            return Err(invalid(format!(
-                "resume checkpoint state.epochs[{index}] is malformed: {error}"
-            )));
-        }
+        deserialize_at::<EpochSummary>(epoch.clone(), &format!("state.epochs[{index}]"))?;
     }
     for (index, point) in list("checkpoints").iter().enumerate() {
-        if let Err(error) = AnytimeCheckpoint::deserialize(point) {
-            return Err(invalid(format!(
-                "resume checkpoint state.checkpoints[{index}] is malformed: {error}"
-            )));
-        }
+        deserialize_at::<AnytimeCheckpoint>(point.clone(), &format!("state.checkpoints[{index}]"))?;
     }
     let mut state = state;
     for field in [
@@ -446,8 +463,7 @@ pub fn validate_checkpoint(
     {
         state.insert("variant_records_total".into(), Value::from(total as u64));
     }
-    serde_json::from_value(Value::Object(state))
-        .map_err(|error| invalid(format!("resume checkpoint state is malformed: {error}")))
+    deserialize_at(Value::Object(state), "state")
 }
 
 #[cfg(test)]
@@ -631,7 +647,7 @@ mod tests {
             ),
             (
                 Box::new(|v| v["schema_version"] = json!("other_v9")),
-                "resume checkpoint schema is incompatible: expected \
+                "resume checkpoint schema_version is incompatible: expected \
                  \"loopx_explore_harness_checkpoint_v0\", got \"other_v9\"",
             ),
             (
@@ -672,7 +688,7 @@ mod tests {
             ),
             (
                 Box::new(|v| v["state"]["coverage_first_seen"]["fam"] = json!("soon")),
-                "resume checkpoint state.coverage_first_seen values must be numeric",
+                "resume checkpoint state.coverage_first_seen.fam must be numeric",
             ),
             (
                 Box::new(|v| v["completed_epochs"] = json!("two")),
@@ -740,5 +756,100 @@ mod tests {
         assert_eq!(restored.novel_value_total, 0.0);
         assert_eq!(restored.records_jsonl_bytes, 0);
         assert_eq!(restored.epochs_jsonl_bytes, 400);
+    }
+
+    #[test]
+    fn a_malformed_checkpoint_names_the_file_and_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.json");
+        let mut value = payload(2);
+        value["state"]["epochs"][1]["record_count"] = json!("three");
+        fs::write(&path, serde_json::to_vec(&value).unwrap()).unwrap();
+        let text = load_arm_checkpoint(&path, &signature())
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains(&path.display().to_string()), "{text}");
+        assert!(text.contains("state.epochs[1].record_count"), "{text}");
+
+        let mut value = payload(2);
+        value["state"]["catalog_consumed"] = json!({"a": 1});
+        fs::write(&path, serde_json::to_vec(&value).unwrap()).unwrap();
+        let text = load_arm_checkpoint(&path, &signature())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.starts_with(&format!(
+                "{}: resume checkpoint state.catalog_consumed must be a list",
+                path.display()
+            )),
+            "{text}"
+        );
+    }
+
+    mod props {
+        use super::*;
+        use crate::hostile_inputs::{
+            config, json_value, mutate_bytes, read_temp_file, with_a_leaf_of_another_type,
+        };
+        use proptest::prelude::*;
+
+        fn load_bytes(
+            bytes: &[u8],
+        ) -> (
+            tempfile::TempDir,
+            PathBuf,
+            Result<CheckpointState, CheckpointError>,
+        ) {
+            read_temp_file("checkpoint.json", bytes, |path| {
+                load_arm_checkpoint(path, &signature())
+            })
+        }
+
+        proptest! {
+            #![proptest_config(config(128))]
+
+            #[test]
+            fn prop_checkpoint_damaged_bytes_never_panic_and_errors_name_the_file(
+                bytes in (0u32..3).prop_flat_map(|n| {
+                    mutate_bytes(serde_json::to_vec_pretty(&payload(n)).unwrap(), false)
+                }),
+            ) {
+                let (_dir, path, result) = load_bytes(&bytes);
+                if let Err(error) = result {
+                    let text = error.to_string();
+                    prop_assert!(
+                        text.contains(&path.display().to_string())
+                            || matches!(error, CheckpointError::Incompatible(_)),
+                        "{}", text
+                    );
+                }
+            }
+
+            #[test]
+            fn prop_checkpoint_a_value_of_another_type_names_file_and_field(
+                (checkpoint, key) in with_a_leaf_of_another_type(payload(2), |_| true),
+            ) {
+                let (_dir, path, result) = load_bytes(&serde_json::to_vec(&checkpoint).unwrap());
+                let error = result.unwrap_err();
+                let text = error.to_string();
+                prop_assert!(
+                    text.contains(&path.display().to_string())
+                        || matches!(error, CheckpointError::Incompatible(_)),
+                    "{}", text
+                );
+                prop_assert!(text.contains(&key), "{} not named in {}", key, text);
+            }
+
+            #[test]
+            fn prop_checkpoint_any_json_never_panics(
+                value in json_value(),
+                state in json_value(),
+            ) {
+                let _ = validate_checkpoint(value, &signature());
+                let mut checkpoint = payload(1);
+                checkpoint["state"] = state;
+                let _ = validate_checkpoint(checkpoint, &signature());
+            }
+        }
     }
 }

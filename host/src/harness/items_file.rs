@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use crate::episode::adapter::{AdapterError, ErrorType, Item, SeedSource};
+use crate::episode::value::{MAX_INPUT_NESTING, nesting_depth};
 
 /// Why an items file could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -37,13 +38,28 @@ pub enum ItemsFileError {
 /// Read every non-blank line of `path` as one item. Blank lines are
 /// skipped. `item_id`, when present, must be a string or a number;
 /// `is_variant` a boolean; `seed_item_id` a string; `concurrency_keys` an
-/// array. Shape rules beyond types (empty or duplicate ids, unknown seeds)
-/// are the episode runtime's to judge under the failure policy.
+/// array; no field may nest arrays and objects past [`MAX_INPUT_NESTING`]
+/// levels (counting the item's own). Text that is not UTF-8 is an error
+/// naming its line. Shape rules beyond types (empty or duplicate ids,
+/// unknown seeds) are the episode runtime's to judge under the failure
+/// policy.
 pub fn read_items_file(path: &Path) -> Result<Vec<Item>, ItemsFileError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| ItemsFileError::Read {
+    let bytes = std::fs::read(path).map_err(|source| ItemsFileError::Read {
         path: shown.clone(),
         source,
+    })?;
+    let text = String::from_utf8(bytes).map_err(|error| {
+        let valid = &error.as_bytes()[..error.utf8_error().valid_up_to()];
+        let line_start = valid
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |at| at + 1);
+        ItemsFileError::Line {
+            path: shown.clone(),
+            line: valid.iter().filter(|b| **b == b'\n').count() + 1,
+            message: format!("not valid UTF-8 (byte {})", valid.len() - line_start + 1),
+        }
     })?;
     let mut items = Vec::new();
     // A UTF-8 byte-order mark some editors write is not part of the data.
@@ -64,6 +80,15 @@ pub fn read_items_file(path: &Path) -> Result<Vec<Item>, ItemsFileError> {
         let serde_json::Value::Object(item) = value else {
             return Err(fail("each line must be one JSON object".to_string()));
         };
+        if let Some((field, depth)) = item
+            .iter()
+            .map(|(field, value)| (field, nesting_depth(value) + 1))
+            .find(|(_, depth)| *depth > MAX_INPUT_NESTING)
+        {
+            return Err(fail(format!(
+                "field `{field}` nests arrays and objects {depth} levels deep, over the limit of {MAX_INPUT_NESTING}"
+            )));
+        }
         check_field(
             &item,
             "item_id",
@@ -209,6 +234,33 @@ mod tests {
     }
 
     #[test]
+    fn invalid_utf8_names_its_line() {
+        let mut f = file("{\"item_id\":\"a\"}\n");
+        f.write_all(b"{\"item_id\":\"b\xff\"}\n").unwrap();
+        let message = read_items_file(f.path()).unwrap_err().to_string();
+        assert!(
+            message.contains(&format!("{}:2: not valid UTF-8", f.path().display())),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_line_nested_too_deeply_is_refused() {
+        // serde_json reads up to 128 levels, but an item is written again
+        // one level deeper (a durable point's items.json is a list of
+        // items), where it could not be read back.
+        let deep = crate::hostile_inputs::deep_json(120, false);
+        let f = file(&format!(
+            "{{\"item_id\":\"a\"}}\n{{\"item_id\":\"b\",\"x\":{deep}}}\n"
+        ));
+        let message = read_items_file(f.path()).unwrap_err().to_string();
+        assert!(
+            message.contains(":2: field `x` nests arrays and objects 121 levels deep"),
+            "{message}"
+        );
+    }
+
+    #[test]
     fn empty_and_missing_files_are_errors() {
         assert!(matches!(
             read_items_file(file("\n\n").path()),
@@ -218,5 +270,126 @@ mod tests {
             read_items_file(Path::new("/nonexistent/items.jsonl")),
             Err(ItemsFileError::Read { .. })
         ));
+    }
+
+    mod props {
+        use super::*;
+        use crate::hostile_inputs::{config, json_value, mutate_bytes, value_not_of};
+        use proptest::prelude::*;
+        use serde_json::{Value, json};
+
+        fn bytes_file(bytes: &[u8]) -> tempfile::NamedTempFile {
+            let mut file = tempfile::NamedTempFile::new().unwrap();
+            file.write_all(bytes).unwrap();
+            file
+        }
+
+        fn valid_line(n: usize) -> Vec<u8> {
+            serde_json::to_vec(&json!({"item_id": format!("i{n}"), "family": "f",
+                                       "is_variant": false, "concurrency_keys": ["k"]}))
+            .unwrap()
+        }
+
+        /// Lines `0..before` valid, then `bad`, then `after` valid lines.
+        fn around(before: usize, bad: &[u8], after: usize) -> Vec<u8> {
+            let mut text = Vec::new();
+            for n in 0..before {
+                text.extend(valid_line(n));
+                text.push(b'\n');
+            }
+            text.extend_from_slice(bad);
+            text.push(b'\n');
+            for n in 0..after {
+                text.extend(valid_line(100 + n));
+                text.push(b'\n');
+            }
+            text
+        }
+
+        proptest! {
+            #![proptest_config(config(128))]
+
+            #[test]
+            fn prop_items_file_any_bytes_never_panic_and_errors_name_the_file(
+                bytes in prop::collection::vec(any::<u8>(), 0..512),
+            ) {
+                let f = bytes_file(&bytes);
+                if let Err(error) = read_items_file(f.path()) {
+                    let shown = f.path().display().to_string();
+                    prop_assert!(error.to_string().contains(&shown), "{}", error);
+                    if let ItemsFileError::Line { line, .. } = error {
+                        prop_assert!(line >= 1 && line <= bytes.split(|b| *b == b'\n').count());
+                    }
+                }
+            }
+
+            #[test]
+            fn prop_items_file_a_damaged_line_is_named_by_number(
+                before in 0usize..4,
+                after in 0usize..3,
+                bad in (0usize..100).prop_flat_map(|n| mutate_bytes(valid_line(n), true)),
+            ) {
+                let f = bytes_file(&around(before, &bad, after));
+                match read_items_file(f.path()) {
+                    Ok(items) => prop_assert!(items.len() >= before + after),
+                    // The damaged line became blank and was the only one.
+                    Err(ItemsFileError::Empty { .. }) if before + after == 0 => {}
+                    Err(error) => {
+                        let text = error.to_string();
+                        let expected = format!("{}:{}: ", f.path().display(), before + 1);
+                        prop_assert!(text.starts_with(&expected), "{} / {}", expected, text);
+                    }
+                }
+            }
+
+            #[test]
+            fn prop_items_file_a_field_of_the_wrong_type_is_named(
+                before in 0usize..3,
+                (field, value) in prop_oneof![
+                    value_not_of(&["string", "number", "null"]).prop_map(|v| ("item_id", v)),
+                    value_not_of(&["boolean", "null"]).prop_map(|v| ("is_variant", v)),
+                    value_not_of(&["string", "null"]).prop_map(|v| ("seed_item_id", v)),
+                    value_not_of(&["array", "null"]).prop_map(|v| ("concurrency_keys", v)),
+                ],
+                duplicate in any::<bool>(),
+            ) {
+                let mut item = serde_json::from_slice::<Item>(&valid_line(9)).unwrap();
+                let line = if duplicate {
+                    // The last of two equal keys is the one read.
+                    crate::hostile_inputs::with_duplicate_key(&item, field, &value)
+                } else {
+                    item.insert(field.into(), value);
+                    serde_json::to_string(&item).unwrap()
+                };
+                let f = bytes_file(&around(before, line.as_bytes(), 1));
+                let text = read_items_file(f.path()).unwrap_err().to_string();
+                let expected = format!("{}:{}: field `{field}` must be", f.path().display(), before + 1);
+                prop_assert!(text.starts_with(&expected), "{}", text);
+            }
+
+            #[test]
+            fn prop_items_file_any_object_line_is_read_or_refused_by_field(
+                value in json_value(),
+            ) {
+                let line = serde_json::to_vec(&value).unwrap();
+                let f = bytes_file(&around(1, &line, 0));
+                match read_items_file(f.path()) {
+                    // Compared with what serde_json reads, whose float parsing
+                    // may differ from the written value in the last digit.
+                    Ok(items) => prop_assert_eq!(
+                        Value::Object(items[1].clone()),
+                        serde_json::from_slice::<Value>(&line).unwrap()
+                    ),
+                    Err(error) => {
+                        let text = error.to_string();
+                        prop_assert!(text.contains(":2: "), "{}", text);
+                        prop_assert!(
+                            !value.is_object() || text.contains("field `"),
+                            "{}", text
+                        );
+                    }
+                }
+            }
+        }
     }
 }

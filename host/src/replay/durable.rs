@@ -162,7 +162,7 @@ impl PointLine {
         let point = ReplayPoint::from_record(record)?;
         // Errors name the field's path, e.g. `durable_state.binding_token`.
         let extra: Extra = serde_path_to_error::deserialize(Value::Object(record.clone()))
-            .map_err(|error| format!("{}: {}", error.path(), error.inner()))?;
+            .map_err(super::point::field_error)?;
         Ok(Self {
             point,
             arm: extra.arm,
@@ -463,10 +463,22 @@ pub fn read_jsonl(
         source,
     })?;
     for (index, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|source| DurableError::Read {
-            path: shown.clone(),
-            source,
-        })?;
+        let line = match line {
+            Ok(line) => line,
+            Err(error) if error.kind() == io::ErrorKind::InvalidData => {
+                return Err(DurableError::Malformed {
+                    path: shown,
+                    line: index + 1,
+                    message: "not valid UTF-8".into(),
+                });
+            }
+            Err(source) => {
+                return Err(DurableError::Read {
+                    path: shown,
+                    source,
+                });
+            }
+        };
         if line.trim().is_empty() {
             continue;
         }
@@ -755,5 +767,185 @@ mod tests {
         let error = load_points(dir.path()).unwrap_err().to_string();
         assert!(error.contains("replay-points.jsonl:1:"), "{error}");
         assert!(error.contains("trace_id"), "{error}");
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_is_named_with_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut record = line("rp-1", Lifecycle::Ready).to_record();
+        record["trace_id"] = serde_json::json!(5);
+        let text = format!(
+            "{}\n{}\n",
+            serde_json::to_string(&line("rp-0", Lifecycle::Ready).to_record()).unwrap(),
+            serde_json::to_string(&record).unwrap()
+        );
+        std::fs::write(dir.path().join(POINTS_FILE), text).unwrap();
+        let error = load_points(dir.path()).unwrap_err().to_string();
+        assert!(
+            error.contains("replay-points.jsonl:2: trace_id: "),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_in_a_point_line_is_named_with_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = serde_json::to_vec(&line("rp-0", Lifecycle::Ready).to_record()).unwrap();
+        text.extend_from_slice(b"\n{\"replay_point_id\": \"\xff\"}\n");
+        std::fs::write(dir.path().join(POINTS_FILE), text).unwrap();
+        let error = load_points(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("replay-points.jsonl:2: "), "{error}");
+    }
+
+    mod props {
+        use super::*;
+        use crate::hostile_inputs::{
+            config, hostile_string, json_value, mutate_bytes, read_temp_file,
+            with_a_leaf_of_another_type,
+        };
+        use proptest::prelude::*;
+
+        fn durable_line(n: usize) -> Map<String, Value> {
+            let mut point = line(&format!("rp-{n}"), Lifecycle::Released);
+            point.durable_state = Some(DurableState {
+                kind: DurableKind::Snapshot,
+                file: format!("{STATES_DIR}/rp-{n}.wasm"),
+                sha256: "00".into(),
+                size_bytes: 4,
+                items_file: format!("{STATES_DIR}/rp-{n}.items.json"),
+                items_sha256: "00".into(),
+                binding_token: Some(7),
+            });
+            point.snapshot = Some(serde_json::json!({"bytes": 4}));
+            point.to_record()
+        }
+
+        /// Lines `0..before` valid, then `bad`, then `after` valid lines.
+        fn around(before: usize, bad: &[u8], after: usize) -> Vec<u8> {
+            let mut text = Vec::new();
+            for n in 0..before {
+                text.extend(serde_json::to_vec(&durable_line(n)).unwrap());
+                text.push(b'\n');
+            }
+            text.extend_from_slice(bad);
+            text.push(b'\n');
+            for n in 0..after {
+                text.extend(serde_json::to_vec(&durable_line(100 + n)).unwrap());
+                text.push(b'\n');
+            }
+            text
+        }
+
+        fn load_bytes(bytes: &[u8]) -> (tempfile::TempDir, Result<Vec<PointLine>, DurableError>) {
+            let (dir, _, result) = read_temp_file(POINTS_FILE, bytes, |path| {
+                load_points(path.parent().expect("in a directory"))
+            });
+            (dir, result)
+        }
+
+        proptest! {
+            #![proptest_config(config(128))]
+
+            #[test]
+            fn prop_replay_points_any_bytes_never_panic_and_errors_name_file_and_line(
+                bytes in prop::collection::vec(any::<u8>(), 0..512),
+                next_epoch in any::<u32>(),
+            ) {
+                let (dir, result) = load_bytes(&bytes);
+                if let Err(error) = result {
+                    let shown = dir.path().join(POINTS_FILE).display().to_string();
+                    let text = error.to_string();
+                    prop_assert!(text.starts_with(&shown), "{}", text);
+                    let DurableError::Malformed { line, .. } = error else {
+                        return Err(TestCaseError::fail(format!("no line in {text}")));
+                    };
+                    prop_assert!(line >= 1 && line <= bytes.split(|b| *b == b'\n').count());
+                }
+                // Resume's cut-back reads the same file leniently.
+                let _ = cut_back_points(dir.path(), next_epoch);
+            }
+
+            #[test]
+            fn prop_replay_points_a_damaged_line_is_named_by_number(
+                before in 0usize..3,
+                after in 0usize..3,
+                bad in (0usize..50).prop_flat_map(|n| {
+                    mutate_bytes(serde_json::to_vec(&durable_line(n)).unwrap(), true)
+                }),
+            ) {
+                let (dir, result) = load_bytes(&around(before, &bad, after));
+                if let Err(error) = result {
+                    let shown = format!("{}:{}: ", dir.path().join(POINTS_FILE).display(), before + 1);
+                    let text = error.to_string();
+                    prop_assert!(text.starts_with(&shown), "{}", text);
+                }
+            }
+
+            #[test]
+            fn prop_replay_points_a_field_of_another_type_names_line_and_field(
+                before in 0usize..3,
+                (record, key) in with_a_leaf_of_another_type(
+                    Value::Object(durable_line(0)),
+                    // `snapshot` holds any JSON.
+                    |pointer| !pointer.starts_with("/snapshot"),
+                ),
+            ) {
+                let (dir, result) = load_bytes(&around(before, &serde_json::to_vec(&record).unwrap(), 1));
+                let text = result.unwrap_err().to_string();
+                let shown = format!("{}:{}: ", dir.path().join(POINTS_FILE).display(), before + 1);
+                prop_assert!(text.starts_with(&shown), "{}", text);
+                prop_assert!(text[shown.len()..].contains(&key), "{} not named in {}", key, text);
+            }
+
+            #[test]
+            fn prop_durable_state_files_stay_under_the_points_folder(
+                file in prop_oneof![hostile_string(), hostile_string().prop_map(|s| format!("{STATES_DIR}/{s}"))],
+                items_file in prop_oneof![hostile_string(), hostile_string().prop_map(|s| format!("{STATES_DIR}/{s}"))],
+                size_bytes in any::<u64>(),
+                snapshot in any::<bool>(),
+            ) {
+                let dir = tempfile::tempdir().unwrap();
+                let durable = DurableState {
+                    kind: if snapshot { DurableKind::Snapshot } else { DurableKind::State },
+                    file,
+                    sha256: String::new(),
+                    size_bytes,
+                    items_file,
+                    items_sha256: String::new(),
+                    binding_token: Some(1),
+                };
+                match read_durable_state(dir.path(), &durable) {
+                    Ok(_) => prop_assert!(false, "nothing was written, nothing can be read"),
+                    Err(DurableError::Tampered { .. }) => {}
+                    Err(error) => {
+                        prop_assert!(is_state_file_name(&durable.file), "{}", error);
+                        prop_assert!(is_state_file_name(&durable.items_file), "{}", error);
+                        prop_assert!(error.to_string().contains(&dir.path().display().to_string()));
+                    }
+                }
+            }
+
+            #[test]
+            fn prop_durable_items_a_damaged_file_is_named_with_its_line(
+                items in prop::collection::vec(json_value(), 0..4).prop_flat_map(|items| {
+                    mutate_bytes(serde_json::to_vec_pretty(&items).unwrap(), false)
+                }),
+            ) {
+                let dir = tempfile::tempdir().unwrap();
+                let store = ReplayStore::new(dir.path());
+                let mut durable = store.write_state("rp-1", b"state", &[]).unwrap();
+                let items_path = dir.path().join(&durable.items_file);
+                std::fs::write(&items_path, &items).unwrap();
+                // A tamperer who also rewrites the recorded digest.
+                durable.items_sha256 = crate::digest::sha256_hex(&items);
+                if let Err(error) = read_durable_state(dir.path(), &durable) {
+                    let text = error.to_string();
+                    prop_assert!(text.contains(&items_path.display().to_string()), "{}", text);
+                    if let DurableError::Malformed { line, .. } = error {
+                        prop_assert!(line >= 1 && line <= items.split(|b| *b == b'\n').count());
+                    }
+                }
+            }
+        }
     }
 }

@@ -146,8 +146,8 @@ impl ReplayPoint {
             created_event_id: String,
             replaces_replay_point_id: Option<String>,
         }
-        let raw: Raw = serde_json::from_value(Value::Object(record.clone()))
-            .map_err(|error| error.to_string())?;
+        let raw: Raw =
+            serde_path_to_error::deserialize(Value::Object(record.clone())).map_err(field_error)?;
         Ok(Self {
             replay_point_id: raw.replay_point_id,
             cursor: TraceCursor {
@@ -167,6 +167,17 @@ impl ReplayPoint {
             created_event_id: raw.created_event_id,
             replaces_replay_point_id: raw.replaces_replay_point_id,
         })
+    }
+}
+
+/// A deserialisation error as `field.path: what is wrong`, or just what is
+/// wrong when it is about the whole object (a missing field names itself).
+pub(crate) fn field_error(error: serde_path_to_error::Error<serde_json::Error>) -> String {
+    let path = error.path().to_string();
+    if path == "." {
+        error.into_inner().to_string()
+    } else {
+        format!("{path}: {}", error.into_inner())
     }
 }
 

@@ -28,6 +28,7 @@ use crate::episode::adapter::{
     AdapterError, CallContext, EpisodeAdapter, ErrorType, Item, Prepared, Protocols, Record,
     SeedSource,
 };
+use crate::episode::value::{MAX_INPUT_NESTING, nesting_depth};
 use crate::trace::{TraceEvent, TraceLog};
 
 mod child_instance;
@@ -545,7 +546,9 @@ fn to_json(item: &Item) -> String {
     serde_json::to_string(item).expect("a JSON map always serialises")
 }
 
-/// Parse what the adapter returned as one JSON object within `max_bytes`.
+/// Parse what the adapter returned as one JSON object within `max_bytes`
+/// and [`MAX_INPUT_NESTING`] levels of arrays and objects; errors
+/// (`invalid_output`, `output_too_large`) begin with `what`.
 pub fn parse_object(text: &str, max_bytes: usize, what: &str) -> Result<Record, AdapterError> {
     if text.len() > max_bytes {
         return Err(AdapterError::new(
@@ -557,7 +560,18 @@ pub fn parse_object(text: &str, max_bytes: usize, what: &str) -> Result<Record, 
         ));
     }
     match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(serde_json::Value::Object(map)) => {
+            let depth = 1 + map.values().map(nesting_depth).max().unwrap_or(0);
+            if depth > MAX_INPUT_NESTING {
+                return Err(AdapterError::new(
+                    ErrorType::InvalidOutput,
+                    format!(
+                        "{what} nests arrays and objects {depth} levels deep, over the limit of {MAX_INPUT_NESTING}"
+                    ),
+                ));
+            }
+            Ok(map)
+        }
         Ok(other) => Err(AdapterError::new(
             ErrorType::InvalidOutput,
             format!("{what} must be a JSON object, got {}", json_kind(&other)),
@@ -830,9 +844,84 @@ mod tests {
     }
 
     #[test]
+    fn a_record_nested_too_deeply_to_be_read_back_is_refused() {
+        // 127 levels, the most serde_json reads; with the host-owned field
+        // moved under `adapter_claimed` the record would be 128 levels deep
+        // in records.jsonl, where no reader could parse it again.
+        let text = format!(
+            "{{\"adapter_error\":{}}}",
+            crate::hostile_inputs::deep_json(126, true)
+        );
+        let error = parse_record(&text, 1 << 20, "the record").unwrap_err();
+        assert_eq!(error.error_type, ErrorType::InvalidOutput);
+        assert!(
+            error
+                .message
+                .starts_with("the record nests arrays and objects 127 levels deep"),
+            "{error}"
+        );
+        let shallow = format!("{{\"a\":{}}}", crate::hostile_inputs::deep_json(98, true));
+        assert!(parse_record(&shallow, 1 << 20, "the record").is_ok());
+    }
+
+    #[test]
     fn deadlines_are_whole_epoch_ticks() {
         assert_eq!(SandboxEngine::deadline_ticks(60.0), 6000);
         assert_eq!(SandboxEngine::deadline_ticks(0.001), 1, "at least one tick");
         assert_eq!(SandboxEngine::deadline_ticks(0.015), 2, "rounded up");
+    }
+
+    mod props {
+        use super::*;
+        use crate::hostile_inputs::{config, deep_json, json_value, mutate_bytes};
+        use proptest::prelude::*;
+        use serde_json::Value;
+
+        /// What a guest may return as a record: any text, any JSON, deep
+        /// nesting (also under a field the host moves), damaged records.
+        fn guest_text() -> impl Strategy<Value = String> {
+            let record =
+                r#"{"item_id":"a","accepted":true,"adapter_error":{"type":"trap"},"n":1.5}"#;
+            prop_oneof![
+                any::<String>(),
+                json_value().prop_map(|v| v.to_string()),
+                (1usize..4000, any::<bool>())
+                    .prop_map(|(depth, objects)| deep_json(depth, objects)),
+                (120usize..130, prop::sample::select(HOST_OWNED_FIELDS)).prop_map(
+                    |(depth, field)| { format!("{{\"{field}\":{}}}", deep_json(depth, true)) }
+                ),
+                mutate_bytes(record.as_bytes().to_vec(), false)
+                    .prop_map(|bytes| String::from_utf8_lossy(&bytes).into_owned()),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(config(256))]
+
+            #[test]
+            fn prop_guest_json_is_one_object_or_an_error_naming_what_was_returned(
+                text in guest_text(),
+                max in prop_oneof![Just(8usize << 20), 0usize..64],
+            ) {
+                match parse_record(&text, max, "the observation record") {
+                    Ok(record) => {
+                        prop_assert!(text.len() <= max);
+                        for field in HOST_OWNED_FIELDS {
+                            prop_assert!(!record.contains_key(*field));
+                        }
+                        // What the host writes of it, its readers can read back.
+                        let line = serde_json::to_string(&record).unwrap();
+                        prop_assert!(serde_json::from_str::<Value>(&line).is_ok(), "{}", line.len());
+                    }
+                    Err(error) => {
+                        prop_assert!(matches!(
+                            error.error_type,
+                            ErrorType::InvalidOutput | ErrorType::OutputTooLarge
+                        ));
+                        prop_assert!(error.message.starts_with("the observation record "), "{}", error);
+                    }
+                }
+            }
+        }
     }
 }

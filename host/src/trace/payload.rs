@@ -3,6 +3,8 @@
 
 use serde_json::Value;
 
+use crate::episode::value::{MAX_INPUT_NESTING, nesting_depth};
+
 /// Keys that name adapter-owned or sensitive state; compared after trimming
 /// and lower-casing, at any depth (reference `_FORBIDDEN_PUBLIC_KEYS`).
 pub const FORBIDDEN_PUBLIC_KEYS: &[&str] = &[
@@ -38,16 +40,27 @@ pub enum PayloadError {
     /// A string is an absolute path (POSIX, UNC or a Windows drive path).
     #[error("public trace payload must not contain absolute paths: {0}")]
     AbsolutePath(String),
+    /// The payload nests arrays and objects more than
+    /// [`MAX_INPUT_NESTING`] levels deep (the count): its event line could
+    /// not be read back from the trace file.
+    #[error(
+        "public_payload nests arrays and objects {0} levels deep, over the limit of {MAX_INPUT_NESTING}"
+    )]
+    TooDeep(usize),
 }
 
 /// Check that `value` is a public-safe JSON object: no forbidden keys, no
-/// empty keys, no absolute paths in any string, at any depth. JSON has no
-/// binary or path types, so the reference's type checks hold by
-/// construction.
+/// empty keys, no absolute paths in any string, at any depth, and at most
+/// [`MAX_INPUT_NESTING`] levels of arrays and objects. JSON has no binary
+/// or path types, so the reference's type checks hold by construction.
 pub fn validate_public_payload(value: &Value) -> Result<(), PayloadError> {
     let field = "public_payload";
     if !value.is_object() {
         return Err(PayloadError::NotAnObject(field.to_string()));
+    }
+    let depth = nesting_depth(value);
+    if depth > MAX_INPUT_NESTING {
+        return Err(PayloadError::TooDeep(depth));
     }
     check(value, &mut field.to_string())
 }
@@ -147,10 +160,58 @@ mod tests {
     }
 
     #[test]
+    fn refuses_payloads_nested_too_deeply_to_be_read_back() {
+        // 127 levels parse (serde_json's limit is 128), but the event line
+        // in traces/epoch-N.jsonl nests the payload once more, and no
+        // reader could parse that line again.
+        let text = format!("{{\"a\":{}}}", crate::hostile_inputs::deep_json(126, true));
+        let payload: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            validate_public_payload(&payload),
+            Err(PayloadError::TooDeep(127))
+        );
+        let text = format!("{{\"a\":{}}}", crate::hostile_inputs::deep_json(98, false));
+        let payload: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(validate_public_payload(&payload), Ok(()));
+    }
+
+    #[test]
     fn refuses_empty_keys() {
         assert!(matches!(
             validate_public_payload(&json!({"": 1})),
             Err(PayloadError::EmptyKey(_))
         ));
+    }
+
+    mod props {
+        use super::*;
+        use crate::hostile_inputs::{config, hostile_string, json_value};
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(config(256))]
+
+            #[test]
+            fn prop_trace_payloads_are_accepted_or_refused_naming_the_field(
+                value in json_value(),
+                key in hostile_string(),
+            ) {
+                for payload in [value.clone(), serde_json::json!({ key.clone(): value })] {
+                    match validate_public_payload(&payload) {
+                        Ok(()) => prop_assert!(payload.is_object()),
+                        Err(PayloadError::NotAnObject(field)) => {
+                            prop_assert!(!payload.is_object());
+                            prop_assert_eq!(field, "public_payload");
+                        }
+                        Err(PayloadError::TooDeep(depth)) => prop_assert!(depth > 100),
+                        Err(PayloadError::EmptyKey(field)
+                            | PayloadError::ForbiddenKey(field)
+                            | PayloadError::AbsolutePath(field)) => {
+                            prop_assert!(field.starts_with("public_payload"), "{}", field);
+                        }
+                    }
+                }
+            }
+        }
     }
 }
