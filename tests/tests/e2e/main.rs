@@ -8,6 +8,7 @@ mod host_resources;
 mod hostile;
 mod llm_loop;
 mod loops;
+mod loops_child_crashes;
 mod new_adapter;
 mod replay;
 mod resume;
