@@ -600,32 +600,33 @@ fn a_second_coordinator_on_one_repository_is_refused_naming_the_first() {
     assert!(stdout(&output).contains("stopped (goal_met)"));
 }
 
-/// The Python of the virtualenv `.ci/loopy-loop-venv.sh` installs pydantic
-/// into (`$SANDLOOP_LOOPY_PYTHON` overrides it), or `None` after printing
-/// SKIPPED when `SANDLOOP_SKIP_LOOPY_WIRE=1` asks to skip knowingly.
+/// The Python of the virtualenv `.ci/loopy-loop-venv.sh` installs pydantic,
+/// httpx and PyYAML into (`$SANDLOOP_LOOPY_PYTHON` overrides it), or `None`
+/// after printing SKIPPED when `SANDLOOP_SKIP_LOOPY_WIRE=1` asks to skip
+/// knowingly. Panics, saying how to install them, when they are missing.
 pub(crate) fn loopy_loop_python() -> Option<std::path::PathBuf> {
     let python = std::env::var_os("SANDLOOP_LOOPY_PYTHON")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/loopy-loop-venv/bin/python")
         });
-    let has_pydantic = std::process::Command::new(&python)
-        .args(["-c", "import pydantic"])
+    let has_packages = std::process::Command::new(&python)
+        .args(["-c", "import pydantic, httpx, yaml"])
         .output()
         .is_ok_and(|output| output.status.success());
-    if has_pydantic {
+    if has_packages {
         return Some(python);
     }
     if std::env::var_os("SANDLOOP_SKIP_LOOPY_WIRE").is_some() {
         eprintln!(
-            "SKIPPED: no pydantic at {} (SANDLOOP_SKIP_LOOPY_WIRE is set)",
+            "SKIPPED: no pydantic, httpx and PyYAML at {} (SANDLOOP_SKIP_LOOPY_WIRE is set)",
             python.display()
         );
         return None;
     }
     panic!(
-        "the loopy-loop wire test needs pydantic at {}: run `bash .ci/loopy-loop-venv.sh` \
-         (or set SANDLOOP_SKIP_LOOPY_WIRE=1 to skip it knowingly)",
+        "the loopy-loop wire tests need pydantic, httpx and PyYAML at {}: run \
+         `bash .ci/loopy-loop-venv.sh` (or set SANDLOOP_SKIP_LOOPY_WIRE=1 to skip them knowingly)",
         python.display()
     );
 }
@@ -647,6 +648,7 @@ fn loop_serve_answers_validate_against_the_loopy_loop_models() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/loopy_loop/check_wire.py");
     let output = std::process::Command::new(&python)
         .arg(&script)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .arg(format!("http://{listen}"))
         .arg(dir.path())
         .output()

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -17,9 +17,8 @@ use crate::support::*;
 /// fails: generous for a loaded machine, but bounded.
 const PATIENCE: Duration = Duration::from_secs(120);
 
-/// A running `sandloop loop run`, killed (SIGKILL, as `kill -9`) when
-/// dropped, so a failing test leaves no coordinator behind.
-struct Coordinator(Child);
+/// A running `sandloop loop run`; killed if the test fails on the way.
+struct Coordinator(KillOnDrop);
 
 impl Coordinator {
     /// `sandloop loop run --repo REPO [--resume]`, stderr appended to `log`.
@@ -39,39 +38,23 @@ impl Coordinator {
             .stderr(stderr)
             .spawn()
             .unwrap();
-        Coordinator(child)
+        Coordinator(KillOnDrop(child))
     }
 
     /// `kill -9` it and reap it.
     fn kill(mut self) {
+        let process = &mut self.0.0;
         assert!(
-            self.0.try_wait().unwrap().is_none(),
+            process.try_wait().unwrap().is_none(),
             "the coordinator ended before it could be killed"
         );
-        self.0.kill().unwrap();
-        self.0.wait().unwrap();
+        process.kill().unwrap();
+        process.wait().unwrap();
     }
 
     /// Wait (bounded) for it to exit on its own; its exit code.
     fn finish(mut self) -> i32 {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.0.try_wait().unwrap() {
-                return status.code().expect("exited normally");
-            }
-            assert!(
-                started.elapsed() < PATIENCE,
-                "the resumed loop did not end within {PATIENCE:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Coordinator {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        self.0.wait_within(PATIENCE, "the resumed loop")
     }
 }
 

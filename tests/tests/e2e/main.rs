@@ -9,6 +9,7 @@ mod hostile;
 mod llm_loop;
 mod loops;
 mod loops_child_crashes;
+mod loops_loopy_worker;
 mod new_adapter;
 mod replay;
 mod resume;
