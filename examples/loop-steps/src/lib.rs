@@ -6,12 +6,15 @@
 //!
 //! - `plan` writes `/work/plan.txt` with the goal and the target count
 //!   (the first number in the goal, default 3);
-//! - `work` appends one line to `/work/progress.txt`; an item whose goal
-//!   mentions `fail` makes it fail instead, and `child:` in the goal makes
-//!   the first work step ask for a child session with the rest of the goal;
-//!   `slow` makes each work step take 300 ms (crash tests kill it mid-step);
+//! - `work` appends one line, `step ITERATION in SESSION-ID`, to
+//!   `/work/progress.txt` (a parent and its child session share the file,
+//!   and the line says which one wrote it); an item whose goal mentions
+//!   `fail` makes it fail instead, and `child:` in the goal makes the
+//!   session's first work step ask for a child session with the rest of the
+//!   goal; `slow` makes each work step take 300 ms (crash tests kill it
+//!   mid-step);
 //! - `goal_check` reports the goal met once `progress.txt` has as many
-//!   lines as the target.
+//!   lines of its own session as the target.
 //!
 //! Two more try the sandbox's grants (a workflow set of the e2e tests):
 //!
@@ -43,9 +46,16 @@ fn target(goal: &str) -> usize {
         .unwrap_or(3)
 }
 
-fn progress() -> usize {
+/// The line a work step of `iteration` in session `session` writes.
+fn progress_line(iteration: u32, session: &str) -> String {
+    format!("step {iteration} in {session}")
+}
+
+/// How many lines of `progress.txt` session `session` wrote.
+fn progress(session: &str) -> usize {
+    let suffix = format!(" in {session}");
     std::fs::read_to_string(PROGRESS)
-        .map(|text| text.lines().filter(|line| !line.is_empty()).count())
+        .map(|text| text.lines().filter(|line| line.ends_with(&suffix)).count())
         .unwrap_or(0)
 }
 
@@ -87,26 +97,26 @@ impl Guest for Steps {
                     return failed("the goal asks this step to fail".into());
                 }
                 if let Some((_, child_goal)) = task.goal.split_once("child:")
-                    && progress() == 0
+                    && progress(&task.session_id) == 0
                     && let Err(error) =
                         signals::request_child_session(&task.workflow_set, child_goal.trim())
                 {
                     return failed(format!("child session refused: {error}"));
                 }
                 use std::io::Write;
-                let line = format!("step {}\n", task.iteration);
+                let line = progress_line(task.iteration, &task.session_id) + "\n";
                 let written = std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
                     .open(PROGRESS)
                     .and_then(|mut file| file.write_all(line.as_bytes()));
                 match written {
-                    Ok(()) => ok(format!("progress {}", progress())),
+                    Ok(()) => ok(format!("progress {}", progress(&task.session_id))),
                     Err(error) => failed(format!("cannot write {PROGRESS}: {error}")),
                 }
             }
             "goal_check" => {
-                let (done, wanted) = (progress(), target(&task.goal));
+                let (done, wanted) = (progress(&task.session_id), target(&task.goal));
                 let met = done >= wanted;
                 match signals::report_goal_check(met, &format!("{done} of {wanted} steps done")) {
                     Ok(()) if met => match signals::request_stop(

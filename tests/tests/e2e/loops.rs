@@ -11,11 +11,27 @@ use serde_json::Value;
 use crate::support::*;
 use sandloop_tests::LOOP_STEPS;
 
-fn init(repo: &Path, goal: &str) {
+/// `sandloop loop init` of the loop-steps plugin in `repo`, with `goal` as
+/// its goal file.
+pub(crate) fn init(repo: &Path, goal: &str) {
     let output = run(&["loop", "init", "--repo", s(repo), "--plugin", LOOP_STEPS]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     assert!(stdout(&output).contains("sandloop-loop.toml"));
     std::fs::write(repo.join("sandloop-goal.txt"), goal).unwrap();
+}
+
+/// Asserts a session's `history` holds iterations 1..=n in order, each
+/// once: none lost, none counted twice (`who` names the session).
+pub(crate) fn assert_each_iteration_once(history: &[Value], who: &str) {
+    let iterations: Vec<u64> = history
+        .iter()
+        .map(|entry| entry["iteration"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        iterations,
+        (1..=iterations.len() as u64).collect::<Vec<u64>>(),
+        "{who}: every iteration recorded exactly once: {history:?}"
+    );
 }
 
 fn state(repo: &Path) -> Value {
@@ -164,15 +180,7 @@ fn a_killed_loop_resumes_without_losing_or_repeating_an_iteration() {
     let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(report["stop_reason"], "goal_met");
     let history = report["state"]["history"].as_array().unwrap();
-    let iterations: Vec<u64> = history
-        .iter()
-        .map(|e| e["iteration"].as_u64().unwrap())
-        .collect();
-    assert_eq!(
-        iterations,
-        (1..=iterations.len() as u64).collect::<Vec<u64>>(),
-        "every iteration exactly once"
-    );
+    assert_each_iteration_once(history, "the loop");
     let progress = std::fs::read_to_string(dir.path().join("work/progress.txt")).unwrap();
     let successes = history
         .iter()
@@ -354,7 +362,12 @@ fn two_workers_take_turns_and_never_run_a_step_twice() {
 
 /// `sandloop loop serve` on `listen`, started and listening; tasks are
 /// leased for `lease_secs`.
-fn serve_on(repo: &Path, listen: &str, resume: bool, lease_secs: u32) -> std::process::Child {
+pub(crate) fn serve_on(
+    repo: &Path,
+    listen: &str,
+    resume: bool,
+    lease_secs: u32,
+) -> std::process::Child {
     let lease = lease_secs.to_string();
     let mut args = vec![
         "loop",
@@ -385,7 +398,7 @@ fn serve_on(repo: &Path, listen: &str, resume: bool, lease_secs: u32) -> std::pr
 }
 
 /// `127.0.0.1:PORT` with a port that was free a moment ago.
-fn free_listen() -> String {
+pub(crate) fn free_listen() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().to_string()
 }
@@ -441,16 +454,7 @@ fn killed_workers_and_a_killed_coordinator_lose_no_iteration_over_http() {
 
     let state = state(dir.path());
     assert_eq!(state["status"], "goal_met", "{state}");
-    let history = state["history"].as_array().unwrap();
-    let iterations: Vec<u64> = history
-        .iter()
-        .map(|e| e["iteration"].as_u64().unwrap())
-        .collect();
-    assert_eq!(
-        iterations,
-        (1..=iterations.len() as u64).collect::<Vec<u64>>(),
-        "each iteration once"
-    );
+    assert_each_iteration_once(state["history"].as_array().unwrap(), "the loop");
     let progress = std::fs::read_to_string(dir.path().join("work/progress.txt")).unwrap();
     let mut lines: Vec<&str> = progress.lines().collect();
     let total = lines.len();
@@ -596,32 +600,33 @@ fn a_second_coordinator_on_one_repository_is_refused_naming_the_first() {
     assert!(stdout(&output).contains("stopped (goal_met)"));
 }
 
-/// The Python of the virtualenv `.ci/loopy-loop-venv.sh` installs pydantic
-/// into (`$SANDLOOP_LOOPY_PYTHON` overrides it), or `None` after printing
-/// SKIPPED when `SANDLOOP_SKIP_LOOPY_WIRE=1` asks to skip knowingly.
-fn loopy_loop_python() -> Option<std::path::PathBuf> {
+/// The Python of the virtualenv `.ci/loopy-loop-venv.sh` installs pydantic,
+/// httpx and PyYAML into (`$SANDLOOP_LOOPY_PYTHON` overrides it), or `None`
+/// after printing SKIPPED when `SANDLOOP_SKIP_LOOPY_WIRE=1` asks to skip
+/// knowingly. Panics, saying how to install them, when they are missing.
+pub(crate) fn loopy_loop_python() -> Option<std::path::PathBuf> {
     let python = std::env::var_os("SANDLOOP_LOOPY_PYTHON")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/loopy-loop-venv/bin/python")
         });
-    let has_pydantic = std::process::Command::new(&python)
-        .args(["-c", "import pydantic"])
+    let has_packages = std::process::Command::new(&python)
+        .args(["-c", "import pydantic, httpx, yaml"])
         .output()
         .is_ok_and(|output| output.status.success());
-    if has_pydantic {
+    if has_packages {
         return Some(python);
     }
     if std::env::var_os("SANDLOOP_SKIP_LOOPY_WIRE").is_some() {
         eprintln!(
-            "SKIPPED: no pydantic at {} (SANDLOOP_SKIP_LOOPY_WIRE is set)",
+            "SKIPPED: no pydantic, httpx and PyYAML at {} (SANDLOOP_SKIP_LOOPY_WIRE is set)",
             python.display()
         );
         return None;
     }
     panic!(
-        "the loopy-loop wire test needs pydantic at {}: run `bash .ci/loopy-loop-venv.sh` \
-         (or set SANDLOOP_SKIP_LOOPY_WIRE=1 to skip it knowingly)",
+        "the loopy-loop wire tests need pydantic, httpx and PyYAML at {}: run \
+         `bash .ci/loopy-loop-venv.sh` (or set SANDLOOP_SKIP_LOOPY_WIRE=1 to skip them knowingly)",
         python.display()
     );
 }
@@ -643,6 +648,7 @@ fn loop_serve_answers_validate_against_the_loopy_loop_models() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/loopy_loop/check_wire.py");
     let output = std::process::Command::new(&python)
         .arg(&script)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .arg(format!("http://{listen}"))
         .arg(dir.path())
         .output()

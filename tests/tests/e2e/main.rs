@@ -8,6 +8,8 @@ mod host_resources;
 mod hostile;
 mod llm_loop;
 mod loops;
+mod loops_child_crashes;
+mod loops_loopy_worker;
 mod new_adapter;
 mod replay;
 mod resume;

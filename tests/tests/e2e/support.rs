@@ -152,3 +152,35 @@ pub fn assert_exit(output: &Output, expected: i32, says: &[&str]) {
         assert!(text.contains(part), "expected {part:?} in: {text}");
     }
 }
+
+/// A spawned process that is killed (SIGKILL, as `kill -9`) and reaped when
+/// dropped, so a test that fails on the way leaves nothing running.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl KillOnDrop {
+    /// Wait for the process to exit on its own, at most `limit`; its exit
+    /// code. Panics naming `what` when it is still running after `limit`
+    /// (it is then killed by the drop) or was ended by a signal.
+    pub fn wait_within(&mut self, limit: std::time::Duration, what: &str) -> i32 {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.0.try_wait().expect("wait for the process") {
+                return status
+                    .code()
+                    .unwrap_or_else(|| panic!("{what} was ended by a signal"));
+            }
+            assert!(
+                started.elapsed() < limit,
+                "{what} did not end within {limit:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
