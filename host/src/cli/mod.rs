@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod dir_lock;
+mod grant_identity;
 pub mod inspect;
 pub mod loop_cmd;
 pub mod loop_templates;

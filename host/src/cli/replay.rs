@@ -344,6 +344,8 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     // As in the run that wrote it: a snapshot is compiled beside the
     // instrumented component, whose functions it reuses.
     config.incremental_compilation = state_file.kind == DurableKind::Snapshot;
+    // The directories the run was granted, not what their paths name now.
+    super::grant_identity::check_unchanged(&run.join("manifest.json"), &config.dirs)?;
     let (engine, config) = open_sandbox(config)?;
     let loaded = Arc::new(load(&adapter_path, engine, config).map_err(|error| match error {
         crate::sandbox::LoadError::Read { .. } if args.adapter.is_none() => input(format!(

@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use super::args::{FailurePolicyArg, ForkArg, RunArgs, SandboxArgs};
-use super::{CliError, open_sandbox, say};
+use super::{CliError, grant_identity, open_sandbox, say};
 use crate::episode::adapter::SeedSource;
 use crate::episode::policy::FailurePolicy;
 use crate::harness::arm::{ArmEvent, ArmOptions, run_arm};
@@ -208,6 +208,11 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let mut arm = arm_config(&args, &loaded.info.sha256);
     let checkpoint = args.out.join("checkpoint.json");
     let mut resumed_at: Option<u32> = None;
+    let manifest_path = args.out.join("manifest.json");
+    if args.resume {
+        // The same directories as before, whatever their paths name now.
+        grant_identity::check_unchanged(&manifest_path, &loaded.config.dirs)?;
+    }
     if args.resume && checkpoint.is_file() {
         // Refuse an incompatible resume before anything is written.
         let signature = runtime_signature(&arm, protocols, catalog.is_some());
@@ -250,7 +255,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             .map_err(|error| CliError::Failed(format!("cannot cut back {POINTS_FILE}: {error}")))?;
     }
     let _ = std::fs::remove_file(args.out.join(FAILURE_FILE));
-    write_manifest(&args, &loaded.info)?;
+    write_manifest(&args, &loaded.info, &loaded.config.dirs)?;
     interrupt_message(&args.out);
 
     let call_log = Arc::new(CallLog::new(&args.out));
@@ -347,7 +352,10 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             });
             let _ =
                 crate::harness::atomic::write_json_atomic(&args.out.join(FAILURE_FILE), &failure);
-            return Err(error);
+            return Err(CliError::Failed(format!(
+                "{error}\nwhat the finished epochs wrote is kept: once the cause is fixed, \
+                 continue with the same command and --resume"
+            )));
         }
     };
     if args.json {
@@ -599,7 +607,11 @@ fn lock_run_dir(out: &Path) -> Result<super::dir_lock::DirLock, CliError> {
 
 /// `manifest.json`: host version, adapter identity and every option of each
 /// invocation (a resume appends its own entry).
-fn write_manifest(args: &RunArgs, info: &crate::sandbox::ComponentInfo) -> Result<(), CliError> {
+fn write_manifest(
+    args: &RunArgs,
+    info: &crate::sandbox::ComponentInfo,
+    dirs: &[DirGrant],
+) -> Result<(), CliError> {
     let path = args.out.join("manifest.json");
     let mut invocations: Vec<Value> = if args.resume {
         std::fs::read_to_string(&path)
@@ -647,6 +659,8 @@ fn write_manifest(args: &RunArgs, info: &crate::sandbox::ComponentInfo) -> Resul
             "fork": args.fork,
         },
     }));
+    // A fresh run has no manifest yet: every grant is recorded anew.
+    let grants = grant_identity::to_record(&path, dirs);
     let manifest = json!({
         "schema_version": "sandloop_run_manifest_v0",
         "host": {"name": "sandloop", "version": env!("CARGO_PKG_VERSION")},
@@ -659,6 +673,7 @@ fn write_manifest(args: &RunArgs, info: &crate::sandbox::ComponentInfo) -> Resul
             "exports": info.exports,
         },
         "invocations": invocations,
+        grant_identity::GRANTS_FIELD: grants,
     });
     crate::harness::atomic::write_json_atomic(&path, &manifest)
         .map_err(|error| CliError::Failed(format!("cannot write {}: {error}", path.display())))

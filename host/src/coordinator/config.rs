@@ -324,6 +324,25 @@ fn split_dir_grant(spec: &str) -> Result<(&str, &str), String> {
             "{spec:?}: HOST must be relative to the repo root, without `..`"
         ));
     }
+    // The loop's own state, configuration and plugins are not a plugin's.
+    let mut parts = Path::new(host)
+        .components()
+        .filter(|part| matches!(part, Component::Normal(_)));
+    match parts.next() {
+        None => {
+            return Err(format!(
+                "{spec:?}: HOST must be a directory inside the repository, not the repository \
+                 itself (which holds {SANDLOOP_DIRNAME}, the loop's own state)"
+            ));
+        }
+        Some(first) if first.as_os_str() == SANDLOOP_DIRNAME => {
+            return Err(format!(
+                "{spec:?}: {SANDLOOP_DIRNAME} holds the loop's own state, workflows and plugins; \
+                 it cannot be granted to a plugin"
+            ));
+        }
+        Some(_) => {}
+    }
     Ok((host, rest))
 }
 

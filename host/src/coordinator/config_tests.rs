@@ -826,3 +826,35 @@ mod props {
         serde_json::to_string(text).unwrap()
     }
 }
+
+#[test]
+fn the_repository_itself_and_its_loop_state_are_never_granted() {
+    let repo = Repo::good();
+    repo.workflow(
+        "build",
+        r#"plugin = "plugins/step.wasm"
+dirs = [".::/repo", "./::/r2", ".sandloop::/s", "./.sandloop/sessions::/s2"]
+"#,
+    );
+    let errors = repo.preflight_errors();
+    let file = format!("{WF}/build/workflow.toml");
+    for index in 0..4 {
+        assert_has_prefix(&errors, &format!("{file}: dirs[{index}]: "));
+    }
+    assert!(
+        errors
+            .iter()
+            .filter(|e| e.contains("not the repository itself"))
+            .count()
+            == 2,
+        "{errors:#?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .filter(|e| e.contains("holds the loop's own state, workflows and plugins"))
+            .count()
+            == 2,
+        "{errors:#?}"
+    );
+}

@@ -3,7 +3,7 @@
 
 use wasmtime::Trap;
 
-use super::host_state::{HostState, MemoryLimitExceeded};
+use super::host_state::{HostState, MemoryLimitExceeded, WaitPastDeadline};
 use crate::episode::adapter::{AdapterError, ErrorType};
 
 /// Classify a wasmtime call error. Every such error leaves the instance
@@ -11,6 +11,12 @@ use crate::episode::adapter::{AdapterError, ErrorType};
 pub fn classify(error: &wasmtime::Error, call_timeout_secs: f64) -> AdapterError {
     if let Some(limit) = error.downcast_ref::<MemoryLimitExceeded>() {
         return AdapterError::new(ErrorType::MemoryLimit, limit.to_string());
+    }
+    if let Some(wait) = error.downcast_ref::<WaitPastDeadline>() {
+        return AdapterError::new(
+            ErrorType::Deadline,
+            format!("call stopped before its deadline of {call_timeout_secs} s: {wait}"),
+        );
     }
     if let Some(trap) = error.downcast_ref::<Trap>() {
         return match *trap {

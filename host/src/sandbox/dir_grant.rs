@@ -216,7 +216,30 @@ impl DirGrant {
     }
 }
 
+/// Which directory a grant is, on this machine: its device and inode.
+/// A run records it for each `--dir` in `manifest.json`, and a resume or a
+/// replay refuses a grant that is now another directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DirIdentity {
+    /// `st_dev`.
+    pub device: u64,
+    /// `st_ino`.
+    pub inode: u64,
+}
+
 impl DirGrant {
+    /// The identity of the directory this grant gives (resolved now).
+    ///
+    /// Errors: the directory no longer resolves ([`DirGrant::open`]).
+    pub fn identity(&self) -> io::Result<DirIdentity> {
+        use std::os::unix::fs::MetadataExt;
+        let metadata = self.open()?.metadata()?;
+        Ok(DirIdentity {
+            device: metadata.dev(),
+            inode: metadata.ino(),
+        })
+    }
+
     fn resolve(&self) -> io::Result<File> {
         let (root, beneath) = &self.anchor;
         cap_primitives::fs::open_dir(&root.dir, beneath)

@@ -272,6 +272,22 @@ impl HostState {
     }
 }
 
+/// A WASI clock wait refused because it would end after the call's
+/// deadline (see [`link_deadline_clocks`]); classified as `deadline`.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the guest asked to wait {:.3} s with {:.3} s left before the call's deadline; \
+     a wait past the deadline is stopped when it is asked for",
+    asked.as_secs_f64(),
+    left.as_secs_f64()
+)]
+pub struct WaitPastDeadline {
+    /// How long the guest asked to wait.
+    pub asked: std::time::Duration,
+    /// What was left of the call's deadline then.
+    pub left: std::time::Duration,
+}
+
 /// The WASI clock import whose waits [`link_deadline_clocks`] bounds.
 const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
 
@@ -282,8 +298,8 @@ const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
 /// A guest that sleeps or waits on a clock blocks inside the host, where
 /// the epoch deadline cannot interrupt it. A wait that would end after the
 /// deadline is therefore stopped when it is asked for, as the deadline
-/// would stop it (`Trap::Interrupt`, classified `deadline`); shorter waits
-/// run as usual. Other waits are bounded elsewhere: outgoing HTTP by the
+/// would stop it ([`WaitPastDeadline`], classified `deadline`); shorter
+/// waits run as usual. Other waits are bounded elsewhere: outgoing HTTP by the
 /// grant's timeouts; sockets and stdin are not granted.
 pub fn link_deadline_clocks(
     linker: &mut wasmtime::component::Linker<HostState>,
@@ -299,7 +315,10 @@ pub fn link_deadline_clocks(
         };
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if u128::from(nanos) > left.as_nanos() {
-            return Err(wasmtime::Trap::Interrupt.into());
+            return Err(wasmtime::Error::new(WaitPastDeadline {
+                asked: std::time::Duration::from_nanos(nanos),
+                left,
+            }));
         }
         Ok(())
     }

@@ -90,10 +90,41 @@ fn a_grant_swapped_for_a_symlink_still_grants_only_what_it_granted() {
         work.join("sub").is_symlink(),
         "the guest did swap the granted directory for a symlink"
     );
-    let records = records(&dir.path().join("out"));
+    let out = dir.path().join("out");
+    let records = records(&out);
     let peek = find(&records, "peek", "episode_suffix");
     assert_eq!(peek["opened"], false, "read outside its grant: {peek}");
     assert_eq!(peek["error_kind"], "NotFound", "{peek}");
+
+    // A later process opens the path again: a resume refuses the grant
+    // that is now another directory, and writes nothing.
+    let before = std::fs::read(out.join("records.jsonl")).unwrap();
+    let items = dir.path().join("items.jsonl");
+    let (output, _) = run_within(
+        Duration::from_secs(120),
+        &[
+            "run",
+            "--adapter",
+            HOSTILE_ADAPTER,
+            "--items",
+            s(&items),
+            "--out",
+            s(&out),
+            "--dir",
+            &work_grant,
+            "--dir",
+            &sub_grant,
+            "--epochs",
+            "2",
+            "--resume",
+        ],
+    );
+    assert_exit(
+        &output,
+        2,
+        &["is not the directory this run was granted at /sub"],
+    );
+    assert_eq!(std::fs::read(out.join("records.jsonl")).unwrap(), before);
 }
 
 #[test]
