@@ -122,6 +122,11 @@
 //!   the sdk finds the child by the call's `child-id` (else the error kind
 //!   `unknown-child`).
 //!
+//! The replay and child-group types ([`Fidelity`], [`StateLease`],
+//! [`EquivalenceReport`], [`RiskAssessment`], ...) are defined once, in the
+//! `sandloop-contract` crate the host uses too, and re-exported here (and
+//! from [`types`]); [`contract`] has the rest of it.
+//!
 //! Records and items are JSON objects ([`Object`]) wrapped in thin
 //! newtypes that deref to the map and add accessors and builders.
 //!
@@ -168,7 +173,7 @@ mod glue;
 pub mod log;
 mod protocol;
 pub mod trace;
-mod types;
+pub mod types;
 pub mod worlds;
 
 pub use glue::{Adapter, BindingBox, ChildBox, GroupBox};
@@ -178,6 +183,11 @@ pub use types::{
     EquivalenceReport, Error, Fidelity, ForkRequest, Item, Object, Prepared, Record,
     RestoreReceipt, RestoreRequest, ResultExt, RiskAssessment, StateLease, VariantSpec,
 };
+
+/// The protocol types and names shared with the host (`sandloop-contract`):
+/// the replay and child-group types above are its types, re-exported; the
+/// protocol names and the WIT version are here.
+pub use sandloop_contract as contract;
 
 /// Re-exported so adapters need no direct dependency to build JSON values.
 pub use serde_json;

@@ -15,6 +15,7 @@ use super::args::{ReplayArgs, SandboxArgs};
 use super::run::sandbox_config;
 use super::{CliError, open_sandbox, say};
 use crate::episode::adapter::{CallContext, Item, Record};
+use crate::replay::RiskAssessmentRules;
 use crate::replay::durable::{DurableKind, PointLine, load_points, read_durable_state};
 use crate::replay::{
     Disposition, Fidelity, ForkRequest, Lifecycle, MemoryAgentStateStore, ReplayCause, ReplayError,

@@ -24,69 +24,30 @@ use super::{ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage};
 use crate::episode::adapter::{AdapterError, Item, Record};
 use crate::trace::validate_public_payload;
 
-/// What a child's lease declares about running beside its siblings
-/// (reference `ReplayChildConcurrency`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ChildConcurrency {
-    /// The group runs serially.
-    SerialOnly,
-    /// May run in parallel with siblings.
-    ThreadSafe,
-    /// May run in parallel; needs its own worker identity.
-    ProcessIsolated,
-}
+pub use sandloop_contract::{ChildConcurrency, Disposition, ForkRequest, RiskAssessment};
 
-/// What a child is forked for (reference `ForkReplayChildRequest`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ForkRequest {
-    /// The point forked from.
-    pub replay_point_id: String,
-    /// The child, unique within its group.
-    pub child_id: String,
-    /// The branch its task runs on.
-    pub target_branch_id: String,
-    /// Never `non_replayable`.
-    pub minimum_fidelity: Fidelity,
-}
-
-/// An assessment's verdict (reference `ReplayRiskDisposition`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Disposition {
-    /// Go on.
-    Allow,
-    /// Stop: the intent never runs, or the outcome quarantines the point.
-    Deny,
-}
-
-/// The adapter's risk verdict on a child's intent or outcome (reference
-/// `ReplayRiskAssessment`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RiskAssessment {
-    /// Allow or deny.
-    pub disposition: Disposition,
-    /// Which policy decided (non-blank).
-    pub policy_id: String,
-    /// Public-safe reason.
-    pub sanitized_reason: Option<String>,
-}
-
-impl RiskAssessment {
+/// The host's view of a [`RiskAssessment`] (the type itself is the
+/// contract's): its record shape and the reference's shape rules, whose
+/// public-safety half is the trace's payload rule that only the host knows.
+pub trait RiskAssessmentRules {
     /// The reference's `to_record` shape: `disposition`, `policy_id`,
     /// `sanitized_reason`.
-    pub fn to_record(&self) -> Value {
+    fn to_record(&self) -> Value;
+    /// The reference's shape rules: a non-blank `policy_id` and a
+    /// public-safe reason. Errors say which is broken.
+    fn check(&self) -> Result<(), String>;
+}
+
+impl RiskAssessmentRules for RiskAssessment {
+    fn to_record(&self) -> Value {
         json!({
-            "disposition": match self.disposition {
-                Disposition::Allow => "allow",
-                Disposition::Deny => "deny",
-            },
+            "disposition": self.disposition.as_str(),
             "policy_id": self.policy_id,
             "sanitized_reason": self.sanitized_reason,
         })
     }
 
-    /// The reference's shape rules: a non-blank `policy_id` and a
-    /// public-safe reason. Errors say which is broken.
-    pub fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), String> {
         if self.policy_id.trim().is_empty() {
             return Err("policy_id must be non-empty".into());
         }

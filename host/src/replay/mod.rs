@@ -5,15 +5,9 @@
 
 pub mod fidelity;
 
-/// Protocol name of an adapter exporting `replay` (reference
-/// `REPLAYABLE_EPISODE_V2_MODE`).
-pub const REPLAYABLE_EPISODE_MODE: &str = "replayable-v2";
-/// Protocol name of an adapter exporting `replay-children` (reference
-/// `isolated_replay_child_mode`).
-pub const ISOLATED_CHILD_MODE: &str = "isolated-child-v0";
-/// Protocol name of an adapter exporting `child-risk` (reference
-/// `replay_child_risk_mode`).
-pub const CHILD_RISK_MODE: &str = "child-risk-v0";
+/// Protocol names of the replay interfaces (`replayable-v2`,
+/// `isolated-child-v0`, `child-risk-v0`), defined in `sandloop-contract`.
+pub use sandloop_contract::{CHILD_RISK_MODE, ISOLATED_CHILD_MODE, REPLAYABLE_EPISODE_MODE};
 
 pub use fidelity::Fidelity;
 pub mod agent_state;
@@ -27,12 +21,13 @@ pub mod registry;
 pub use agent_state::{AgentStateStore, MemoryAgentStateStore, agent_cursor};
 pub use metrics::ReplayMetricLedger;
 pub use point::{
-    AgentCursor, CaptureRequest, EquivalenceCheck, EquivalenceReport, Lifecycle, ReplayPoint,
-    ReplayRestoreResult, RestoreReceipt, RestoreRequest, StateLease, TraceCursor,
+    AgentCursor, CaptureRequest, EquivalenceCheck, EquivalenceReport, EquivalenceReportFields,
+    Lifecycle, ReplayPoint, ReplayRestoreResult, RestoreReceipt, RestoreRequest, StateLease,
+    TraceCursor,
 };
 pub use registry::{
     ChildConcurrency, ChildFailure, ChildFailureStage, ChildForker, ChildLease, ChildOutcome,
     ChildResult, ChildSession, ChildTask, Disposition, ForkRequest, RISK_DENIED, ReplayAdapter,
-    ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage, RiskAssessment, Selection,
-    SerialChildGroup, select_before,
+    ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage, RiskAssessment,
+    RiskAssessmentRules, Selection, SerialChildGroup, select_before,
 };

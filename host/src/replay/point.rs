@@ -1,6 +1,7 @@
 //! The public and runtime shapes of a replay point: cursors, the point
-//! record, the adapter's lease, receipt and equivalence report, and the
-//! equivalence contract the host enforces on them. Mirrors the dataclasses
+//! record, and the equivalence contract the host enforces on the adapter's
+//! lease, receipt and equivalence report (those shapes are the
+//! `sandloop-contract` crate's, re-exported here). Mirrors the dataclasses
 //! of `replay_runtime.py` and `AgentCursor`/`TraceCursor` of
 //! `trace_runtime.py`.
 
@@ -9,6 +10,10 @@ use serde_json::{Map, Value};
 
 use super::fidelity::Fidelity;
 use crate::trace::validate_public_payload;
+use sandloop_contract::check_digest;
+pub use sandloop_contract::{
+    CaptureRequest, EquivalenceCheck, EquivalenceReport, RestoreReceipt, RestoreRequest, StateLease,
+};
 
 /// The agent-history position bound to a replay point (reference
 /// `AgentCursor`). In sandloop the "agent" is the host's view of the
@@ -181,107 +186,18 @@ pub(crate) fn field_error(error: serde_path_to_error::Error<serde_json::Error>) 
     }
 }
 
-/// What the adapter is asked to capture (reference
-/// `CaptureReplayStateRequest`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CaptureRequest {
-    /// The point being captured.
-    pub replay_point_id: String,
-    /// Its frozen trace position.
-    pub trace_id: String,
-    /// Its branch.
-    pub branch_id: String,
-    /// The head it sits after.
-    pub after_event_id: Option<String>,
-    /// Sequence of the next event.
-    pub next_sequence: u64,
-    /// The prepared episode group whose state is captured.
-    pub execution_group_id: String,
+/// The host's field rules for an adapter's [`EquivalenceReport`] (the
+/// type itself is the contract's): non-blank ids and digests, public-safe
+/// summaries and reason (no absolute paths), as the reference's dataclass
+/// checks them. Public-safety is the trace's payload rule, which only the
+/// host knows, so this is a host-side extension.
+pub trait EquivalenceReportFields {
+    /// The first field rule the report breaks, naming the field.
+    fn check_fields(&self) -> Result<(), String>;
 }
 
-/// The adapter's answer to a capture (reference `AdapterStateLease`):
-/// `binding` is runtime-only and never serialised.
-#[derive(Debug)]
-pub struct StateLease<B> {
-    /// The adapter's handle; present exactly when `fidelity` is replayable.
-    pub binding: Option<B>,
-    /// Captured fidelity.
-    pub fidelity: Fidelity,
-    /// Public digest of the captured projection.
-    pub projection_digest: Option<String>,
-}
-
-impl<B> StateLease<B> {
-    /// The reference's lease rules: `non_replayable` leases must not carry
-    /// a binding, replayable ones must, and a digest must be non-blank.
-    pub fn check(&self) -> Result<(), String> {
-        match (self.fidelity, self.binding.is_some()) {
-            (Fidelity::NonReplayable, true) => {
-                return Err("non_replayable leases must not expose a binding".into());
-            }
-            (Fidelity::NonReplayable, false) | (_, true) => {}
-            (_, false) => return Err("replayable leases require a binding".into()),
-        }
-        check_digest(self.projection_digest.as_deref(), "projection_digest")
-    }
-}
-
-/// What the adapter is asked to restore (reference
-/// `RestoreReplayStateRequest`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RestoreRequest {
-    /// The point restored.
-    pub replay_point_id: String,
-    /// The branch the suffix will run on.
-    pub target_branch_id: String,
-    /// The fidelity the caller needs to trust the result.
-    pub minimum_fidelity: Fidelity,
-}
-
-/// The adapter's restore receipt (reference `RestoreReceipt`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RestoreReceipt {
-    /// Fidelity the restore achieved.
-    pub achieved_fidelity: Fidelity,
-    /// Digest of the restored projection.
-    pub restored_projection_digest: Option<String>,
-    /// Whether the prefix state was reused (`Some(true)`), rebuilt
-    /// (`Some(false)`) or unknown.
-    pub prefix_reused: Option<bool>,
-}
-
-/// One explicit equivalence check (reference `EquivalenceCheck`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct EquivalenceCheck {
-    /// Adapter-chosen id.
-    pub check_id: String,
-    /// Its verdict.
-    pub passed: bool,
-    /// Public-safe summary.
-    pub public_summary: Option<String>,
-}
-
-/// The adapter's equivalence report (reference `EquivalenceReport`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EquivalenceReport {
-    /// Fidelity the restore achieved; must equal the receipt's.
-    pub achieved_fidelity: Fidelity,
-    /// Whether the restored state is equivalent to the captured one.
-    pub equivalent: bool,
-    /// Digest expected (the captured projection's).
-    pub expected_digest: Option<String>,
-    /// Digest observed after the restore.
-    pub observed_digest: Option<String>,
-    /// Explicit checks.
-    pub checks: Vec<EquivalenceCheck>,
-    /// Public-safe reason.
-    pub sanitized_reason: Option<String>,
-}
-
-impl EquivalenceReport {
-    /// Field rules of the reference's dataclass: non-blank ids and digests,
-    /// public-safe summaries and reason (no absolute paths).
-    pub fn check_fields(&self) -> Result<(), String> {
+impl EquivalenceReportFields for EquivalenceReport {
+    fn check_fields(&self) -> Result<(), String> {
         check_digest(self.expected_digest.as_deref(), "expected_digest")?;
         check_digest(self.observed_digest.as_deref(), "observed_digest")?;
         check_public_text(self.sanitized_reason.as_deref(), "sanitized_reason")?;
@@ -292,13 +208,6 @@ impl EquivalenceReport {
             check_public_text(check.public_summary.as_deref(), "public_summary")?;
         }
         Ok(())
-    }
-}
-
-fn check_digest(value: Option<&str>, field: &str) -> Result<(), String> {
-    match value {
-        Some(text) if text.trim().is_empty() => Err(format!("{field} must be non-empty")),
-        _ => Ok(()),
     }
 }
 

@@ -1026,7 +1026,7 @@ mod children;
 pub use children::{
     ChildConcurrency, ChildFailure, ChildFailureStage, ChildForker, ChildLease, ChildOutcome,
     ChildResult, ChildSession, ChildTask, Disposition, ForkRequest, RISK_DENIED, RiskAssessment,
-    SerialChildGroup,
+    RiskAssessmentRules, SerialChildGroup,
 };
 
 #[cfg(test)]

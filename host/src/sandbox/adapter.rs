@@ -583,12 +583,9 @@ pub fn parse_object(text: &str, max_bytes: usize, what: &str) -> Result<Record, 
     }
 }
 
-/// Fields only the host may set on a record: an adapter that returns them
-/// on a successful record would forge an error (or hide one). They are
-/// moved under `adapter_claimed`, where they are visible but carry no
-/// weight.
-pub const HOST_OWNED_FIELDS: &[&str] =
-    &["adapter_error", "execution_status", "episode_release_error"];
+/// Fields only the host may set on a record (defined in
+/// `sandloop-contract`): [`parse_record`] moves them under `adapter_claimed`.
+pub use sandloop_contract::HOST_OWNED_FIELDS;
 
 /// Parse a record the adapter returned and move any [`HOST_OWNED_FIELDS`]
 /// under `adapter_claimed`.

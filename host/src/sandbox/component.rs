@@ -23,10 +23,9 @@ use super::engine::SandboxEngine;
 use super::host_state::HostState;
 use crate::episode::adapter::Protocols;
 
-/// The WIT package every interface name is qualified with.
-pub const WIT_PACKAGE: &str = "sandloop:adapter";
-/// The WIT package version this host speaks.
-pub const WIT_VERSION: &str = "0.2.0";
+/// The WIT package every interface name is qualified with, and the version
+/// this host speaks (defined in `sandloop-contract`).
+pub use sandloop_contract::{WIT_PACKAGE, WIT_VERSION};
 
 /// Why a component cannot be used. Each message names the file and says
 /// what to do; the CLI maps these to exit code 2.

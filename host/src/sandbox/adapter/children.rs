@@ -19,6 +19,7 @@ use super::replay::{
 use super::snapshot_children::{SnapshotForker, SnapshotPoint};
 use super::{GroupHandle, WasmAdapter, declared, item_id};
 use crate::episode::adapter::{AdapterError, CallContext, Item, Record};
+use crate::replay::RiskAssessmentRules;
 use crate::replay::{
     ChildConcurrency, ChildForker, ChildLease, ChildOutcome, ChildSession, ChildTask,
     EquivalenceReport, ForkRequest, Lifecycle, RestoreReceipt, RiskAssessment, SerialChildGroup,

@@ -12,7 +12,7 @@ use super::WasmAdapter;
 use super::child_instance::ChildInstance;
 use super::children::intent_of;
 use crate::episode::adapter::{AdapterError, CallContext, ErrorType, Item};
-use crate::replay::{ForkRequest, ReplayPoint, RiskAssessment};
+use crate::replay::{ForkRequest, ReplayPoint, RiskAssessment, RiskAssessmentRules};
 use crate::sandbox::LoadedAdapter;
 
 /// Whether `loaded`'s policy screens replayed intents: it exports
