@@ -65,7 +65,7 @@ const MAGIC: &[u8; 8] = b"SLFNC01\n";
 
 impl FunctionCache {
     /// Write every artifact to `path` atomically and readable by the user
-    /// only: [`MAGIC`], the sha256 of
+    /// only: `MAGIC`, the sha256 of
     /// the rest, then `(u32 LE key length, key, u32 LE value length,
     /// value)` per entry. Returns the entries written.
     pub fn save(&self, path: &Path) -> io::Result<usize> {

@@ -24,7 +24,7 @@ pub const DEFAULT_HOSTCALL_FUEL: usize = 128 << 20;
 const HOSTCALL_FUEL_HEADROOM: usize = 1 << 20;
 
 /// The host-call copy budget for `config`: wasmtime's default, raised to
-/// cover `--max-output` (plus [`HOSTCALL_FUEL_HEADROOM`]) when that is
+/// cover `--max-output` (plus `HOSTCALL_FUEL_HEADROOM`, 1 MiB) when that is
 /// larger, so an output the operator allowed is never cut off by the copy
 /// budget before the host can measure it.
 pub fn hostcall_fuel(config: &SandboxConfig) -> usize {
