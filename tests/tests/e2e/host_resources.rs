@@ -16,28 +16,44 @@ use sandloop_tests::HOSTILE_ADAPTER;
 /// Run `sandloop ARGS`, killing it (and failing the test) if it has not
 /// ended within `limit`: a hang is the bug these tests look for.
 fn run_within(limit: Duration, args: &[&str]) -> (Output, Duration) {
+    use std::io::Read;
     let started = Instant::now();
-    let mut child = sandloop()
+    let spawned = sandloop()
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn sandloop");
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            let output = child.wait_with_output().expect("output");
-            return (output, started.elapsed());
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let output = child.wait_with_output().expect("output");
-            panic!(
-                "sandloop {args:?} still ran after {limit:?}; stderr: {}",
-                stderr(&output)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut child = KillOnDrop(spawned);
+    child.wait_within(limit, &format!("sandloop {args:?}"));
+    let took = started.elapsed();
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let pipes = (child.0.stdout.take(), child.0.stderr.take());
+    pipes
+        .0
+        .expect("piped")
+        .read_to_end(&mut stdout)
+        .expect("read stdout");
+    pipes
+        .1
+        .expect("piped")
+        .read_to_end(&mut stderr)
+        .expect("read stderr");
+    let status = child.0.wait().expect("exited");
+    (
+        Output {
+            status,
+            stdout,
+            stderr,
+        },
+        took,
+    )
+}
+
+/// What the adapter printed and the host noted in epoch 1 of the run in
+/// `DIR/out`.
+fn adapter_output(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("out/adapter-output/epoch-0001.jsonl")).unwrap()
 }
 
 fn error_type(record: &Value) -> &str {
@@ -152,8 +168,7 @@ fn a_fifo_in_a_grant_cannot_hold_a_lane_past_its_deadline() {
     assert_eq!(fifo["opened"], false, "{fifo}");
     assert_eq!(fifo["error_kind"], "PermissionDenied", "{fifo}");
     assert_eq!(find(&records, "calm", "episode_suffix")["accepted"], true);
-    let said =
-        std::fs::read_to_string(dir.path().join("out/adapter-output/epoch-0001.jsonl")).unwrap();
+    let said = adapter_output(dir.path());
     assert!(said.contains("not a regular file or directory"), "{said}");
 }
 
@@ -215,8 +230,7 @@ fn a_denied_memory_growth_fails_the_allocation_not_the_instance() {
     // A guest that does not handle the failure still ends as memory_limit.
     let bomb = find(&records, "bomb", "episode_suffix");
     assert_eq!(error_type(bomb), "memory_limit", "{bomb}");
-    let said =
-        std::fs::read_to_string(dir.path().join("out/adapter-output/epoch-0001.jsonl")).unwrap();
+    let said = adapter_output(dir.path());
     assert!(said.contains("memory.grow returned -1"), "{said}");
 }
 
