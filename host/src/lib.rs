@@ -1,20 +1,19 @@
 //! sandloop: a WebAssembly plugin host for exploration experiments.
 //!
-//! The runtimes ([`episode`], [`harness`]) are written against the small
-//! traits in [`episode::adapter`]; [`sandbox`] implements those traits for
-//! WebAssembly components on wasmtime, and [`cli`] wires them to the
-//! `sandloop` command line. [`replay`] binds adapter state to [`trace`]
-//! positions so a suffix can run again from a replay point.
-
-#![warn(missing_docs)]
+//! This crate is the `sandloop` command line ([`cli`]): it parses, calls the
+//! host crates and prints. The rules live below it:
+//!
+//! - [`sandloop_contract`]: the protocol types and names shared with guests;
+//! - [`sandloop_core`] ([`episode`], [`harness`], [`replay`], [`trace`]): the
+//!   runtimes, written against small adapter traits, with no sandbox;
+//! - [`sandloop_sandbox`] ([`sandbox`]): wasmtime, and the components'
+//!   implementation of the core's traits;
+//! - [`sandloop_loop`] ([`coordinator`]): the loop coordinator.
+//!
+//! `ARCHITECTURE.md` at the repository's root draws the map.
 
 pub mod cli;
-pub mod coordinator;
-pub mod digest;
-pub mod episode;
-pub mod harness;
-#[cfg(test)]
-mod hostile_inputs;
-pub mod replay;
-pub mod sandbox;
-pub mod trace;
+
+pub use sandloop_core::{digest, dir_grant, episode, harness, replay, step, trace};
+pub use sandloop_loop as coordinator;
+pub use sandloop_sandbox as sandbox;

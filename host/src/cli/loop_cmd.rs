@@ -2,6 +2,7 @@
 //! this process), and look at or stop it from another shell.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::json;
 
@@ -14,6 +15,7 @@ use crate::coordinator::models::{LoopState, LoopStatus, TaskAction};
 use crate::coordinator::service::{Coordinator, CoordinatorError, Start};
 use crate::coordinator::state_store::StateStore;
 use crate::coordinator::worker::StepRunner;
+use crate::sandbox::workflow::WorkflowSteps;
 
 /// Run a `sandloop loop` command.
 pub fn run(command: LoopCommand) -> Result<(), CliError> {
@@ -179,7 +181,7 @@ fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
         .cache_dir
         .clone()
         .or_else(crate::sandbox::config::default_cache_dir);
-    let runner = StepRunner::new(repo, cache);
+    let runner = StepRunner::new(repo, Arc::new(WorkflowSteps::new(cache)));
     check_before_start(
         repo,
         args.workflow_set.as_deref(),
@@ -245,7 +247,12 @@ fn serve(args: LoopServeArgs) -> Result<(), CliError> {
     // Bind and check first: a serve that cannot start leaves no loop behind.
     let server = tiny_http::Server::http(&args.listen)
         .map_err(|error| CliError::Input(format!("cannot listen on {}: {error}", args.listen)))?;
-    let runner = StepRunner::new(&args.repo, crate::sandbox::config::default_cache_dir());
+    let runner = StepRunner::new(
+        &args.repo,
+        Arc::new(WorkflowSteps::new(
+            crate::sandbox::config::default_cache_dir(),
+        )),
+    );
     check_before_start(
         &args.repo,
         args.workflow_set.as_deref(),
@@ -292,8 +299,12 @@ fn worker(args: LoopWorkerArgs) -> Result<(), CliError> {
         .cache_dir
         .clone()
         .or_else(crate::sandbox::config::default_cache_dir);
-    let stop = crate::coordinator::transport::run_worker(&args.repo, &args.coordinator, cache)
-        .map_err(|error| CliError::Failed(error.to_string()))?;
+    let stop = crate::coordinator::transport::run_worker(
+        &args.repo,
+        &args.coordinator,
+        Arc::new(WorkflowSteps::new(cache)),
+    )
+    .map_err(|error| CliError::Failed(error.to_string()))?;
     say(&format!(
         "sandloop loop worker: the coordinator said stop ({})",
         stop.stop_reason.unwrap_or_default()

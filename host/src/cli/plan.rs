@@ -238,8 +238,10 @@ fn from_files(trace: &Path, args: &PlanArgs) -> Result<(Vec<Ranked>, Value), Cli
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hostile_inputs::{config, json_value, read_temp_file, with_a_leaf_of_another_type};
     use proptest::prelude::*;
+    use sandloop_core::hostile_inputs::{
+        config, json_value, read_temp_file, with_a_leaf_of_another_type,
+    };
 
     fn candidate(sequence: u64) -> Value {
         json!({"after_event_id": format!("e{sequence}"), "next_sequence": sequence,

@@ -827,8 +827,8 @@ fn print_report(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hostile_inputs::{config, json_value, mutate_bytes};
     use proptest::prelude::*;
+    use sandloop_core::hostile_inputs::{config, json_value, mutate_bytes};
 
     #[test]
     fn a_manifest_without_some_options_falls_back_to_the_defaults() {

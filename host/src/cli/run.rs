@@ -211,7 +211,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let manifest_path = args.out.join("manifest.json");
     if args.resume {
         // The same directories as before, whatever their paths name now.
-        grant_identity::check_unchanged(&manifest_path, &loaded.config.dirs)?;
+        grant_identity::check_unchanged(&manifest_path, &loaded.config().dirs)?;
     }
     if args.resume && checkpoint.is_file() {
         // Refuse an incompatible resume before anything is written.
@@ -255,7 +255,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             .map_err(|error| CliError::Failed(format!("cannot cut back {POINTS_FILE}: {error}")))?;
     }
     let _ = std::fs::remove_file(args.out.join(FAILURE_FILE));
-    write_manifest(&args, &loaded.info, &loaded.config.dirs)?;
+    write_manifest(&args, &loaded.info, &loaded.config().dirs)?;
     interrupt_message(&args.out);
 
     let call_log = Arc::new(CallLog::new(&args.out));

@@ -1,0 +1,293 @@
+//! The adapter seam: what the episode and harness runtimes need from an
+//! adapter, independent of how it runs (a sandboxed WebAssembly component in
+//! `sandloop-sandbox`, or a native test double).
+
+use serde_json::{Map, Value};
+
+/// A work item or observation record: one JSON object.
+pub type Item = Map<String, Value>;
+/// An observation record: one JSON object.
+pub type Record = Map<String, Value>;
+
+/// Where a call runs; mirrors the keyword context the reference passes to
+/// `execute`, `prepare_episode_group`, `execute_episode` and
+/// `release_episode_group` (`arm`, `epoch`, `branch_id`,
+/// `execution_group_id`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallContext {
+    /// Arm name (`--arm`, default `main`).
+    pub arm: String,
+    /// 1-based epoch number.
+    pub epoch: u32,
+    /// Queue worker lane, e.g. `queue_worker_01`.
+    pub branch_id: String,
+    /// Episode group id; `None` for plain `execute` calls.
+    pub execution_group_id: Option<String>,
+}
+
+/// Which optional protocols an adapter offers. Mirrors the reference's
+/// duck-typed checks (`recoverable_episode_mode`, `hasattr(adapter, ...)`);
+/// with components each flag is one exported WIT interface.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Protocols {
+    /// `episode.execute` (reference mode `legacy`).
+    pub execute: bool,
+    /// `seeds.list-seed-items`.
+    pub seeds: bool,
+    /// `variants.compile-variant`.
+    pub variants: bool,
+    /// `episode-groups` (reference mode `recoverable-v0`).
+    pub episode_groups: bool,
+    /// `replay` (reference mode `replayable-v2`): prefixes can be captured
+    /// as replay points.
+    pub replay: bool,
+    /// `replay-children` (reference mode `isolated-child-v0`): variants
+    /// run as children forked into fresh instances.
+    pub replay_children: bool,
+    /// `child-risk` (reference mode `child-risk-v0`): each child's intent
+    /// and outcome are assessed.
+    pub child_risk: bool,
+}
+
+impl Protocols {
+    /// The names reported in `summary.json` and by `sandloop inspect`, in a
+    /// fixed order: `legacy`, `recoverable-v0`, `replayable-v2`,
+    /// `isolated-child-v0`, `child-risk-v0`, `seeds`, `variants`.
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut names = Vec::new();
+        if self.execute {
+            names.push("legacy");
+        }
+        if self.episode_groups {
+            names.push(crate::episode::RECOVERABLE_EPISODE_MODE);
+        }
+        if self.replay {
+            names.push(crate::replay::REPLAYABLE_EPISODE_MODE);
+        }
+        if self.replay_children {
+            names.push(crate::replay::ISOLATED_CHILD_MODE);
+        }
+        if self.child_risk {
+            names.push(crate::replay::CHILD_RISK_MODE);
+        }
+        if self.seeds {
+            names.push("seeds");
+        }
+        if self.variants {
+            names.push("variants");
+        }
+        names
+    }
+
+    /// The reference's `episode_mode`: `Some("recoverable-v0")` when the
+    /// adapter offers episode groups, else `None` (standalone execution).
+    pub fn episode_mode(&self) -> Option<&'static str> {
+        self.episode_groups
+            .then_some(crate::episode::RECOVERABLE_EPISODE_MODE)
+    }
+}
+
+/// Why one adapter call failed. Becomes the `adapter_error` object of an
+/// error record (`type`, `message`, and `kind` for adapter-declared errors).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterError {
+    /// The class of failure, decided by the host; see [`ErrorType`].
+    pub error_type: ErrorType,
+    /// Adapter-chosen class for [`ErrorType::AdapterError`]; empty otherwise.
+    pub kind: String,
+    /// Human-readable message; error records keep its first 240 characters
+    /// with whitespace folded, as the reference does.
+    pub message: String,
+    /// True when a retry could succeed (`retryable_infra_error`).
+    pub retryable_infra_error: bool,
+    /// Fields the host attaches to the error record besides the error
+    /// itself (e.g. the `replay` block of a failed replayed suffix). They
+    /// never replace the record's own fields.
+    pub record_fields: Option<Box<Record>>,
+}
+
+impl AdapterError {
+    /// An error of `error_type` with `message`, not retryable.
+    pub fn new(error_type: ErrorType, message: impl Into<String>) -> Self {
+        Self {
+            error_type,
+            kind: String::new(),
+            message: message.into(),
+            retryable_infra_error: false,
+            record_fields: None,
+        }
+    }
+
+    /// An error the adapter reported on purpose, with its own `kind`.
+    pub fn declared(kind: impl Into<String>, message: impl Into<String>, retryable: bool) -> Self {
+        Self {
+            error_type: ErrorType::AdapterError,
+            kind: kind.into(),
+            message: message.into(),
+            retryable_infra_error: retryable,
+            record_fields: None,
+        }
+    }
+}
+
+impl std::fmt::Display for AdapterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.kind.is_empty() {
+            write!(f, "{}: {}", self.error_type.as_str(), self.message)
+        } else {
+            write!(
+                f,
+                "{} ({}): {}",
+                self.error_type.as_str(),
+                self.kind,
+                self.message
+            )
+        }
+    }
+}
+
+impl std::error::Error for AdapterError {}
+
+/// The documented set of `adapter_error.type` values. The host decides the
+/// type; an adapter can only ever produce `adapter_error` on purpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorType {
+    /// The adapter returned an `adapter-error` (its `kind` is kept).
+    AdapterError,
+    /// The item or grouping is malformed (reference `ValueError` from
+    /// `build_episode_execution_units`): empty or duplicate ids, unknown seed.
+    InvalidItem,
+    /// The adapter returned something that is not what the contract asks:
+    /// JSON that does not parse or is not an object, a prepare result without
+    /// a valid prefix record (reference `TypeError`).
+    InvalidOutput,
+    /// A returned value exceeded the host's output size bound.
+    OutputTooLarge,
+    /// The call ran past its deadline (`--call-timeout`, epoch interruption).
+    Deadline,
+    /// The instance hit its linear-memory limit (`--max-memory`).
+    MemoryLimit,
+    /// The call ran out of fuel (`--fuel`).
+    FuelExhausted,
+    /// The guest overflowed its stack.
+    StackOverflow,
+    /// Any other trap (unreachable, out-of-bounds access, ...).
+    Trap,
+    /// The adapter lacks the export this call needs (e.g. plain `execute`
+    /// after an episode-groups-only adapter's prepare returned none).
+    MissingExport,
+    /// The episode group lived in an instance that was dropped after an
+    /// earlier failure, and preparing its prefix again on a fresh instance
+    /// failed too.
+    InstanceLost,
+    /// A fresh instance could not be created.
+    Instantiation,
+    /// The adapter broke the replay contract (a restore claiming more
+    /// fidelity than was captured, digests that disagree, ...) or the
+    /// replay point could not be used.
+    ReplayContract,
+    /// The adapter's risk policy denied an isolated child's intent (it
+    /// never ran) or outcome.
+    RiskDenied,
+}
+
+impl ErrorType {
+    /// The snake_case name written to `adapter_error.type`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ErrorType::AdapterError => "adapter_error",
+            ErrorType::InvalidItem => "invalid_item",
+            ErrorType::InvalidOutput => "invalid_output",
+            ErrorType::OutputTooLarge => "output_too_large",
+            ErrorType::Deadline => "deadline",
+            ErrorType::MemoryLimit => "memory_limit",
+            ErrorType::FuelExhausted => "fuel_exhausted",
+            ErrorType::StackOverflow => "stack_overflow",
+            ErrorType::Trap => "trap",
+            ErrorType::MissingExport => "missing_export",
+            ErrorType::InstanceLost => "instance_lost",
+            ErrorType::Instantiation => "instantiation",
+            ErrorType::ReplayContract => "replay_contract",
+            ErrorType::RiskDenied => "replay_risk_denied",
+        }
+    }
+}
+
+/// A prepared shared prefix, as returned by `prepare_episode_group`.
+pub struct Prepared<H> {
+    /// Adapter-owned handle; always passed back to
+    /// [`EpisodeAdapter::release_episode_group`] exactly once.
+    pub handle: H,
+    /// The prefix observation record, or why what the adapter returned is
+    /// not one (the runtime then releases the handle and records the error,
+    /// mirroring the reference's `TypeError` path).
+    pub prefix_record: Result<Record, AdapterError>,
+    /// Optional adapter checkpoint reference.
+    pub checkpoint_ref: Option<String>,
+}
+
+/// One adapter instance as the runtimes see it. Every call takes `&mut self`:
+/// a queue lane owns its instance, so distinct groups never share one.
+///
+/// Mirrors the reference's duck-typed adapter protocol in
+/// `harness_runtime.py` (module docstring) and `episode_runtime.py`.
+pub trait EpisodeAdapter {
+    /// Handle of a prepared episode group.
+    type Handle;
+
+    /// The protocols this adapter offers.
+    fn protocols(&self) -> Protocols;
+
+    /// Plain execution of one item (reference `execute`).
+    fn execute(&mut self, item: &Item, ctx: &CallContext) -> Result<Record, AdapterError>;
+
+    /// Prepare the seed's shared prefix (reference `prepare_episode_group`).
+    /// `Ok(None)` is the explicit opt-out to plain `execute`.
+    fn prepare_episode_group(
+        &mut self,
+        seed: &Item,
+        items: &[Item],
+        ctx: &CallContext,
+    ) -> Result<Option<Prepared<Self::Handle>>, AdapterError>;
+
+    /// Run one item as a suffix on a prepared prefix (reference
+    /// `execute_episode`).
+    fn execute_episode(
+        &mut self,
+        handle: &Self::Handle,
+        item: &Item,
+        ctx: &CallContext,
+    ) -> Result<Record, AdapterError>;
+
+    /// Release a prepared prefix (reference `release_episode_group`).
+    fn release_episode_group(
+        &mut self,
+        handle: Self::Handle,
+        ctx: &CallContext,
+    ) -> Result<(), AdapterError>;
+
+    /// Run every item of a prepared group at once (for components with
+    /// isolated replay children: each item a child forked from the group's
+    /// replay point, run in parallel). `None`, the default, means the
+    /// runtime calls [`EpisodeAdapter::execute_episode`] for each item;
+    /// otherwise one result per item, in order, each with the minutes it
+    /// took.
+    fn execute_episode_batch(
+        &mut self,
+        handle: &Self::Handle,
+        items: &[Item],
+        ctx: &CallContext,
+    ) -> Option<Vec<(Result<Record, AdapterError>, f64)>> {
+        let _ = (handle, items, ctx);
+        None
+    }
+}
+
+/// The control-plane calls of an adapter: seeds and variant compilation,
+/// made once per epoch by the harness on its own instance.
+pub trait SeedSource {
+    /// Seeds for `epoch` (reference `list_seed_items`).
+    fn list_seed_items(&mut self, arm: &str, epoch: u32) -> Result<Vec<Item>, AdapterError>;
+    /// Compile a catalog spec against its seed (reference `compile_variant`).
+    fn compile_variant(&mut self, spec: &Item, seed: &Item) -> Result<Item, AdapterError>;
+}

@@ -1,0 +1,61 @@
+//! Epochs, the work queue, failure policy, novelty, variants and
+//! checkpoints. Mirrors `harness_runtime.py` and `harness_checkpoint.py`.
+//!
+//! Running an arm with a run directory:
+//!
+//! ```no_run
+//! # use sandloop_core::harness::*;
+//! # use sandloop_core::episode::adapter::*;
+//! # fn demo<A: EpisodeAdapter, S: SeedSource>(
+//! #     seeds: &mut S,
+//! #     factory: impl Fn(usize) -> Result<A, AdapterError> + Sync,
+//! #     protocols: Protocols,
+//! # ) -> Result<(), ArmError> {
+//! let config = ArmConfig { worker_count: 4, checkpoint: true, ..ArmConfig::default() };
+//! let mut run_dir = RunDir::new("runs/main");
+//! let progress = |event: &ArmEvent<'_>| {
+//!     if let ArmEvent::UnitDone { records, .. } = event {
+//!         let _ = records.len(); // advance a progress bar
+//!     }
+//! };
+//! let options = ArmOptions { observer: &progress, ..ArmOptions::default() };
+//! let summary = run_arm(&config, protocols, seeds, &factory, &mut run_dir, options)?;
+//! println!("{} records, stop: {}", summary.record_count, summary.stop_reason.as_str());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Modules: [`arm`] (the epoch loop), [`queue`] (lanes and concurrency
+//! keys), [`work`] (what a lane runs), [`novelty`], [`catalog`] (variant
+//! specs and frontier selection), [`checkpoint`], [`run_dir`] (outputs),
+//! [`summary`] (JSON shapes), [`config`], [`error`], [`items_file`] (seeds
+//! from a JSONL file, for the CLI).
+
+pub mod arm;
+pub mod atomic;
+pub mod catalog;
+pub mod checkpoint;
+pub mod config;
+pub mod error;
+pub mod items_file;
+pub mod novelty;
+pub mod queue;
+pub mod run_dir;
+pub mod summary;
+pub mod work;
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub use arm::{ArmEvent, ArmObserver, ArmOptions, NoObserver, run_arm, runtime_signature};
+pub use catalog::{CatalogError, FrontierAudit, VariantCatalog, select_frontier_work};
+pub use checkpoint::{
+    ArmCheckpoint, CheckpointError, CheckpointState, RuntimeSignature, load_arm_checkpoint,
+};
+pub use config::ArmConfig;
+pub use error::ArmError;
+pub use novelty::NoveltyLedger;
+pub use queue::{LaneSummary, QueueConfig, QueueUnit, UnitDone, run_queue_epoch};
+pub use run_dir::{ArmOutput, OutputOffsets, RunDir};
+pub use summary::{AnytimeCheckpoint, ArmSummary, EpochSummary, StopReason};
+pub use work::{StandaloneItem, WorkUnit, execute_work_unit};

@@ -1,0 +1,24 @@
+//! sandloop's runtimes, with no sandbox in them.
+//!
+//! The episode runtime ([`episode`]) and the arm harness ([`harness`]) are
+//! written against the small traits in [`episode::adapter`]; replay points
+//! ([`replay`]) bind adapter state to [`trace`] positions so a suffix can run
+//! again from a point, and the planner and child groups build on them. A loop
+//! step runs through the traits of [`step`]. `sandloop-sandbox` implements
+//! all of these traits for WebAssembly components; the tests here implement
+//! them natively.
+//!
+//! The rules mirror the reference packages `loopx_explore` and `loopy_loop`
+//! (see `ARCHITECTURE.md`, "Where the reference lives"); a doc comment that
+//! names a Python file or function names the rule it follows.
+
+pub mod digest;
+pub mod dir_grant;
+pub mod episode;
+pub mod harness;
+#[cfg(any(test, feature = "test-support"))]
+#[doc(hidden)]
+pub mod hostile_inputs;
+pub mod replay;
+pub mod step;
+pub mod trace;

@@ -1,0 +1,66 @@
+//! The `child-risk` screen of `sandloop replay`: before a replayed suffix
+//! runs, the adapter's policy judges its intent as it judged the item's
+//! child in the run (reference `RiskAwareReplayChildAdapter`: a denied
+//! intent never runs). The policy finds the child it judges by id, so a
+//! fresh instance of the component adopts the point's exported state as
+//! that child (`fork-replay-child` under the item's id), is asked
+//! `assess-replay-child-intent`, releases the child and is dropped.
+
+use std::sync::Arc;
+
+use super::WasmAdapter;
+use super::child_instance::ChildInstance;
+use super::children::intent_of;
+use crate::LoadedAdapter;
+use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item};
+use sandloop_core::replay::{ForkRequest, ReplayPoint, RiskAssessment, RiskAssessmentRules};
+
+/// Whether `loaded`'s policy screens replayed intents: it exports
+/// `child-risk` (and `replay-children`, which the policy's child needs).
+pub fn screens_replay_intent(loaded: &LoadedAdapter) -> bool {
+    loaded.indices.child_risk.is_some() && loaded.indices.replay_children.is_some()
+}
+
+/// The adapter's verdict on replaying `item` from `point`, whose exported
+/// state is `state`: `request` names the child (the item's id), `ctx` is
+/// the group's context. Runs in a fresh instance of `loaded` in this
+/// process's sandbox; the caller refuses a [`Disposition::Deny`](sandloop_core::replay::Disposition::Deny).
+///
+/// Errors: the component does not screen ([`screens_replay_intent`]), the
+/// fork or the assessment failed or trapped, or the assessment is malformed
+/// (a blank `policy_id`, a reason that is not public-safe).
+pub fn screen_replay_intent(
+    loaded: &Arc<LoadedAdapter>,
+    point: &ReplayPoint,
+    state: &[u8],
+    request: &ForkRequest,
+    ctx: &CallContext,
+    item: &Item,
+) -> Result<RiskAssessment, AdapterError> {
+    if !screens_replay_intent(loaded) {
+        return Err(WasmAdapter::missing(
+            "child-risk.assess-replay-child-intent",
+        ));
+    }
+    let parent = WasmAdapter::new(Arc::clone(loaded), "replay", None);
+    let fork_at = (
+        point.cursor.trace_id.clone(),
+        point.created_event_id.clone(),
+        point.cursor.next_sequence + 1,
+    );
+    let mut screen = ChildInstance::new(&parent, loaded, ctx, request, &fork_at);
+    let child = screen.adapter.fork_replay_child(state, request)?.child;
+    let assessment = screen.assess(&intent_of(item), None)?;
+    // Best effort: the instance, child included, is dropped right after.
+    let _ = screen.call("release-replay-child", false, |live| {
+        let children = live
+            .replay_children
+            .as_ref()
+            .expect("checked by screens_replay_intent");
+        children.call_release_replay_child(&mut live.store, child)
+    });
+    assessment
+        .check()
+        .map_err(|message| AdapterError::new(ErrorType::ReplayContract, message))?;
+    Ok(assessment)
+}

@@ -1,0 +1,36 @@
+//! The wasmtime sandbox: engine and limits, WASI capabilities, the
+//! compiled-component cache, protocol detection, and [`WasmAdapter`], the
+//! implementation of the runtimes' adapter traits for components.
+//!
+//! Every instance has its own `Store`, linear memory, WASI context (no
+//! preopened directories, environment or sockets unless granted), memory
+//! limit, per-call epoch deadline and optional fuel. A call that traps,
+//! times out or exhausts a limit poisons only its own instance, which is
+//! dropped; the next call gets a fresh one.
+
+pub mod adapter;
+pub mod bindings;
+pub mod cache;
+pub mod call_log;
+pub mod classify;
+pub mod component;
+pub mod config;
+pub mod engine;
+pub mod function_cache;
+pub mod guarded_open;
+pub mod host_state;
+pub mod http_grant;
+pub mod output;
+pub mod snapshot;
+pub mod store;
+pub mod workflow;
+
+/// Directory grants are the core's ([`sandloop_core::dir_grant`]): the loop
+/// coordinator resolves them too, without a sandbox.
+pub use sandloop_core::dir_grant;
+
+pub use adapter::{BindingHandle, CallObserver, CallReport, ReplayOptions, WasmAdapter};
+pub use call_log::CallLog;
+pub use component::{ComponentInfo, LoadError, LoadedAdapter, load};
+pub use config::{DirGrant, SandboxConfig};
+pub use engine::SandboxEngine;
