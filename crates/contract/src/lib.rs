@@ -39,4 +39,5 @@ pub use replay::{
 };
 
 #[cfg(test)]
+#[path = "lib_tests.rs"]
 mod tests;

@@ -108,8 +108,8 @@ fn read_signal<T: DeserializeOwned>(path: &Path) -> Option<T> {
     match serde_json::from_str::<T>(&text) {
         Ok(signal) => Some(signal),
         Err(error) => {
-            eprintln!(
-                "warning: ignoring the invalid signal file {}: {error}",
+            tracing::warn!(
+                "ignoring the invalid signal file {}: {error}",
                 path.display()
             );
             None
@@ -219,9 +219,11 @@ impl Coordinator {
         // the child running forever.
         let mut resumed = existing;
         while let Some(child) = self.running_child_of(&resumed)? {
-            eprintln!(
+            tracing::info!(
                 "sandloop loop: resuming child session {} (workflow set {}) of session {} first",
-                child.active_session_id, child.workflow_set, resumed.active_session_id
+                child.active_session_id,
+                child.workflow_set,
+                resumed.active_session_id
             );
             resumed = child;
         }
@@ -448,7 +450,7 @@ impl Coordinator {
     /// the session's event log (a warning on stderr when it cannot be).
     fn log_late_report(&self, request: &FinishedRequest, active: &CurrentTask) {
         let event = SessionEvent::late_report(request, Some(active));
-        eprintln!(
+        tracing::warn!(
             "sandloop loop: a late report for iteration {} ({}) of session {} was ignored: \
              iteration {} ({}) is the active task",
             request.iteration,
@@ -458,7 +460,7 @@ impl Coordinator {
             active.workflow_id
         );
         if let Err(error) = append_event(&self.repo_root, &active.session_id, &event) {
-            eprintln!("warning: {error}");
+            tracing::warn!("{error}");
         }
     }
 
@@ -688,7 +690,7 @@ impl Coordinator {
         error: &CoordinatorError,
     ) {
         let reason = error.to_string();
-        eprintln!(
+        tracing::warn!(
             "sandloop loop: refused the child-session request {} (workflow set {:?}): {reason}",
             request_path.display(),
             request.workflow_set
@@ -696,7 +698,7 @@ impl Coordinator {
         let mut refused = request_path.as_os_str().to_owned();
         refused.push(".refused");
         if let Err(error) = std::fs::rename(request_path, &refused) {
-            eprintln!("warning: cannot rename {}: {error}", request_path.display());
+            tracing::warn!("cannot rename {}: {error}", request_path.display());
         }
         let event = SessionEvent::ChildRequestRefused {
             at: utc_now(),
@@ -705,7 +707,7 @@ impl Coordinator {
             reason,
         };
         if let Err(error) = append_event(&self.repo_root, session_id, &event) {
-            eprintln!("warning: {error}");
+            tracing::warn!("{error}");
         }
     }
 

@@ -263,7 +263,7 @@ pub fn run_worker(
             match post(&agent, &format!("{base}/finished"), &finished.request) {
                 Ok(next) => break next,
                 Err(error) if attempt < FINISHED_RETRY_ATTEMPTS => {
-                    eprintln!("warning: {error}; retrying");
+                    tracing::warn!("{error}; retrying");
                     std::thread::sleep(FINISHED_RETRY_BACKOFF * attempt);
                 }
                 Err(error) => return Err(error),
@@ -273,10 +273,11 @@ pub fn run_worker(
         if task.is_stale_report() {
             // Our lease ran out and another worker took the loop on: the
             // report was logged as late, and we ask for new work.
-            eprintln!(
+            tracing::info!(
                 "sandloop loop worker: the report for iteration {} ({}) came too late (another \
                  worker took the task over); asking for a new task",
-                finished.request.iteration, finished.request.workflow_id
+                finished.request.iteration,
+                finished.request.workflow_id
             );
             task = register(&agent, &register_url)?;
         }
@@ -302,7 +303,7 @@ fn register(agent: &ureq::Agent, url: &str) -> Result<TaskResponse, TransportErr
                         message,
                     });
                 }
-                eprintln!(
+                tracing::info!(
                     "sandloop loop worker: {message}; retrying in {:.1}s (waited {}s of at most {}s)",
                     pause.as_secs_f64(),
                     waited.as_secs(),

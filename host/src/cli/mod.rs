@@ -2,6 +2,7 @@
 //! lives in its own file and only wires library pieces together.
 
 pub mod args;
+pub mod diagnostics;
 pub mod dir_lock;
 mod grant_identity;
 pub mod inspect;
@@ -97,6 +98,7 @@ pub fn main() -> i32 {
             return code;
         }
     };
+    diagnostics::init();
     raise_open_file_limit();
     let result = match cli.command {
         args::Command::Run(args) => run::run(*args),

@@ -76,7 +76,7 @@ pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxCo
             )));
         }
         if std::env::var_os(name).is_none() {
-            eprintln!("warning: --env {name}: not set on the host, so the guest will not see it");
+            tracing::warn!("--env {name}: not set on the host, so the guest will not see it");
         }
     }
     let dirs = DirGrant::parse_all(&args.dirs).map_err(CliError::Input)?;
