@@ -10,6 +10,8 @@
 //! successful records; a sandboxed adapter's claims about its own cost are
 //! not trusted here.
 
+use std::time::Instant;
+
 use serde_json::Value;
 
 use super::adapter::{
@@ -157,55 +159,24 @@ fn run_group<A: EpisodeAdapter + ?Sized>(
     let mut prefix = match prefix_record {
         Ok(prefix) => prefix,
         Err(error) => {
-            // The adapter prepared something that is not a valid result:
-            // release what it handed over, then resolve the error.
-            let release_started = clock.now();
-            let release_failure =
-                adapter
-                    .release_episode_group(handle, &ctx)
-                    .err()
-                    .map(|cleanup| {
-                        let record = adapter_error_record(
-                            seed,
-                            &cleanup,
-                            clock.minutes_since(release_started),
-                        );
-                        (cleanup, record)
-                    });
-            if policy.is_fatal() {
-                return Err(match release_failure {
-                    Some((cleanup, _)) => FatalError::chained(error, cleanup),
-                    None => FatalError::new(error),
-                });
-            }
-            let mut failed =
-                adapter_error_record(seed, &error, clock.minutes_since(prepare_started));
-            set_field(&mut failed, "episode_stage", Value::from(stage::PREPARE));
-            if let Some((_, release_record)) = &release_failure {
-                attach_release_error(&mut failed, release_record);
-            }
-            annotate_group_record(&mut failed, &failed_prefix);
-            return Ok(vec![failed]);
+            return reject_invalid_prefix(
+                adapter,
+                handle,
+                error,
+                seed,
+                prepare_started,
+                &ctx,
+                policy,
+                clock,
+            )
+            .map(|mut failed| {
+                annotate_group_record(&mut failed, &failed_prefix);
+                vec![failed]
+            });
         }
     };
 
-    if !prefix.contains_key("item_id") {
-        set_field(
-            &mut prefix,
-            "item_id",
-            Value::from(format!("{}:shared-prefix", group.seed_item_id)),
-        );
-    }
-    set_field(
-        &mut prefix,
-        "family",
-        seed.get("family").cloned().unwrap_or(Value::Null),
-    );
-    set_field(&mut prefix, "is_variant", Value::Bool(false));
-    prefix.remove("variant_spec_id");
-    if !prefix.contains_key("accepted") {
-        set_field(&mut prefix, "accepted", Value::Bool(true));
-    }
+    shape_prefix_record(&mut prefix, seed, &group.seed_item_id);
     set_duration(&mut prefix, prepare_minutes);
     let annotation = GroupAnnotation {
         group_id: &group.execution_group_id,
@@ -222,35 +193,16 @@ fn run_group<A: EpisodeAdapter + ?Sized>(
 
     let mut records = Vec::with_capacity(1 + group.items.len());
     records.push(prefix);
-    let mut fatal_error: Option<AdapterError> = None;
-    let mut batch = adapter
-        .execute_episode_batch(&handle, &group.items, &ctx)
-        .map(Vec::into_iter);
-    for item in &group.items {
-        let started = clock.now();
-        let (outcome, minutes) = match batch.as_mut() {
-            Some(batch) => batch.next().unwrap_or_else(|| {
-                let missing = AdapterError::new(
-                    ErrorType::InvalidOutput,
-                    "the batch returned fewer results than the group has items",
-                );
-                (Err(missing), 0.0)
-            }),
-            None => {
-                let outcome = adapter.execute_episode(&handle, item, &ctx);
-                (outcome, clock.minutes_since(started))
-            }
-        };
-        let mut record = match settle_item(outcome, item, minutes, policy, stage::EXECUTE) {
-            Ok(record) => record,
-            Err(error) => {
-                fatal_error = Some(error);
-                break;
-            }
-        };
-        annotate_group_record(&mut record, &suffix_annotation);
-        records.push(record);
-    }
+    let fatal_error = run_suffixes(
+        adapter,
+        &handle,
+        group,
+        &ctx,
+        policy,
+        clock,
+        &suffix_annotation,
+        &mut records,
+    );
 
     let release_started = clock.now();
     if let Err(cleanup) = adapter.release_episode_group(handle, &ctx) {
@@ -272,6 +224,110 @@ fn run_group<A: EpisodeAdapter + ?Sized>(
         Some(primary) => Err(FatalError::new(primary)),
         None => Ok(records),
     }
+}
+
+/// The adapter prepared a prefix whose result is not valid: release what it
+/// handed over, then resolve the error by `policy` — fatal, or the prefix's
+/// error record (stage `prepare`, with the release's failure attached), whose
+/// duration runs from `prepare_started` through the release.
+#[allow(clippy::too_many_arguments)]
+fn reject_invalid_prefix<A: EpisodeAdapter + ?Sized>(
+    adapter: &mut A,
+    handle: A::Handle,
+    error: AdapterError,
+    seed: &Item,
+    prepare_started: Instant,
+    ctx: &CallContext,
+    policy: FailurePolicy,
+    clock: &dyn Clock,
+) -> Result<Record, FatalError> {
+    let release_started = clock.now();
+    let release_failure = adapter
+        .release_episode_group(handle, ctx)
+        .err()
+        .map(|cleanup| {
+            let record = adapter_error_record(seed, &cleanup, clock.minutes_since(release_started));
+            (cleanup, record)
+        });
+    if policy.is_fatal() {
+        return Err(match release_failure {
+            Some((cleanup, _)) => FatalError::chained(error, cleanup),
+            None => FatalError::new(error),
+        });
+    }
+    let mut failed = adapter_error_record(seed, &error, clock.minutes_since(prepare_started));
+    set_field(&mut failed, "episode_stage", Value::from(stage::PREPARE));
+    if let Some((_, release_record)) = &release_failure {
+        attach_release_error(&mut failed, release_record);
+    }
+    Ok(failed)
+}
+
+/// The host's fields of a shared-prefix record: its `item_id` (default
+/// `<seed>:shared-prefix`), the seed's `family`, `is_variant` false, no
+/// `variant_spec_id`, and `accepted` (default true).
+fn shape_prefix_record(prefix: &mut Record, seed: &Item, seed_item_id: &str) {
+    if !prefix.contains_key("item_id") {
+        set_field(
+            prefix,
+            "item_id",
+            Value::from(format!("{seed_item_id}:shared-prefix")),
+        );
+    }
+    set_field(
+        prefix,
+        "family",
+        seed.get("family").cloned().unwrap_or(Value::Null),
+    );
+    set_field(prefix, "is_variant", Value::Bool(false));
+    prefix.remove("variant_spec_id");
+    if !prefix.contains_key("accepted") {
+        set_field(prefix, "accepted", Value::Bool(true));
+    }
+}
+
+/// Run each item of `group` as a suffix of the prepared `handle` (one batch
+/// call when the adapter offers one, else one call per item), appending its
+/// record to `records`. Returns the error that policy made fatal, if any;
+/// the items after it are not run.
+#[allow(clippy::too_many_arguments)]
+fn run_suffixes<A: EpisodeAdapter + ?Sized>(
+    adapter: &mut A,
+    handle: &A::Handle,
+    group: &EpisodeGroup,
+    ctx: &CallContext,
+    policy: FailurePolicy,
+    clock: &dyn Clock,
+    annotation: &GroupAnnotation<'_>,
+    records: &mut Vec<Record>,
+) -> Option<AdapterError> {
+    let mut batch = adapter
+        .execute_episode_batch(handle, &group.items, ctx)
+        .map(Vec::into_iter);
+    for item in &group.items {
+        let started = clock.now();
+        let (outcome, minutes) = match batch.as_mut() {
+            Some(batch) => batch.next().unwrap_or_else(|| {
+                let missing = AdapterError::new(
+                    ErrorType::InvalidOutput,
+                    "the batch returned fewer results than the group has items",
+                );
+                (Err(missing), 0.0)
+            }),
+            None => {
+                let outcome = adapter.execute_episode(handle, item, ctx);
+                (outcome, clock.minutes_since(started))
+            }
+        };
+        match settle_item(outcome, item, minutes, policy, stage::EXECUTE) {
+            Ok(mut record) => {
+                annotate_group_record(&mut record, annotation);
+                records.push(record);
+            }
+            Err(error) => return Some(error),
+        }
+    }
+    None
 }
 
 /// Prepare returned `None`: every item runs through plain `execute`.
