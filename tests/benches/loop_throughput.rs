@@ -33,10 +33,11 @@ fn repo(dir: &Path, rounds: u32) {
 }
 
 fn finished_for(task: &TaskResponse) -> FinishedRequest {
+    let task = task.task().expect("a run task");
     FinishedRequest {
-        workflow_id: task.workflow_id.clone().unwrap(),
-        session_id: task.session_id.clone().unwrap(),
-        iteration: task.iteration.unwrap(),
+        workflow_id: task.workflow_id.clone(),
+        session_id: task.session_id.clone(),
+        iteration: task.iteration,
         success: true,
         text: Some("done".into()),
         error: None,
@@ -50,7 +51,7 @@ fn in_process(rounds: u32) -> f64 {
     let started = Instant::now();
     let mut task = coordinator.register().unwrap();
     let mut done = 0;
-    while task.action == TaskAction::Run && done < rounds {
+    while task.action() == TaskAction::Run && done < rounds {
         task = coordinator.finished(&finished_for(&task)).unwrap();
         done += 1;
     }
@@ -84,7 +85,7 @@ fn over_http(rounds: u32) -> f64 {
         .into_json()
         .unwrap();
     let mut done = 0;
-    while task.action == TaskAction::Run && done < rounds {
+    while task.action() == TaskAction::Run && done < rounds {
         task = agent
             .post(&format!("{url}/finished"))
             .send_json(serde_json::to_value(finished_for(&task)).unwrap())

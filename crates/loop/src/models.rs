@@ -190,39 +190,150 @@ impl TaskAction {
 }
 
 /// What the coordinator answers to `/register` and `/finished` (reference
-/// `TaskResponse`): either a task to run, with the session's config snapshot,
-/// or a stop with its reason. Absent fields serialise as `null`.
+/// `TaskResponse`): a task to run, or a stop with its reason.
+///
+/// On the wire it is the reference's flat object — `action` (`"run"` or
+/// `"stop"`) and every other field present, `null` where it does not apply —
+/// so reference workers read it unchanged. A `run` answer that lacks one of
+/// its fields is refused when read, naming the fields.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskResponse {
-    /// Run or stop.
-    pub action: TaskAction,
-    /// Workflow set of the task (run only).
-    pub workflow_set: Option<String>,
-    /// Workflow to run (run only).
-    pub workflow_id: Option<String>,
-    /// Session of the task (run only).
-    pub session_id: Option<String>,
-    /// Iteration of the task (run only).
-    pub iteration: Option<u32>,
-    /// Config snapshot of the session (run only).
-    pub config_snapshot: Option<RootConfigSnapshot>,
-    /// Why the loop stopped (stop only), e.g. `"goal_met"`, `"max_turns"`,
-    /// `"no_eligible_workflow"`.
-    pub stop_reason: Option<String>,
+#[serde(into = "TaskResponseWire", try_from = "TaskResponseWire")]
+pub enum TaskResponse {
+    /// Run one step (boxed: a task is large, a stop is small).
+    Run(Box<RunTask>),
+    /// The loop stopped, or this worker's report came too late.
+    Stop {
+        /// Why, e.g. `"goal_met"`, `"max_turns"`, `"no_eligible_workflow"`,
+        /// [`STALE_REPORT`].
+        stop_reason: Option<String>,
+    },
+}
+
+/// The task of a `run` answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunTask {
+    /// Workflow set of the task.
+    pub workflow_set: String,
+    /// Workflow to run.
+    pub workflow_id: String,
+    /// Session of the task.
+    pub session_id: String,
+    /// Iteration of the task (1-based).
+    pub iteration: u32,
+    /// Config snapshot of the session.
+    pub config_snapshot: RootConfigSnapshot,
+}
+
+/// The reference's flat `TaskResponse`, as it travels.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct TaskResponseWire {
+    action: TaskAction,
+    #[serde(default)]
+    workflow_set: Option<String>,
+    #[serde(default)]
+    workflow_id: Option<String>,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    iteration: Option<u32>,
+    #[serde(default)]
+    config_snapshot: Option<RootConfigSnapshot>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+}
+
+impl From<TaskResponse> for TaskResponseWire {
+    fn from(response: TaskResponse) -> Self {
+        match response {
+            TaskResponse::Run(task) => {
+                let task = *task;
+                Self {
+                    action: TaskAction::Run,
+                    workflow_set: Some(task.workflow_set),
+                    workflow_id: Some(task.workflow_id),
+                    session_id: Some(task.session_id),
+                    iteration: Some(task.iteration),
+                    config_snapshot: Some(task.config_snapshot),
+                    stop_reason: None,
+                }
+            }
+            TaskResponse::Stop { stop_reason } => Self {
+                action: TaskAction::Stop,
+                workflow_set: None,
+                workflow_id: None,
+                session_id: None,
+                iteration: None,
+                config_snapshot: None,
+                stop_reason,
+            },
+        }
+    }
+}
+
+impl TryFrom<TaskResponseWire> for TaskResponse {
+    type Error = String;
+
+    fn try_from(wire: TaskResponseWire) -> Result<Self, String> {
+        if wire.action == TaskAction::Stop {
+            return Ok(TaskResponse::Stop {
+                stop_reason: wire.stop_reason,
+            });
+        }
+        let missing: Vec<&str> = [
+            ("workflow_set", wire.workflow_set.is_none()),
+            ("workflow_id", wire.workflow_id.is_none()),
+            ("session_id", wire.session_id.is_none()),
+            ("iteration", wire.iteration.is_none()),
+            ("config_snapshot", wire.config_snapshot.is_none()),
+        ]
+        .into_iter()
+        .filter_map(|(field, absent)| absent.then_some(field))
+        .collect();
+        match (
+            wire.workflow_set,
+            wire.workflow_id,
+            wire.session_id,
+            wire.iteration,
+            wire.config_snapshot,
+        ) {
+            (
+                Some(workflow_set),
+                Some(workflow_id),
+                Some(session_id),
+                Some(iteration),
+                Some(config_snapshot),
+            ) => Ok(TaskResponse::Run(Box::new(RunTask {
+                workflow_set,
+                workflow_id,
+                session_id,
+                iteration,
+                config_snapshot,
+            }))),
+            _ => Err(format!(
+                "a run task without {} (each must be given for action \"run\")",
+                missing.join(", ")
+            )),
+        }
+    }
 }
 
 impl TaskResponse {
     /// A run response for `task` (mirrors `_build_run_response` in the
     /// reference's `coordinator_app.py`).
     pub fn run(task: &CurrentTask, config_snapshot: &RootConfigSnapshot) -> Self {
-        Self {
-            action: TaskAction::Run,
-            workflow_set: Some(task.workflow_set.clone()),
-            workflow_id: Some(task.workflow_id.clone()),
-            session_id: Some(task.session_id.clone()),
-            iteration: Some(task.iteration),
-            config_snapshot: Some(config_snapshot.clone()),
-            stop_reason: None,
+        TaskResponse::Run(Box::new(RunTask {
+            workflow_set: task.workflow_set.clone(),
+            workflow_id: task.workflow_id.clone(),
+            session_id: task.session_id.clone(),
+            iteration: task.iteration,
+            config_snapshot: config_snapshot.clone(),
+        }))
+    }
+
+    /// A stop response carrying `stop_reason`.
+    pub fn stop(stop_reason: impl Into<String>) -> Self {
+        TaskResponse::Stop {
+            stop_reason: Some(stop_reason.into()),
         }
     }
 
@@ -233,19 +344,30 @@ impl TaskResponse {
 
     /// True for the answer to a stale report ([`TaskResponse::stale_report`]).
     pub fn is_stale_report(&self) -> bool {
-        self.action == TaskAction::Stop && self.stop_reason.as_deref() == Some(STALE_REPORT)
+        self.stop_reason() == Some(STALE_REPORT)
     }
 
-    /// A stop response carrying `stop_reason`, every other field `None`.
-    pub fn stop(stop_reason: impl Into<String>) -> Self {
-        Self {
-            action: TaskAction::Stop,
-            workflow_set: None,
-            workflow_id: None,
-            session_id: None,
-            iteration: None,
-            config_snapshot: None,
-            stop_reason: Some(stop_reason.into()),
+    /// Run or stop, as the wire's `action` says it.
+    pub fn action(&self) -> TaskAction {
+        match self {
+            TaskResponse::Run(_) => TaskAction::Run,
+            TaskResponse::Stop { .. } => TaskAction::Stop,
+        }
+    }
+
+    /// The task to run, if this is a `run` answer.
+    pub fn task(&self) -> Option<&RunTask> {
+        match self {
+            TaskResponse::Run(task) => Some(task.as_ref()),
+            TaskResponse::Stop { .. } => None,
+        }
+    }
+
+    /// Why the loop stopped, if this is a `stop` answer that says.
+    pub fn stop_reason(&self) -> Option<&str> {
+        match self {
+            TaskResponse::Run(_) => None,
+            TaskResponse::Stop { stop_reason } => stop_reason.as_deref(),
         }
     }
 }
@@ -672,7 +794,7 @@ pub struct ChildSessionRecord {
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 
@@ -889,17 +1011,11 @@ mod tests {
                 "session_id": null, "iteration": null, "config_snapshot": null,
                 "stop_reason": "max_turns"})
         );
-        let task = CurrentTask {
-            workflow_set: "main".into(),
-            workflow_id: "plan".into(),
-            session_id: "s1".into(),
-            iteration: 3,
-            started_at: "2026-11-29T23:30:00Z".into(),
-        };
+        let task = plan_task();
         let run = TaskResponse::run(&task, &snapshot());
-        assert_eq!(run.action.as_str(), RUN_ACTION);
-        assert_eq!(run.iteration, Some(3));
-        assert_eq!(run.config_snapshot, Some(snapshot()));
+        assert_eq!(run.action().as_str(), RUN_ACTION);
+        assert_eq!(run.task().unwrap().iteration, 3);
+        assert_eq!(run.task().unwrap().config_snapshot, snapshot());
         let request = FinishedRequest {
             workflow_id: "plan".into(),
             session_id: "s1".into(),
@@ -916,6 +1032,53 @@ mod tests {
             }
             .matches_task(&task)
         );
+    }
+
+    fn plan_task() -> CurrentTask {
+        CurrentTask {
+            workflow_set: "main".into(),
+            workflow_id: "plan".into(),
+            session_id: "s1".into(),
+            iteration: 3,
+            started_at: "2026-11-29T23:30:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn a_run_answer_travels_flat_and_reads_back_as_the_same_task() {
+        let task = plan_task();
+        let run = TaskResponse::run(&task, &snapshot());
+        let wire = serde_json::to_value(&run).unwrap();
+        assert_eq!(wire["action"], "run");
+        assert_eq!(wire["stop_reason"], Value::Null);
+        assert_eq!(wire["iteration"], 3);
+        assert_eq!(wire.as_object().unwrap().len(), 7, "{wire}");
+        let back: TaskResponse = serde_json::from_value(wire).unwrap();
+        assert_eq!(back, run);
+        // A reference coordinator may leave absent fields out altogether.
+        let stop: TaskResponse =
+            serde_json::from_value(json!({"action": "stop", "stop_reason": "goal_met"})).unwrap();
+        assert_eq!(stop, TaskResponse::stop("goal_met"));
+        assert!(!stop.is_stale_report());
+        assert!(TaskResponse::stale_report().is_stale_report());
+    }
+
+    #[test]
+    fn a_run_answer_without_its_fields_is_refused_naming_them() {
+        let error = serde_json::from_value::<TaskResponse>(json!({
+            "action": "run", "workflow_set": "main", "workflow_id": null,
+            "session_id": "s1", "iteration": 1, "config_snapshot": null,
+            "stop_reason": null}))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("a run task without workflow_id, config_snapshot"),
+            "{error}"
+        );
+        let error = serde_json::from_value::<TaskResponse>(json!({"action": "wait"}))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("wait"), "{error}");
     }
 
     #[test]

@@ -438,7 +438,7 @@ impl Coordinator {
         inner: &mut Inner,
         response: TaskResponse,
     ) -> Result<TaskResponse, CoordinatorError> {
-        if response.action == TaskAction::Stop
+        if response.action() == TaskAction::Stop
             && let Some(parent) = self.resume_parent_if_active_child_completed(inner)?
         {
             return Ok(parent);

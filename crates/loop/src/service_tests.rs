@@ -17,7 +17,7 @@ use super::{Coordinator, CoordinatorError};
 use crate::config::derive_goal_hash;
 use crate::events::read_events;
 use crate::models::{
-    FinishedRequest, LoopState, LoopStatus, RootConfigSnapshot, TaskAction, TaskResponse,
+    FinishedRequest, LoopState, LoopStatus, RootConfigSnapshot, RunTask, TaskAction, TaskResponse,
 };
 use crate::sessions::{
     ParentLink, child_requests_dir_path, children_path, control_path, goal_check_path, parent_path,
@@ -200,13 +200,19 @@ fn child_request(workflow_set: &str) -> Value {
 
 /// Session, workflow and iteration of a run response (panics on a stop).
 fn task_of(response: &TaskResponse) -> (String, String, u32) {
-    assert_eq!(response.action, TaskAction::Run, "{response:?}");
-    assert_eq!(response.stop_reason, None, "{response:?}");
+    let run = run_of(response);
     (
-        response.session_id.clone().unwrap(),
-        response.workflow_id.clone().unwrap(),
-        response.iteration.unwrap(),
+        run.session_id.clone(),
+        run.workflow_id.clone(),
+        run.iteration,
     )
+}
+
+/// The task of a run response (panics on a stop).
+fn run_of(response: &TaskResponse) -> &RunTask {
+    assert_eq!(response.action(), TaskAction::Run, "{response:?}");
+    assert_eq!(response.stop_reason(), None, "{response:?}");
+    response.task().unwrap()
 }
 
 /// Assert a run response for `workflow` at `iteration`; returns its session.
@@ -307,8 +313,8 @@ fn fresh_start_creates_a_running_session_and_register_runs_the_first_workflow() 
 
     let task = coordinator.register().unwrap();
     assert_eq!(assert_run(&task, "plan", 1), session);
-    assert_eq!(task.workflow_set.as_deref(), Some("main"));
-    assert_eq!(task.config_snapshot.as_ref(), Some(&expected_snapshot));
+    assert_eq!(run_of(&task).workflow_set, "main");
+    assert_eq!(run_of(&task).config_snapshot, expected_snapshot);
 
     let current = repo.state_of(&session).current_task.unwrap();
     assert_eq!(
@@ -349,7 +355,7 @@ fn workflow_set_and_goal_file_overrides_pick_what_the_session_runs() {
     assert_eq!(state.goal_hash, derive_goal_hash("Another goal"));
     let task = coordinator.register().unwrap();
     assert_run(&task, "step", 1);
-    assert_eq!(task.workflow_set.as_deref(), Some("sub"));
+    assert_eq!(run_of(&task).workflow_set, "sub");
 }
 
 #[test]
@@ -393,7 +399,7 @@ fn a_running_state_is_refused_without_resume() {
     let current = resumed.state().unwrap().unwrap().current_task.unwrap();
     assert_eq!(
         (current.workflow_id.as_str(), current.iteration),
-        ("plan", task.iteration.unwrap())
+        ("plan", run_of(&task).iteration)
     );
     let next = resumed.register().unwrap();
     assert_eq!(assert_run(&next, "work", 2), session);
@@ -1240,8 +1246,8 @@ fn a_child_session_runs_to_max_turns_then_the_parent_resumes() {
     let child_task = succeed(&coordinator, &plan);
     let child = assert_run(&child_task, "step", 1);
     assert_ne!(child, parent);
-    assert_eq!(child_task.workflow_set.as_deref(), Some("sub"));
-    let snapshot = child_task.config_snapshot.clone().unwrap();
+    assert_eq!(run_of(&child_task).workflow_set, "sub");
+    let snapshot = run_of(&child_task).config_snapshot.clone();
     assert_eq!(snapshot.goal, CHILD_GOAL);
     assert_eq!(snapshot.goal_hash, derive_goal_hash(CHILD_GOAL));
     assert_eq!(snapshot.workflow_set, "sub");
@@ -1316,8 +1322,8 @@ fn a_child_session_runs_to_max_turns_then_the_parent_resumes() {
     // The child's last turn ends it; the parent's next task comes back.
     let back = succeed(&coordinator, &step3);
     assert_eq!(assert_run(&back, "work", 2), parent);
-    assert_eq!(back.workflow_set.as_deref(), Some("main"));
-    assert_eq!(back.config_snapshot.as_ref().unwrap().goal, GOAL);
+    assert_eq!(run_of(&back).workflow_set, "main");
+    assert_eq!(run_of(&back).config_snapshot.goal, GOAL);
     let child_state = repo.state_of(&child);
     assert_eq!(child_state.status, LoopStatus::MaxTurns);
     assert_eq!(child_state.history.len(), 3);
@@ -1581,7 +1587,7 @@ fn concurrent_coordinators_never_lose_or_double_an_iteration() {
             let runs = &runs;
             scope.spawn(move || {
                 let mut task = coordinator.register().unwrap();
-                while task.action == TaskAction::Run {
+                while task.action() == TaskAction::Run {
                     runs.fetch_add(1, Ordering::Relaxed);
                     task = succeed(coordinator, &task);
                 }
@@ -1627,7 +1633,7 @@ fn state_json_is_never_half_written() {
         });
         let mut task = coordinator.register().unwrap();
         let mut calls = 1;
-        while task.action == TaskAction::Run {
+        while task.action() == TaskAction::Run {
             task = if calls % 7 == 0 {
                 coordinator.register().unwrap() // abandons, also a write
             } else {

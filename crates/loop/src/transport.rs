@@ -29,7 +29,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::json;
 
-use super::models::{FinishedRequest, TaskAction, TaskResponse};
+use super::models::{FinishedRequest, TaskResponse};
 use super::service::Coordinator;
 use super::worker::{StepRunner, WorkerError};
 
@@ -65,9 +65,9 @@ struct Lease {
 }
 
 fn lease_of(task: &TaskResponse) -> Option<Lease> {
-    (task.action == TaskAction::Run).then(|| Lease {
-        iteration: task.iteration.unwrap_or_default(),
-        workflow_id: task.workflow_id.clone().unwrap_or_default(),
+    task.task().map(|task| Lease {
+        iteration: task.iteration,
+        workflow_id: task.workflow_id.clone(),
         since: std::time::Instant::now(),
     })
 }
@@ -255,8 +255,8 @@ pub fn run_worker(
     let runner = StepRunner::new(repo_root, executor);
     let register_url = format!("{base}/register");
     let mut task = register(&agent, &register_url)?;
-    while task.action == TaskAction::Run {
-        let finished = runner.run_task(&task)?;
+    while let TaskResponse::Run(run) = &task {
+        let finished = runner.run_task(run)?;
         let mut attempt = 0;
         task = loop {
             attempt += 1;

@@ -14,9 +14,7 @@ use std::sync::{Arc, Mutex};
 use super::config::{
     ConfigError, WorkflowDefinition, load_workflow_definitions, load_workflow_prompt,
 };
-use super::models::{
-    FinishedRequest, IterationResult, RootConfigSnapshot, TaskAction, TaskResponse,
-};
+use super::models::{FinishedRequest, IterationResult, RootConfigSnapshot, RunTask};
 use super::sessions::{
     child_requests_dir_path, control_path, ensure_iteration_dir, goal_check_path,
     pending_finished_request_path, prompt_path, result_path, result_text_path,
@@ -27,9 +25,6 @@ use sandloop_core::step::{PluginSpec, SignalTarget, StepExecutor, StepPlugin, St
 /// or the disk is broken, not the step).
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
-    /// The coordinator sent a `run` task without its fields.
-    #[error("the coordinator sent an incomplete run task")]
-    IncompleteTask,
     /// The workflow's configuration cannot be used.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -199,30 +194,19 @@ impl StepRunner {
     /// — the plugin's own failure, a trap, a deadline, a plugin that cannot
     /// be loaded — is a failed finished request, not an error: the loop
     /// goes on.
-    pub fn run_task(&self, task: &TaskResponse) -> Result<FinishedAssignment, WorkerError> {
-        let (
-            Some(session_id),
-            Some(workflow_set),
-            Some(workflow_id),
-            Some(iteration),
-            Some(snapshot),
-        ) = (
-            task.session_id.as_deref(),
-            task.workflow_set.as_deref(),
-            task.workflow_id.as_deref(),
-            task.iteration,
-            task.config_snapshot.as_ref(),
-        )
-        else {
-            return Err(WorkerError::IncompleteTask);
-        };
-        if task.action != TaskAction::Run {
-            return Err(WorkerError::IncompleteTask);
-        }
+    pub fn run_task(&self, task: &RunTask) -> Result<FinishedAssignment, WorkerError> {
+        let RunTask {
+            session_id,
+            workflow_set,
+            workflow_id,
+            iteration,
+            config_snapshot: snapshot,
+        } = task;
+        let iteration = *iteration;
         let workflows = load_workflow_definitions(&self.repo_root, workflow_set)?;
         let workflow = workflows
             .iter()
-            .find(|workflow| workflow.id == workflow_id)
+            .find(|workflow| workflow.id == *workflow_id)
             .ok_or_else(|| {
                 WorkerError::Io(format!(
                     "workflow {workflow_id:?} is not in set {workflow_set:?}"

@@ -11,7 +11,7 @@ use super::args::{
 };
 use super::{CliError, loop_templates, say};
 use crate::coordinator::config::SANDLOOP_DIRNAME;
-use crate::coordinator::models::{LoopState, LoopStatus, TaskAction};
+use crate::coordinator::models::{LoopState, LoopStatus, TaskResponse};
 use crate::coordinator::service::{Coordinator, CoordinatorError, Start};
 use crate::coordinator::state_store::StateStore;
 use crate::coordinator::worker::StepRunner;
@@ -197,9 +197,9 @@ fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
     .map_err(coordinator_error)?;
     report_start(&coordinator, args.resume);
     let mut task = coordinator.register().map_err(coordinator_error)?;
-    while task.action == TaskAction::Run {
+    while let TaskResponse::Run(run) = &task {
         let finished = runner
-            .run_task(&task)
+            .run_task(run)
             .map_err(|error| CliError::Failed(error.to_string()))?;
         if !args.json {
             say(&format!(
@@ -218,7 +218,7 @@ fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
         let _ = std::fs::remove_file(&finished.pending_path);
     }
     let state = coordinator.state().map_err(coordinator_error)?;
-    let reason = task.stop_reason.clone().unwrap_or_default();
+    let reason = task.stop_reason().unwrap_or_default().to_string();
     if args.json {
         say(
             &serde_json::to_string_pretty(&json!({"stop_reason": reason, "state": state}))
@@ -307,7 +307,7 @@ fn worker(args: LoopWorkerArgs) -> Result<(), CliError> {
     .map_err(|error| CliError::Failed(error.to_string()))?;
     say(&format!(
         "sandloop loop worker: the coordinator said stop ({})",
-        stop.stop_reason.unwrap_or_default()
+        stop.stop_reason().unwrap_or_default()
     ));
     Ok(())
 }
