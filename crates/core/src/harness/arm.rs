@@ -21,25 +21,25 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::episode::adapter::{
-    AdapterError, CallContext, EpisodeAdapter, Protocols, Record, SeedSource,
+    AdapterError, CallContext, EpisodeAdapter, Item, Protocols, Record, SeedSource,
 };
 use crate::episode::clock::{Clock, SystemClock};
-use crate::episode::metrics::{MetricsAccumulator, combine_execution_metrics};
-use crate::episode::policy::FatalError;
+use crate::episode::metrics::{ExecutionMetrics, MetricsAccumulator, combine_execution_metrics};
+use crate::episode::policy::{FailurePolicy, FatalError};
 use crate::episode::records::set_field;
 use crate::episode::units::{
     build_episode_execution_units, build_episode_execution_units_checked, fatal_preflight,
 };
 use crate::episode::value::{json_f64, round_to, str_or_empty, truthy};
 
-use super::catalog::{VariantCatalog, select_frontier_work};
+use super::catalog::{FrontierAudit, VariantCatalog, select_frontier_work};
 use super::checkpoint::{
     ArmCheckpoint, CheckpointState, HARNESS_CHECKPOINT_SCHEMA_VERSION, RuntimeSignature,
 };
 use super::config::ArmConfig;
 use super::error::ArmError;
 use super::novelty::NoveltyLedger;
-use super::queue::{QueueConfig, Ticker, UnitDone, run_queue_epoch};
+use super::queue::{LaneSummary, QueueConfig, Ticker, UnitDone, run_queue_epoch};
 use super::run_dir::ArmOutput;
 use super::summary::{
     AnytimeCheckpoint, ArmSummary, EpisodeExecution, EpochSummary, HARNESS_ARM_SCHEMA_VERSION,
@@ -274,70 +274,24 @@ where
     let policy = config.item_failure_policy;
     let episode_mode = protocols.episode_mode();
     let worker_count = config.worker_count.max(1);
-    let checkpoint_enabled = config.checkpoint_enabled();
     let signature = runtime_signature(config, protocols, catalog.is_some());
 
-    let mut ledger = NoveltyLedger::new();
-    let mut epochs: Vec<EpochSummary> = Vec::new();
-    let mut checkpoints: Vec<AnytimeCheckpoint> = Vec::new();
-    let mut coverage_first_seen: Map<String, Value> = Map::new();
-    let mut raw_cum = 0.0;
-    let mut novel_cum = 0.0;
-    let mut variant_records_cum = 0u64;
-    let mut record_count = 0u64;
-    let mut next_epoch = 1u32;
-    let mut elapsed_offset = 0.0;
-    if config.resume {
-        let state = output.begin_resume(&signature)?;
-        ledger = NoveltyLedger::from_seen(state.novelty_seen);
-        epochs = state.epochs;
-        checkpoints = state.checkpoints;
-        coverage_first_seen = state.coverage_first_seen;
-        raw_cum = state.raw_value_total;
-        novel_cum = state.novel_value_total;
-        variant_records_cum = state.variant_records_total;
-        record_count = state.record_count;
-        next_epoch = state.next_epoch;
-        elapsed_offset = state.elapsed_minutes;
-        if let Some(catalog) = catalog.as_deref_mut() {
-            catalog.restore_consumed(&state.catalog_consumed);
-        }
-    } else {
-        output.begin_fresh()?;
-        if let Some(catalog) = catalog.as_deref_mut() {
-            // A fresh arm starts with fresh consumption.
-            catalog.restore_consumed(Vec::<String>::new());
-        }
-    }
-    let restored_epoch_count = next_epoch - 1;
-    let mut metrics_cum = combine_execution_metrics(epochs.iter().map(|e| &e.execution_metrics));
+    let mut progress = ArmProgress::begin(config, &signature, output, catalog.as_deref_mut())?;
+    let restored_epoch_count = progress.next_epoch - 1;
     observer.on_event(&ArmEvent::Started {
         resumed: config.resume,
-        next_epoch,
-        restored_record_count: record_count,
+        next_epoch: progress.next_epoch,
+        restored_record_count: progress.record_count,
         max_epochs: config.max_epochs,
     });
 
     let started = clock.now();
-    let stagger = Duration::from_secs_f64(config.stagger_seconds);
     let mut stop_reason = StopReason::MaxEpochs;
-    for epoch in next_epoch..=config.max_epochs {
-        let elapsed = elapsed_offset + clock.minutes_since(started);
-        let remaining = config.budget_minutes - elapsed;
-        if !epochs.is_empty() && remaining <= 0.0 {
-            stop_reason = StopReason::BudgetExhausted;
+    for epoch in progress.next_epoch..=config.max_epochs {
+        let elapsed = progress.elapsed_offset + clock.minutes_since(started);
+        if let Some(reason) = progress.stop_before_epoch(config, elapsed) {
+            stop_reason = reason;
             break;
-        }
-        if !epochs.is_empty() && config.duration_guard_factor > 0.0 {
-            let recent = config.duration_guard_recent.max(1);
-            let longest = epochs[epochs.len().saturating_sub(recent)..]
-                .iter()
-                .map(|e| e.epoch_wall_minutes)
-                .fold(0.0, f64::max);
-            if remaining < longest * config.duration_guard_factor {
-                stop_reason = StopReason::DurationGuard;
-                break;
-            }
         }
         let seed_items = seeds.list_seed_items(arm, epoch).map_err(ArmError::Seeds)?;
         if seed_items.is_empty() {
@@ -349,63 +303,453 @@ where
             // be rejected before it can cause effects.
             fatal_preflight(&seed_items).map_err(|e| ArmError::Fatal(FatalError::new(e)))?;
         }
-
-        let mut frontier = None;
-        let mut compile_errors = Vec::new();
-        let mut variants = Vec::new();
-        if let Some(catalog) = catalog.as_deref_mut() {
-            if let Err(error) = catalog.refresh() {
-                observer.on_event(&ArmEvent::Warning {
-                    message: format!("{error}; using the last readable specs"),
-                });
-            }
-            let selection = select_frontier_work(
-                &seed_items,
-                catalog,
-                seeds,
-                epoch,
-                config.frontier_max_lanes,
-                policy,
-                clock,
-            )?;
-            frontier = Some(selection.audit);
-            compile_errors = selection.error_records;
-            variants = selection.items;
-        }
-        let mut queue = seed_items;
-        queue.extend(variants);
-        let queue_size = queue.len();
+        let work = epoch_work(
+            seed_items,
+            catalog.as_deref_mut(),
+            seeds,
+            epoch,
+            config,
+            observer,
+            clock,
+        )?;
+        let queue_size = work.queue.len();
 
         let epoch_start = clock.now();
-        let units: Vec<WorkUnit> = if episode_mode.is_some() {
-            let units = if policy.is_fatal() {
-                build_episode_execution_units_checked(queue, arm, epoch)
-                    .map_err(|e| ArmError::Fatal(FatalError::new(e)))?
-            } else {
-                build_episode_execution_units(queue, arm, epoch)
-            };
-            units.into_iter().map(WorkUnit::Episode).collect()
-        } else {
-            queue
-                .into_iter()
-                .map(|item| WorkUnit::Standalone(StandaloneItem::new(item)))
-                .collect()
-        };
+        let units = work_units(work.queue, episode_mode.is_some(), policy, arm, epoch)?;
         let unit_count = units.len();
         observer.on_event(&ArmEvent::EpochStarted {
             epoch,
             queue_size,
             unit_count,
         });
+        let queue_config = QueueConfig {
+            arm,
+            epoch,
+            worker_count,
+            stagger: Duration::from_secs_f64(config.stagger_seconds),
+        };
+        let lanes = EpochLanes {
+            queue: &queue_config,
+            factory,
+            policy,
+            clock,
+            observer,
+            standalone_only: episode_mode.is_none(),
+        };
+        let (totals, lanes) =
+            lanes.drain(units, work.compile_errors, output, &mut progress.ledger)?;
+        let epoch_wall = clock.minutes_since(epoch_start);
+        let elapsed_after = progress.elapsed_offset + clock.minutes_since(started);
+        let summary = progress.close_epoch(
+            EpochFacts {
+                epoch,
+                epoch_wall,
+                elapsed_after,
+                queue_size,
+                unit_count,
+                worker_count,
+                frontier: work.frontier,
+                lanes,
+            },
+            totals,
+        );
+        output.append_epoch(&summary)?;
+        progress.epochs.push(summary.compact());
+        if config.checkpoint_enabled() {
+            progress.write_checkpoint(
+                output,
+                &signature,
+                epoch,
+                elapsed_after,
+                catalog.as_deref(),
+            )?;
+        }
+        observer.on_event(&ArmEvent::EpochDone {
+            summary: &summary,
+            anytime: progress.checkpoints.last().expect("just pushed"),
+        });
+    }
 
+    let elapsed = progress.elapsed_offset + clock.minutes_since(started);
+    let summary = progress.into_summary(
+        config,
+        protocols,
+        stop_reason,
+        elapsed,
+        restored_epoch_count,
+        output,
+    );
+    output.write_summary(&summary)?;
+    observer.on_event(&ArmEvent::Finished { summary: &summary });
+    Ok(summary)
+}
+
+/// What an arm has accumulated across its epochs: restored from the
+/// checkpoint on resume, carried from epoch to epoch, and summed up in the
+/// arm's summary.
+struct ArmProgress {
+    ledger: NoveltyLedger,
+    epochs: Vec<EpochSummary>,
+    checkpoints: Vec<AnytimeCheckpoint>,
+    coverage_first_seen: Map<String, Value>,
+    raw_cum: f64,
+    novel_cum: f64,
+    variant_records_cum: u64,
+    record_count: u64,
+    next_epoch: u32,
+    elapsed_offset: f64,
+    metrics_cum: ExecutionMetrics,
+}
+
+/// What one epoch was, apart from its records' totals.
+struct EpochFacts {
+    epoch: u32,
+    epoch_wall: f64,
+    elapsed_after: f64,
+    queue_size: usize,
+    unit_count: usize,
+    worker_count: usize,
+    frontier: Option<FrontierAudit>,
+    lanes: Vec<LaneSummary>,
+}
+
+/// The totals of an epoch's records, once its queue is drained.
+struct EpochTotals {
+    metrics: ExecutionMetrics,
+    raw: f64,
+    novel: f64,
+    variant_records: u64,
+    records: u64,
+    /// Families seen this epoch, in first-seen order.
+    families: Vec<String>,
+}
+
+/// The items of an epoch: its seeds, then the catalog's variants, with the
+/// frontier's audit and the records of variants that failed to compile.
+struct EpochWork {
+    queue: Vec<Item>,
+    frontier: Option<FrontierAudit>,
+    compile_errors: Vec<Record>,
+}
+
+impl ArmProgress {
+    /// Start fresh (`begin_fresh`, the catalog's consumption cleared) or
+    /// resume from the checkpoint `output` holds, which must carry
+    /// `signature`.
+    fn begin<O: ArmOutput>(
+        config: &ArmConfig,
+        signature: &RuntimeSignature,
+        output: &mut O,
+        catalog: Option<&mut VariantCatalog>,
+    ) -> Result<Self, ArmError> {
+        if !config.resume {
+            output.begin_fresh()?;
+            if let Some(catalog) = catalog {
+                // A fresh arm starts with fresh consumption.
+                catalog.restore_consumed(Vec::<String>::new());
+            }
+            return Ok(Self {
+                ledger: NoveltyLedger::new(),
+                epochs: Vec::new(),
+                checkpoints: Vec::new(),
+                coverage_first_seen: Map::new(),
+                raw_cum: 0.0,
+                novel_cum: 0.0,
+                variant_records_cum: 0,
+                record_count: 0,
+                next_epoch: 1,
+                elapsed_offset: 0.0,
+                metrics_cum: combine_execution_metrics([]),
+            });
+        }
+        let state = output.begin_resume(signature)?;
+        if let Some(catalog) = catalog {
+            catalog.restore_consumed(&state.catalog_consumed);
+        }
+        let metrics_cum =
+            combine_execution_metrics(state.epochs.iter().map(|e| &e.execution_metrics));
+        Ok(Self {
+            ledger: NoveltyLedger::from_seen(state.novelty_seen),
+            epochs: state.epochs,
+            checkpoints: state.checkpoints,
+            coverage_first_seen: state.coverage_first_seen,
+            raw_cum: state.raw_value_total,
+            novel_cum: state.novel_value_total,
+            variant_records_cum: state.variant_records_total,
+            record_count: state.record_count,
+            next_epoch: state.next_epoch,
+            elapsed_offset: state.elapsed_minutes,
+            metrics_cum,
+        })
+    }
+
+    /// Why no further epoch may start after `elapsed` minutes: the budget is
+    /// spent (`budget_exhausted`), or what remains is below the longest of
+    /// the recent epochs times the guard factor (`duration_guard`); both
+    /// only once an epoch exists.
+    fn stop_before_epoch(&self, config: &ArmConfig, elapsed: f64) -> Option<StopReason> {
+        if self.epochs.is_empty() {
+            return None;
+        }
+        let remaining = config.budget_minutes - elapsed;
+        if remaining <= 0.0 {
+            return Some(StopReason::BudgetExhausted);
+        }
+        if config.duration_guard_factor > 0.0 {
+            let recent = config.duration_guard_recent.max(1);
+            let longest = self.epochs[self.epochs.len().saturating_sub(recent)..]
+                .iter()
+                .map(|e| e.epoch_wall_minutes)
+                .fold(0.0, f64::max);
+            if remaining < longest * config.duration_guard_factor {
+                return Some(StopReason::DurationGuard);
+            }
+        }
+        None
+    }
+
+    /// Add an epoch's totals to the arm's, note its anytime point, and
+    /// return its summary (not yet written).
+    fn close_epoch(&mut self, facts: EpochFacts, totals: EpochTotals) -> EpochSummary {
+        self.raw_cum += totals.raw;
+        self.novel_cum += totals.novel;
+        self.variant_records_cum += totals.variant_records;
+        self.record_count += totals.records;
+        self.metrics_cum = combine_execution_metrics([&self.metrics_cum, &totals.metrics]);
+        for family in totals.families {
+            self.coverage_first_seen
+                .entry(family)
+                .or_insert_with(|| json_f64(round_to(facts.elapsed_after, 3)));
+        }
+        self.checkpoints.push(AnytimeCheckpoint {
+            epoch: facts.epoch,
+            elapsed_minutes: round_to(facts.elapsed_after, 3),
+            raw_value_cum: round_to(self.raw_cum, 3),
+            novel_value_cum: round_to(self.novel_cum, 3),
+            coverage_count_cum: self.coverage_first_seen.len(),
+            variant_records_cum: self.variant_records_cum,
+            requested_worker_minutes_cum: round_to(
+                facts.elapsed_after * facts.worker_count as f64,
+                3,
+            ),
+            execution_metrics_cum: self.metrics_cum.clone(),
+        });
+        EpochSummary {
+            schema_version: HARNESS_ARM_SCHEMA_VERSION.to_owned(),
+            epoch: facts.epoch,
+            epoch_wall_minutes: round_to(facts.epoch_wall, 3),
+            queue_size: facts.queue_size,
+            execution_unit_count: facts.unit_count,
+            record_count: totals.records,
+            raw_value: round_to(totals.raw, 3),
+            novel_value: round_to(totals.novel, 3),
+            execution_metrics: totals.metrics,
+            frontier: facts.frontier,
+            lanes: facts.lanes,
+        }
+    }
+
+    /// Write the checkpoint after `epoch`. The history moves into the
+    /// checkpoint and back: no copies.
+    fn write_checkpoint<O: ArmOutput>(
+        &mut self,
+        output: &mut O,
+        signature: &RuntimeSignature,
+        epoch: u32,
+        elapsed_after: f64,
+        catalog: Option<&VariantCatalog>,
+    ) -> Result<(), ArmError> {
+        let offsets = output.offsets();
+        let state = CheckpointState {
+            next_epoch: epoch + 1,
+            elapsed_minutes: round_to(elapsed_after, 6),
+            epochs: std::mem::take(&mut self.epochs),
+            checkpoints: std::mem::take(&mut self.checkpoints),
+            novelty_seen: self.ledger.seen_sorted(),
+            catalog_consumed: catalog
+                .map(|c| c.consumed().iter().cloned().collect())
+                .unwrap_or_default(),
+            coverage_first_seen: self.coverage_first_seen.clone(),
+            raw_value_total: round_to(self.raw_cum, 6),
+            novel_value_total: round_to(self.novel_cum, 6),
+            variant_records_total: self.variant_records_cum,
+            record_count: self.record_count,
+            records_jsonl_bytes: offsets.records_jsonl_bytes,
+            epochs_jsonl_bytes: offsets.epochs_jsonl_bytes,
+        };
+        let checkpoint = ArmCheckpoint::new(signature, state);
+        let written = output.write_checkpoint(&checkpoint);
+        self.epochs = checkpoint.state.epochs;
+        self.checkpoints = checkpoint.state.checkpoints;
+        written
+    }
+
+    /// The arm's summary (reference `run_budget_arm`'s result), after
+    /// `elapsed` minutes of this invocation.
+    fn into_summary<O: ArmOutput>(
+        self,
+        config: &ArmConfig,
+        protocols: Protocols,
+        stop_reason: StopReason,
+        elapsed: f64,
+        restored_epoch_count: u32,
+        output: &O,
+    ) -> ArmSummary {
+        let policy = config.item_failure_policy;
+        let episode_mode = protocols.episode_mode();
+        let checkpoint_enabled = config.checkpoint_enabled();
+        ArmSummary {
+            schema_version: HARNESS_ARM_SCHEMA_VERSION.to_owned(),
+            arm_key: config.arm_key.clone(),
+            budget_minutes: config
+                .budget_minutes
+                .is_finite()
+                .then_some(config.budget_minutes),
+            worker_count: config.worker_count.max(1),
+            elapsed_minutes: round_to(elapsed, 3),
+            stop_reason,
+            epoch_count: self.epochs.len(),
+            record_count: self.record_count,
+            raw_value_total: round_to(self.raw_cum, 3),
+            novel_value_total: round_to(self.novel_cum, 3),
+            variant_records_total: self.variant_records_cum,
+            execution_metrics: self.metrics_cum,
+            coverage_count: self.coverage_first_seen.len(),
+            coverage_first_seen_minutes: self.coverage_first_seen,
+            checkpoints: self.checkpoints,
+            resume: ResumeInfo {
+                schema_version: HARNESS_RESUME_SCHEMA_VERSION.to_owned(),
+                enabled: checkpoint_enabled,
+                resumed: config.resume,
+                checkpoint_schema_version: HARNESS_CHECKPOINT_SCHEMA_VERSION.to_owned(),
+                checkpoint_path: if checkpoint_enabled {
+                    output.checkpoint_location()
+                } else {
+                    None
+                },
+                restored_epoch_count,
+            },
+            runtime_policy: RuntimePolicy {
+                schema_version: HARNESS_RUNTIME_POLICY_SCHEMA_VERSION.to_owned(),
+                item_failure_policy: policy.as_str().to_owned(),
+                item_exception_isolation: !policy.is_fatal(),
+                episode_execution: EpisodeExecution {
+                    mode: episode_mode.unwrap_or("standalone").to_owned(),
+                    adapter_owned_restore: episode_mode.is_some(),
+                },
+                duration_source: "host".to_owned(),
+                planner_guidance: json!({
+                    "retry_backoff": {"enforced": false, "owner": "external_runner"},
+                    "infra_cooldown": {"enforced": false, "owner": "external_runner"},
+                }),
+            },
+        }
+    }
+}
+
+/// The items of `epoch`: `seed_items`, then the variants the catalog's
+/// frontier selects (a catalog that cannot be re-read is a warning, and its
+/// last readable specs are used).
+fn epoch_work<S: SeedSource + ?Sized>(
+    seed_items: Vec<Item>,
+    catalog: Option<&mut VariantCatalog>,
+    seeds: &mut S,
+    epoch: u32,
+    config: &ArmConfig,
+    observer: &dyn ArmObserver,
+    clock: &dyn Clock,
+) -> Result<EpochWork, ArmError> {
+    let Some(catalog) = catalog else {
+        return Ok(EpochWork {
+            queue: seed_items,
+            frontier: None,
+            compile_errors: Vec::new(),
+        });
+    };
+    if let Err(error) = catalog.refresh() {
+        observer.on_event(&ArmEvent::Warning {
+            message: format!("{error}; using the last readable specs"),
+        });
+    }
+    let selection = select_frontier_work(
+        &seed_items,
+        catalog,
+        seeds,
+        epoch,
+        config.frontier_max_lanes,
+        config.item_failure_policy,
+        clock,
+    )?;
+    let mut queue = seed_items;
+    queue.extend(selection.items);
+    Ok(EpochWork {
+        queue,
+        frontier: Some(selection.audit),
+        compile_errors: selection.error_records,
+    })
+}
+
+/// The epoch's work units: episode units (the fatal policy rejects the
+/// first invalid item before dispatch), or one standalone unit per item.
+fn work_units(
+    queue: Vec<Item>,
+    episode_mode: bool,
+    policy: FailurePolicy,
+    arm: &str,
+    epoch: u32,
+) -> Result<Vec<WorkUnit>, ArmError> {
+    if !episode_mode {
+        return Ok(queue
+            .into_iter()
+            .map(|item| WorkUnit::Standalone(StandaloneItem::new(item)))
+            .collect());
+    }
+    let units = if policy.is_fatal() {
+        build_episode_execution_units_checked(queue, arm, epoch)
+            .map_err(|e| ArmError::Fatal(FatalError::new(e)))?
+    } else {
+        build_episode_execution_units(queue, arm, epoch)
+    };
+    Ok(units.into_iter().map(WorkUnit::Episode).collect())
+}
+
+/// How an epoch's units run: its queue, the lanes' adapters, the policy.
+struct EpochLanes<'a, F> {
+    queue: &'a QueueConfig<'a>,
+    factory: &'a F,
+    policy: FailurePolicy,
+    clock: &'a dyn Clock,
+    observer: &'a dyn ArmObserver,
+    standalone_only: bool,
+}
+
+impl<F> EpochLanes<'_, F> {
+    /// Run `units` on the lanes, crediting novelty and writing each unit's
+    /// records as it completes (after `compile_errors`), flushing the output
+    /// on its timer and at the end. Returns the records' totals and the
+    /// lanes' summaries.
+    fn drain<A, O>(
+        &self,
+        units: Vec<WorkUnit>,
+        compile_errors: Vec<Record>,
+        output: &mut O,
+        ledger: &mut NoveltyLedger,
+    ) -> Result<(EpochTotals, Vec<LaneSummary>), ArmError>
+    where
+        A: EpisodeAdapter,
+        F: Fn(usize) -> Result<A, AdapterError> + Sync,
+        O: ArmOutput,
+    {
+        let (epoch, policy, clock, observer) =
+            (self.queue.epoch, self.policy, self.clock, self.observer);
         let flush_every = output.flush_interval();
         let tally = Mutex::new(EpochTally {
-            output: &mut *output,
-            ledger: &mut ledger,
-            metrics: if episode_mode.is_some() {
-                MetricsAccumulator::new()
-            } else {
+            output,
+            ledger,
+            metrics: if self.standalone_only {
                 MetricsAccumulator::standalone_only()
+            } else {
+                MetricsAccumulator::new()
             },
             raw: 0.0,
             novel: 0.0,
@@ -423,12 +767,6 @@ where
         let sink = |done: &UnitDone<'_>, records: Vec<Record>| {
             deliver(&tally, records, observer, epoch, done.branch_id)
         };
-        let queue_config = QueueConfig {
-            arm,
-            epoch,
-            worker_count,
-            stagger,
-        };
         let flush = || {
             tally
                 .lock()
@@ -442,9 +780,9 @@ where
         });
         let outcome = run_queue_epoch(
             units,
-            &queue_config,
+            self.queue,
             clock,
-            factory,
+            self.factory,
             &execute,
             &sink,
             ticker,
@@ -452,131 +790,19 @@ where
         let flushed = flush();
         let lanes = outcome?;
         flushed?;
-        let epoch_wall = clock.minutes_since(epoch_start);
         let tally = tally
             .into_inner()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-
-        raw_cum += tally.raw;
-        novel_cum += tally.novel;
-        variant_records_cum += tally.variant_records;
-        record_count += tally.records;
-        let epoch_metrics = tally.metrics.finish();
-        metrics_cum = combine_execution_metrics([&metrics_cum, &epoch_metrics]);
-        let elapsed_after = elapsed_offset + clock.minutes_since(started);
-        for family in tally.families {
-            coverage_first_seen
-                .entry(family)
-                .or_insert_with(|| json_f64(round_to(elapsed_after, 3)));
-        }
-        let anytime = AnytimeCheckpoint {
-            epoch,
-            elapsed_minutes: round_to(elapsed_after, 3),
-            raw_value_cum: round_to(raw_cum, 3),
-            novel_value_cum: round_to(novel_cum, 3),
-            coverage_count_cum: coverage_first_seen.len(),
-            variant_records_cum,
-            requested_worker_minutes_cum: round_to(elapsed_after * worker_count as f64, 3),
-            execution_metrics_cum: metrics_cum.clone(),
+        let totals = EpochTotals {
+            metrics: tally.metrics.finish(),
+            raw: tally.raw,
+            novel: tally.novel,
+            variant_records: tally.variant_records,
+            records: tally.records,
+            families: tally.families,
         };
-        let summary = EpochSummary {
-            schema_version: HARNESS_ARM_SCHEMA_VERSION.to_owned(),
-            epoch,
-            epoch_wall_minutes: round_to(epoch_wall, 3),
-            queue_size,
-            execution_unit_count: unit_count,
-            record_count: tally.records,
-            raw_value: round_to(tally.raw, 3),
-            novel_value: round_to(tally.novel, 3),
-            execution_metrics: epoch_metrics,
-            frontier,
-            lanes,
-        };
-        output.append_epoch(&summary)?;
-        epochs.push(summary.compact());
-        checkpoints.push(anytime);
-        if checkpoint_enabled {
-            let offsets = output.offsets();
-            // The history moves into the checkpoint and back: no copies.
-            let state = CheckpointState {
-                next_epoch: epoch + 1,
-                elapsed_minutes: round_to(elapsed_after, 6),
-                epochs: std::mem::take(&mut epochs),
-                checkpoints: std::mem::take(&mut checkpoints),
-                novelty_seen: ledger.seen_sorted(),
-                catalog_consumed: catalog
-                    .as_deref()
-                    .map(|c| c.consumed().iter().cloned().collect())
-                    .unwrap_or_default(),
-                coverage_first_seen: coverage_first_seen.clone(),
-                raw_value_total: round_to(raw_cum, 6),
-                novel_value_total: round_to(novel_cum, 6),
-                variant_records_total: variant_records_cum,
-                record_count,
-                records_jsonl_bytes: offsets.records_jsonl_bytes,
-                epochs_jsonl_bytes: offsets.epochs_jsonl_bytes,
-            };
-            let checkpoint = ArmCheckpoint::new(&signature, state);
-            let written = output.write_checkpoint(&checkpoint);
-            epochs = checkpoint.state.epochs;
-            checkpoints = checkpoint.state.checkpoints;
-            written?;
-        }
-        observer.on_event(&ArmEvent::EpochDone {
-            summary: &summary,
-            anytime: checkpoints.last().expect("just pushed"),
-        });
+        Ok((totals, lanes))
     }
-
-    let summary = ArmSummary {
-        schema_version: HARNESS_ARM_SCHEMA_VERSION.to_owned(),
-        arm_key: config.arm_key.clone(),
-        budget_minutes: config
-            .budget_minutes
-            .is_finite()
-            .then_some(config.budget_minutes),
-        worker_count,
-        elapsed_minutes: round_to(elapsed_offset + clock.minutes_since(started), 3),
-        stop_reason,
-        epoch_count: epochs.len(),
-        record_count,
-        raw_value_total: round_to(raw_cum, 3),
-        novel_value_total: round_to(novel_cum, 3),
-        variant_records_total: variant_records_cum,
-        execution_metrics: metrics_cum,
-        coverage_count: coverage_first_seen.len(),
-        coverage_first_seen_minutes: coverage_first_seen,
-        checkpoints,
-        resume: ResumeInfo {
-            schema_version: HARNESS_RESUME_SCHEMA_VERSION.to_owned(),
-            enabled: checkpoint_enabled,
-            resumed: config.resume,
-            checkpoint_schema_version: HARNESS_CHECKPOINT_SCHEMA_VERSION.to_owned(),
-            checkpoint_path: if checkpoint_enabled {
-                output.checkpoint_location()
-            } else {
-                None
-            },
-            restored_epoch_count,
-        },
-        runtime_policy: RuntimePolicy {
-            schema_version: HARNESS_RUNTIME_POLICY_SCHEMA_VERSION.to_owned(),
-            item_failure_policy: policy.as_str().to_owned(),
-            item_exception_isolation: !policy.is_fatal(),
-            episode_execution: EpisodeExecution {
-                mode: episode_mode.unwrap_or("standalone").to_owned(),
-                adapter_owned_restore: episode_mode.is_some(),
-            },
-            duration_source: "host".to_owned(),
-            planner_guidance: json!({
-                "retry_backoff": {"enforced": false, "owner": "external_runner"},
-                "infra_cooldown": {"enforced": false, "owner": "external_runner"},
-            }),
-        },
-    };
-    output.write_summary(&summary)?;
-    observer.on_event(&ArmEvent::Finished { summary: &summary });
-    Ok(summary)
 }
 
 #[cfg(test)]
