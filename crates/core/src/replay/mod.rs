@@ -12,6 +12,7 @@ pub use sandloop_contract::{CHILD_RISK_MODE, ISOLATED_CHILD_MODE, REPLAYABLE_EPI
 pub use fidelity::Fidelity;
 pub mod agent_state;
 pub mod durable;
+pub mod error;
 pub mod evidence;
 pub mod metrics;
 pub mod planner;

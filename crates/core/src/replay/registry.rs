@@ -15,6 +15,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::agent_state::AgentStateStore;
+pub use super::error::{ReplayCause, ReplayError, ReplayStage};
 use super::fidelity::Fidelity;
 use super::metrics::ReplayMetricLedger;
 use super::point::{
@@ -66,155 +67,6 @@ pub trait ReplayAdapter {
         Ok(())
     }
 }
-
-/// The registry operation an error came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReplayStage {
-    /// Finding the point or checking it is usable.
-    Lookup,
-    /// Capturing a point.
-    Capture,
-    /// Rebuilding a point from its durable state in another instance.
-    Import,
-    /// `restore-replay-state` and the agent-state restore.
-    Restore,
-    /// `validate-replay-equivalence` and the contract.
-    Equivalence,
-    /// The suffix itself.
-    Suffix,
-    /// `finalize-replay-suffix`.
-    Finalize,
-    /// Releasing the point.
-    Release,
-    /// The adapter's risk policy on the intent of a replayed suffix
-    /// (`sandloop replay`), before anything is restored.
-    Intent,
-}
-
-impl ReplayStage {
-    /// Lower-case name, used in records (`replay_error.stage`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReplayStage::Lookup => "lookup",
-            ReplayStage::Capture => "capture",
-            ReplayStage::Import => "import",
-            ReplayStage::Restore => "restore",
-            ReplayStage::Equivalence => "equivalence",
-            ReplayStage::Suffix => "suffix",
-            ReplayStage::Finalize => "finalize",
-            ReplayStage::Release => "release",
-            ReplayStage::Intent => "intent",
-        }
-    }
-}
-
-/// Why a stage failed.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ReplayCause {
-    /// The adapter returned an error, trapped or hit a limit.
-    Adapter(AdapterError),
-    /// The adapter broke the replay contract (a lie about fidelity or
-    /// digests, a malformed lease).
-    Contract(String),
-    /// The point cannot be used (unknown, not ready, non-replayable...).
-    Unavailable(String),
-    /// The host's agent-state store failed.
-    AgentState(String),
-    /// The adapter's risk policy denied a child's intent or outcome.
-    RiskDenied(String),
-}
-
-impl ReplayCause {
-    /// The error type written beside a failure (`type` of a record's
-    /// `replay.error`): the adapter's own error type, else what broke.
-    pub fn error_type(&self) -> &str {
-        match self {
-            ReplayCause::Adapter(adapter) => adapter.error_type.as_str(),
-            ReplayCause::Contract(_) => "replay_contract",
-            ReplayCause::Unavailable(_) => "replay_unavailable",
-            ReplayCause::AgentState(_) => "agent_state",
-            ReplayCause::RiskDenied(_) => RISK_DENIED,
-        }
-    }
-}
-
-impl std::fmt::Display for ReplayCause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReplayCause::Adapter(error) => write!(f, "{error}"),
-            ReplayCause::Contract(message) => write!(f, "replay contract violated: {message}"),
-            ReplayCause::Unavailable(message) => f.write_str(message),
-            ReplayCause::AgentState(message) => write!(f, "agent state: {message}"),
-            ReplayCause::RiskDenied(message) => f.write_str(message),
-        }
-    }
-}
-
-/// A failed registry operation.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ReplayError {
-    /// Where it failed.
-    pub stage: ReplayStage,
-    /// Why.
-    pub cause: ReplayCause,
-    /// A second failure on the way out (a finalisation after a failed
-    /// suffix, a compensation after a failed capture, the agent release
-    /// after a failed adapter release).
-    pub also: Option<Box<ReplayError>>,
-    /// Whether the point was quarantined (`lifecycle = failed`).
-    pub quarantined: bool,
-    /// The restore result, when the restore passed before the failure.
-    pub restore: Option<Box<ReplayRestoreResult>>,
-}
-
-impl ReplayError {
-    /// A failure of `stage` for `cause`, with nothing else attached.
-    pub fn new(stage: ReplayStage, cause: ReplayCause) -> Self {
-        Self {
-            stage,
-            cause,
-            also: None,
-            quarantined: false,
-            restore: None,
-        }
-    }
-
-    fn unavailable(message: impl Into<String>) -> Self {
-        Self::new(
-            ReplayStage::Lookup,
-            ReplayCause::Unavailable(message.into()),
-        )
-    }
-
-    fn contract(stage: ReplayStage, message: impl Into<String>) -> Self {
-        Self::new(stage, ReplayCause::Contract(message.into()))
-    }
-
-    /// A failure of `stage` because the adapter failed.
-    pub fn adapter(stage: ReplayStage, error: AdapterError) -> Self {
-        Self::new(stage, ReplayCause::Adapter(error))
-    }
-
-    fn also(mut self, other: Option<ReplayError>) -> Self {
-        self.also = other.map(Box::new);
-        self
-    }
-}
-
-impl std::fmt::Display for ReplayError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} failed: {}", self.stage.as_str(), self.cause)?;
-        if let Some(also) = &self.also {
-            write!(f, " (and {also})")?;
-        }
-        if self.quarantined {
-            f.write_str("; the replay point is quarantined")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ReplayError {}
 
 /// Quarantine `point` (`lifecycle = failed`), counted once in
 /// `replay_point_quarantine_count`.
@@ -321,6 +173,109 @@ pub struct ReplayPointRegistry<B, S: AgentStateStore> {
 
 fn minutes_since(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() / 60.0
+}
+
+/// Restore `binding` for `request` and check the receipt against the point
+/// (not `non_replayable`, no better than captured, a digest that is not
+/// blank), counting the attempt and its minutes. Returns the receipt and the
+/// restore's minutes.
+fn restore_checked<A: ReplayAdapter>(
+    adapter: &mut A,
+    binding: &A::Binding,
+    point: &ReplayPoint,
+    request: &RestoreRequest,
+    metrics: &ReplayMetricLedger,
+) -> Result<(RestoreReceipt, f64), ReplayError> {
+    let restore_started = Instant::now();
+    metrics.increment("restore_attempt_count");
+    let receipt = adapter
+        .restore_replay_state(binding, request)
+        .map_err(|error| ReplayError::adapter(ReplayStage::Restore, error))
+        .and_then(|receipt| {
+            if receipt.achieved_fidelity == Fidelity::NonReplayable {
+                Err(ReplayError::contract(
+                    ReplayStage::Restore,
+                    "the adapter reported non_replayable while restoring a replay point",
+                ))
+            } else if !point.fidelity.meets(receipt.achieved_fidelity) {
+                Err(ReplayError::contract(
+                    ReplayStage::Restore,
+                    format!(
+                        "the restore claims {} but the point was captured at {}",
+                        receipt.achieved_fidelity, point.fidelity
+                    ),
+                ))
+            } else if receipt
+                .restored_projection_digest
+                .as_deref()
+                .is_some_and(|digest| digest.trim().is_empty())
+            {
+                Err(ReplayError::contract(
+                    ReplayStage::Restore,
+                    "restored_projection_digest must be non-empty",
+                ))
+            } else {
+                Ok(receipt)
+            }
+        });
+    let restore_minutes = minutes_since(restore_started);
+    metrics.add_duration("restore_minutes", restore_started.elapsed());
+    match receipt {
+        Ok(receipt) => {
+            metrics.increment("restore_success_count");
+            metrics.increment(match receipt.prefix_reused {
+                Some(true) => "prefix_reuse_verified_count",
+                Some(false) => "prefix_reconstruction_count",
+                None => "prefix_reuse_unknown_count",
+            });
+            Ok((receipt, restore_minutes))
+        }
+        Err(error) => {
+            metrics.increment("restore_failure_count");
+            Err(error)
+        }
+    }
+}
+
+/// Ask the adapter for its equivalence report on `receipt` and hold it to
+/// the contract for `minimum`, counting the attempt, its minutes and whether
+/// it was verified. Returns the report, whether the restore is eligible for
+/// promotion, and the check's minutes.
+fn check_equivalence<A: ReplayAdapter>(
+    adapter: &mut A,
+    binding: &A::Binding,
+    point: &ReplayPoint,
+    receipt: &RestoreReceipt,
+    minimum: Fidelity,
+    metrics: &ReplayMetricLedger,
+) -> Result<(EquivalenceReport, bool, f64), ReplayError> {
+    let equivalence_started = Instant::now();
+    metrics.increment("equivalence_attempt_count");
+    let checked = adapter
+        .validate_replay_equivalence(binding, receipt)
+        .map_err(|error| ReplayError::adapter(ReplayStage::Equivalence, error))
+        .and_then(|report| {
+            validate_equivalence_contract(point, receipt, &report, minimum)
+                .map(|eligible| (report, eligible))
+                .map_err(|message| ReplayError::contract(ReplayStage::Equivalence, message))
+        });
+    let equivalence_minutes = minutes_since(equivalence_started);
+    metrics.add_duration("equivalence_minutes", equivalence_started.elapsed());
+    let (report, promotion_eligible) = match checked {
+        Ok(checked) => checked,
+        Err(error) => {
+            metrics.increment("equivalence_failure_count");
+            return Err(error);
+        }
+    };
+    metrics.increment(
+        if report.equivalent && report.achieved_fidelity.is_trusted() {
+            "equivalence_verified_count"
+        } else {
+            "equivalence_unverified_count"
+        },
+    );
+    Ok((report, promotion_eligible, equivalence_minutes))
 }
 
 impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
@@ -800,84 +755,10 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
             minimum_fidelity: minimum,
         };
 
-        // Restore.
-        let restore_started = Instant::now();
-        metrics.increment("restore_attempt_count");
-        let receipt = adapter
-            .restore_replay_state(binding, &request)
-            .map_err(|error| ReplayError::adapter(ReplayStage::Restore, error))
-            .and_then(|receipt| {
-                if receipt.achieved_fidelity == Fidelity::NonReplayable {
-                    Err(ReplayError::contract(
-                        ReplayStage::Restore,
-                        "the adapter reported non_replayable while restoring a replay point",
-                    ))
-                } else if !entry.point.fidelity.meets(receipt.achieved_fidelity) {
-                    Err(ReplayError::contract(
-                        ReplayStage::Restore,
-                        format!(
-                            "the restore claims {} but the point was captured at {}",
-                            receipt.achieved_fidelity, entry.point.fidelity
-                        ),
-                    ))
-                } else if receipt
-                    .restored_projection_digest
-                    .as_deref()
-                    .is_some_and(|digest| digest.trim().is_empty())
-                {
-                    Err(ReplayError::contract(
-                        ReplayStage::Restore,
-                        "restored_projection_digest must be non-empty",
-                    ))
-                } else {
-                    Ok(receipt)
-                }
-            });
-        let restore_minutes = minutes_since(restore_started);
-        metrics.add_duration("restore_minutes", restore_started.elapsed());
-        let receipt = match receipt {
-            Ok(receipt) => {
-                metrics.increment("restore_success_count");
-                metrics.increment(match receipt.prefix_reused {
-                    Some(true) => "prefix_reuse_verified_count",
-                    Some(false) => "prefix_reconstruction_count",
-                    None => "prefix_reuse_unknown_count",
-                });
-                receipt
-            }
-            Err(error) => {
-                metrics.increment("restore_failure_count");
-                return Err(error);
-            }
-        };
-
-        // Equivalence.
-        let equivalence_started = Instant::now();
-        metrics.increment("equivalence_attempt_count");
-        let checked = adapter
-            .validate_replay_equivalence(binding, &receipt)
-            .map_err(|error| ReplayError::adapter(ReplayStage::Equivalence, error))
-            .and_then(|report| {
-                validate_equivalence_contract(&entry.point, &receipt, &report, minimum)
-                    .map(|eligible| (report, eligible))
-                    .map_err(|message| ReplayError::contract(ReplayStage::Equivalence, message))
-            });
-        let equivalence_minutes = minutes_since(equivalence_started);
-        metrics.add_duration("equivalence_minutes", equivalence_started.elapsed());
-        let (report, promotion_eligible) = match checked {
-            Ok(checked) => checked,
-            Err(error) => {
-                metrics.increment("equivalence_failure_count");
-                return Err(error);
-            }
-        };
-        metrics.increment(
-            if report.equivalent && report.achieved_fidelity.is_trusted() {
-                "equivalence_verified_count"
-            } else {
-                "equivalence_unverified_count"
-            },
-        );
+        let (receipt, restore_minutes) =
+            restore_checked(adapter, binding, &entry.point, &request, &metrics)?;
+        let (report, promotion_eligible, equivalence_minutes) =
+            check_equivalence(adapter, binding, &entry.point, &receipt, minimum, &metrics)?;
         metrics.observe_fidelity(report.achieved_fidelity.as_str());
         store
             .restore_agent_state(&entry.agent_state_key)
