@@ -27,7 +27,7 @@ use super::events::{SessionEvent, append_event};
 use super::models::{
     ChildSessionRecord, ChildSessionRequest, ControlSignal, ControlState, ControlStopReason,
     CurrentTask, FinishedRequest, GOAL_CHECK_WORKFLOW_ID, GoalCheckSignal, HistoryEntry,
-    IterationResult, LoopState, LoopStatus, RootConfigSnapshot, TaskAction, TaskResponse, utc_now,
+    IterationResult, LoopState, LoopStatus, TaskAction, TaskResponse, utc_now,
 };
 use super::scheduler::choose_next_workflow;
 use super::sessions::{
@@ -114,20 +114,6 @@ fn read_signal<T: DeserializeOwned>(path: &Path) -> Option<T> {
             );
             None
         }
-    }
-}
-
-fn snapshot_of(preflight: &PreflightResult) -> RootConfigSnapshot {
-    let root = &preflight.root_config;
-    RootConfigSnapshot {
-        goal: root.goal.clone(),
-        goal_hash: derive_goal_hash(&root.goal),
-        workflow_set: preflight.workflow_set.clone(),
-        completion_criteria: root.completion_criteria.clone(),
-        stop_criteria: root.stop_criteria.clone(),
-        max_turns: root.max_turns,
-        goal_check_consecutive_failures_cap: root.goal_check_consecutive_failures_cap,
-        team_harness: Default::default(),
     }
 }
 
@@ -275,7 +261,7 @@ impl Coordinator {
 
     fn write_fresh_state(&self, inner: &mut Inner) -> Result<String, CoordinatorError> {
         let preflight = &inner.preflights[&inner.root_workflow_set];
-        let snapshot = snapshot_of(preflight);
+        let snapshot = preflight.root_config.snapshot();
         let session_id = create_session_id(&snapshot.goal_hash);
         create_session_dir(
             &self.repo_root,
@@ -625,7 +611,7 @@ impl Coordinator {
             let Some(workflow) = choose_next_workflow(&base.workflows, &[], 0) else {
                 continue;
             };
-            let mut snapshot = snapshot_of(base);
+            let mut snapshot = base.root_config.snapshot();
             snapshot.goal = request.goal.clone();
             snapshot.goal_hash = derive_goal_hash(&request.goal);
             snapshot.workflow_set = request.workflow_set.clone();
