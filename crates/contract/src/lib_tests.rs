@@ -168,28 +168,28 @@ fn equivalence_contract_mirrors_the_reference() {
     // fidelity disagrees with the receipt
     let mut report = good.clone();
     report.achieved_fidelity = SemanticEquivalent;
-    assert!(broken(report, &receipt).contains("fidelity disagree"));
+    assert!(broken(report, &receipt).contains("disagree on fidelity"));
     // observed digest disagrees with the receipt's restored digest
     let other = RestoreReceipt::new(Exact).with_digest("b");
-    assert!(broken(good.clone(), &other).contains("observed digests disagree"));
+    assert!(broken(good.clone(), &other).contains("disagree on the observed digest"));
     // expected digest is not the captured one
     let report = EquivalenceReport::exact_digests("b", "b");
     let receipt_b = RestoreReceipt::new(Exact);
     assert!(broken(report, &receipt_b).contains("expected digest"));
     // exact with different digests
     let report = EquivalenceReport::new(Exact, true).with_digests("a", "c");
-    assert!(broken(report, &RestoreReceipt::new(Exact)).contains("equal non-empty"));
+    assert!(broken(report, &RestoreReceipt::new(Exact)).contains("equal, non-empty"));
     // exact without digests
     let report = EquivalenceReport::new(Exact, true);
     assert!(
         report
             .check_contract(&RestoreReceipt::new(Exact), None, Exact)
             .unwrap_err()
-            .contains("equal non-empty")
+            .contains("equal, non-empty")
     );
     // equivalent while a check fails
     let report = good.clone().with_check(EquivalenceCheck::new("x", false));
-    assert!(broken(report, &receipt).contains("check fails"));
+    assert!(broken(report, &receipt).contains("one of its checks fails"));
     // semantic without checks
     let semantic = RestoreReceipt::new(SemanticEquivalent);
     let report = EquivalenceReport::new(SemanticEquivalent, true);

@@ -275,8 +275,10 @@ impl EquivalenceReport {
         self.sanitized_reason = Some(reason.into());
         self
     }
-    /// The reference's `_validate_equivalence_contract`, for adapter unit
-    /// tests: `Err(rule)` names the first broken rule, `Ok(eligible)` says
+    /// The reference's `_validate_equivalence_contract`, the one copy of the
+    /// rule: the host holds every report to it, and adapter unit tests can
+    /// too. `Err(rule)` names the first broken rule (the text the host puts
+    /// in the record), `Ok(eligible)` says
     /// whether the host would promote the suffix (equivalent, trusted
     /// fidelity, and at least `minimum`). `captured_digest` is the point's
     /// projection digest.
@@ -287,36 +289,40 @@ impl EquivalenceReport {
         minimum: Fidelity,
     ) -> Result<bool, &'static str> {
         if self.achieved_fidelity != receipt.achieved_fidelity {
-            return Err("restore receipt and equivalence report fidelity disagree");
+            return Err("the restore receipt and the equivalence report disagree on fidelity");
         }
         if let (Some(restored), Some(observed)) = (
             receipt.restored_projection_digest.as_deref(),
             self.observed_digest.as_deref(),
         ) && restored != observed
         {
-            return Err("restore receipt and equivalence report observed digests disagree");
+            return Err(
+                "the restore receipt and the equivalence report disagree on the observed digest",
+            );
         }
         if let Some(captured) = captured_digest
             && self.expected_digest.as_deref() != Some(captured)
         {
-            return Err("equivalence report expected digest does not match the captured point");
+            return Err(
+                "the equivalence report's expected digest is not the replay point's captured digest",
+            );
         }
         if self.equivalent && self.checks.iter().any(|check| !check.passed) {
-            return Err("equivalence report cannot pass while a declared check fails");
+            return Err("an equivalence report cannot pass while one of its checks fails");
         }
         if self.achieved_fidelity == Fidelity::Exact {
             match (&self.expected_digest, &self.observed_digest) {
                 (Some(expected), Some(observed))
                     if !expected.is_empty() && expected == observed => {}
-                _ => return Err("exact replay requires equal non-empty state digests"),
+                _ => return Err("an exact replay needs equal, non-empty state digests"),
             }
         }
         if self.achieved_fidelity == Fidelity::SemanticEquivalent && self.checks.is_empty() {
-            return Err("semantic replay requires at least one explicit equivalence check");
+            return Err("a semantic replay needs at least one explicit equivalence check");
         }
         let trusted = self.achieved_fidelity.is_trusted();
         if trusted && !self.equivalent {
-            return Err("exact or semantic replay requires verified state equivalence");
+            return Err("an exact or semantic replay needs verified state equivalence");
         }
         Ok(self.equivalent && trusted && self.achieved_fidelity.meets(minimum))
     }

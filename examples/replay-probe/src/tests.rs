@@ -162,11 +162,11 @@ fn each_rule_fault_breaks_its_rule() {
             &["restore_non_replayable"],
             "non_replayable while restoring",
         ),
-        (&["report_disagrees"], "fidelity disagree"),
-        (&["digest_mismatch"], "equal non-empty state digests"),
+        (&["report_disagrees"], "disagree on fidelity"),
+        (&["digest_mismatch"], "equal, non-empty state digests"),
         (&["expected_digest_wrong"], "expected digest"),
         (&["semantic_without_checks"], "at least one explicit"),
-        (&["equivalent_with_failed_check"], "check fails"),
+        (&["equivalent_with_failed_check"], "one of its checks fails"),
         (&["unverified"], "verified state equivalence"),
     ];
     for (faults, rule) in cases {
@@ -520,7 +520,7 @@ fn fork_faults_fail_trap_or_claim_too_much() {
     assert!(
         child_verdict(&lies, &point)
             .unwrap_err()
-            .contains("equal non-empty state digests")
+            .contains("equal, non-empty state digests")
     );
     let record = probe
         .run_child(&lies.child, others[5].clone(), &Context::default())

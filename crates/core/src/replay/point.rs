@@ -305,43 +305,13 @@ pub fn validate_equivalence_contract(
     minimum: Fidelity,
 ) -> Result<bool, String> {
     report.check_fields()?;
-    if report.achieved_fidelity != receipt.achieved_fidelity {
-        return Err("the restore receipt and the equivalence report disagree on fidelity".into());
-    }
-    if let (Some(restored), Some(observed)) = (
-        receipt.restored_projection_digest.as_deref(),
-        report.observed_digest.as_deref(),
-    ) && restored != observed
-    {
-        return Err(
-            "the restore receipt and the equivalence report disagree on the observed digest".into(),
-        );
-    }
-    if let Some(captured) = point.captured_projection_digest.as_deref()
-        && report.expected_digest.as_deref() != Some(captured)
-    {
-        return Err(
-            "the equivalence report's expected digest is not the replay point's captured digest"
-                .into(),
-        );
-    }
-    if report.equivalent && report.checks.iter().any(|check| !check.passed) {
-        return Err("an equivalence report cannot pass while one of its checks fails".into());
-    }
-    if report.achieved_fidelity == Fidelity::Exact {
-        match (&report.expected_digest, &report.observed_digest) {
-            (Some(expected), Some(observed)) if expected == observed => {}
-            _ => return Err("an exact replay needs equal, non-empty state digests".into()),
-        }
-    }
-    if report.achieved_fidelity == Fidelity::SemanticEquivalent && report.checks.is_empty() {
-        return Err("a semantic replay needs at least one explicit equivalence check".into());
-    }
-    let trusted = report.achieved_fidelity.is_trusted();
-    if trusted && !report.equivalent {
-        return Err("an exact or semantic replay needs verified state equivalence".into());
-    }
-    Ok(report.equivalent && trusted && report.achieved_fidelity.meets(minimum))
+    report
+        .check_contract(
+            receipt,
+            point.captured_projection_digest.as_deref(),
+            minimum,
+        )
+        .map_err(str::to_string)
 }
 
 #[cfg(test)]
