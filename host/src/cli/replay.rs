@@ -15,6 +15,7 @@ use super::args::{ReplayArgs, SandboxArgs};
 use super::run::sandbox_config;
 use super::{CliError, open_sandbox, say};
 use crate::episode::adapter::{CallContext, Item, Record};
+use crate::episode::units::GroupId;
 use crate::replay::RiskAssessmentRules;
 use crate::replay::durable::{DurableKind, PointLine, load_points, read_durable_state};
 use crate::replay::{
@@ -46,12 +47,11 @@ fn input(message: impl Into<String>) -> CliError {
     CliError::Input(message.into())
 }
 
-/// The epoch of a record, from its `execution_group_id`
-/// (`ARM:epoch-N:group-M`).
+/// The epoch of a record, from its `execution_group_id` (a [`GroupId`],
+/// `ARM:epoch-N:group-M`); `None` for a record outside a group.
 fn record_epoch(record: &Record) -> Option<u32> {
     let group = record.get("execution_group_id")?.as_str()?;
-    let (_, rest) = group.split_once(":epoch-")?;
-    rest.split(':').next()?.parse().ok()
+    group.parse::<GroupId>().ok().map(|id| id.epoch)
 }
 
 /// The last record of `item_id` in the run's `records.jsonl`, or its last
@@ -852,6 +852,23 @@ mod tests {
             panic!("expected an input error");
         };
         assert!(message.contains("records.jsonl:2: "), "{message}");
+    }
+
+    #[test]
+    fn the_epoch_is_read_from_the_group_id_even_when_the_arm_name_looks_like_one() {
+        let record = |group: &str| -> Record {
+            json!({"execution_group_id": group})
+                .as_object()
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(record_epoch(&record("main:epoch-3:group-0001")), Some(3));
+        assert_eq!(
+            record_epoch(&record("a:epoch-9:x:epoch-2:group-0001")),
+            Some(2)
+        );
+        assert_eq!(record_epoch(&record("main:epoch-x:group-0001")), None);
+        assert_eq!(record_epoch(&Record::new()), None);
     }
 
     fn record_line(n: usize) -> Vec<u8> {
