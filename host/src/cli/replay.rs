@@ -16,6 +16,8 @@ use super::run::sandbox_config;
 use super::{CliError, open_sandbox, say};
 use crate::episode::adapter::{CallContext, Item, Record};
 use crate::episode::units::GroupId;
+use crate::harness::RunManifest;
+use crate::harness::run_files::{MANIFEST_FILE, RECORDS_FILE, RunFileError, read_run_file};
 use crate::replay::RiskAssessmentRules;
 use crate::replay::durable::{DurableKind, PointLine, load_points, read_durable_state};
 use crate::replay::{
@@ -57,7 +59,7 @@ fn record_epoch(record: &Record) -> Option<u32> {
 /// The last record of `item_id` in the run's `records.jsonl`, or its last
 /// one in `epoch` when given.
 fn find_record(run: &Path, item_id: &str, epoch: Option<u32>) -> Result<ItemPosition, CliError> {
-    let path = run.join("records.jsonl");
+    let path = run.join(RECORDS_FILE);
     let file = std::fs::File::open(&path)
         .map_err(|error| input(format!("cannot read {}: {error}", path.display())))?;
     let mut found: Option<Record> = None;
@@ -143,7 +145,7 @@ fn find_record(run: &Path, item_id: &str, epoch: Option<u32>) -> Result<ItemPosi
 }
 
 /// What `sandloop replay` needs from a run's `manifest.json`.
-struct RunManifest {
+struct RunSource {
     /// The last invocation's options.
     options: Map<String, Value>,
     /// The directory the last invocation started in, when recorded.
@@ -152,34 +154,26 @@ struct RunManifest {
     sha256: String,
 }
 
-/// The run's last invocation options from `manifest.json`.
-fn manifest_options(run: &Path) -> Result<RunManifest, CliError> {
-    let path = run.join("manifest.json");
-    let text = std::fs::read_to_string(&path).map_err(|error| {
-        input(format!(
-            "{} is not a sandloop run directory (cannot read manifest.json: {error})",
+/// The run's last invocation options from `manifest.json` (a
+/// [`RunManifest`]); errors name the file and the field at fault.
+fn manifest_options(run: &Path) -> Result<RunSource, CliError> {
+    let path = run.join(MANIFEST_FILE);
+    let manifest: RunManifest = read_run_file(&path).map_err(|error| match error {
+        RunFileError::Read { source, .. } => input(format!(
+            "{} is not a sandloop run directory (cannot read {MANIFEST_FILE}: {source})",
             run.display()
-        ))
+        )),
+        other => input(other.to_string()),
     })?;
-    let manifest: Value = serde_json::from_str(&text)
-        .map_err(|error| input(format!("{}: {error}", path.display())))?;
-    let last = manifest["invocations"]
-        .as_array()
-        .and_then(|all| all.last());
-    let options = last
-        .and_then(|last| last["options"].as_object())
-        .cloned()
+    let sha256 = manifest.adapter.sha256;
+    let last = manifest
+        .invocations
+        .into_iter()
+        .last()
         .ok_or_else(|| input(format!("{}: no invocation options", path.display())))?;
-    let cwd = last
-        .and_then(|last| last["cwd"].as_str())
-        .map(PathBuf::from);
-    let sha256 = manifest["adapter"]["sha256"]
-        .as_str()
-        .ok_or_else(|| input(format!("{}: adapter.sha256 is missing", path.display())))?
-        .to_string();
-    Ok(RunManifest {
-        options,
-        cwd,
+    Ok(RunSource {
+        options: last.options,
+        cwd: last.cwd,
         sha256,
     })
 }
@@ -252,7 +246,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     // two replays of one run never interleave.
     let _lock = lock_for_replay(run)?;
 
-    let RunManifest {
+    let RunSource {
         options,
         cwd: run_cwd,
         sha256: run_sha256,
@@ -346,7 +340,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     // instrumented component, whose functions it reuses.
     config.incremental_compilation = state_file.kind == DurableKind::Snapshot;
     // The directories the run was granted, not what their paths name now.
-    super::grant_identity::check_unchanged(&run.join("manifest.json"), &config.dirs)?;
+    super::grant_identity::check_unchanged(&run.join(MANIFEST_FILE), &config.dirs)?;
     let (engine, config) = open_sandbox(config)?;
     let loaded = Arc::new(load(&adapter_path, engine, config).map_err(|error| match error {
         crate::sandbox::LoadError::Read { .. } if args.adapter.is_none() => input(format!(
