@@ -20,6 +20,7 @@ use crate::harness::RunManifest;
 use crate::harness::run_files::{MANIFEST_FILE, RECORDS_FILE, RunFileError, read_run_file};
 use crate::replay::RiskAssessmentRules;
 use crate::replay::durable::{DurableKind, PointLine, load_points, read_durable_state};
+use crate::replay::metrics::ReplayCount;
 use crate::replay::{
     Disposition, Fidelity, ForkRequest, Lifecycle, MemoryAgentStateStore, ReplayCause, ReplayError,
     ReplayMetricLedger, ReplayPoint, ReplayPointRegistry, ReplayStage, RiskAssessment,
@@ -556,11 +557,11 @@ fn judge_intent(
     assessment: &RiskAssessment,
 ) -> Result<(), ReplayError> {
     let denied = assessment.disposition == Disposition::Deny;
-    metrics.increment("child_intent_assessment_count");
+    metrics.increment(ReplayCount::ChildIntentAssessment);
     metrics.increment(if denied {
-        "child_intent_denied_count"
+        ReplayCount::ChildIntentDenied
     } else {
-        "child_intent_allowed_count"
+        ReplayCount::ChildIntentAllowed
     });
     if !denied {
         return Ok(());

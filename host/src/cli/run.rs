@@ -32,6 +32,7 @@ use crate::harness::{
 };
 use crate::replay::ReplayMetricLedger;
 use crate::replay::durable::{POINTS_FILE, ReplayStore, STATES_DIR, cut_back_points};
+use crate::replay::metrics::{ReplayCount, ReplayMinutes};
 use crate::sandbox::snapshot::{ForkKind, Instrumented, auto_fork};
 use crate::sandbox::{
     CallLog, CallObserver, DirGrant, LoadedAdapter, ReplayOptions, SandboxConfig, WasmAdapter, load,
@@ -481,24 +482,30 @@ fn print_snapshot_summary(totals: &Value) {
 }
 
 fn print_replay_summary(metrics: &ReplayMetricLedger, resumed: bool) {
+    use ReplayCount::*;
     let snapshot = metrics.snapshot();
-    let n = |field: &str| snapshot.get(field).and_then(Value::as_u64).unwrap_or(0);
-    let minutes = |field: &str| snapshot.get(field).and_then(Value::as_f64).unwrap_or(0.0);
+    let n = |field: ReplayCount| metrics.count(field);
+    let minutes = |field: ReplayMinutes| {
+        snapshot
+            .get(field.as_str())
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0)
+    };
     say(&format!(
         "  replay     {} captured ({} failed), {} replayed ({} verified equivalent, {} failed), \
          {} children ({} failed; {} groups failed as a whole), {} quarantined; capture {:.4} min, \
          restore {:.4} min{}",
-        count(n("capture_success_count"), "point", "points"),
-        n("capture_failure_count"),
-        count(n("replay_attempt_count"), "suffix", "suffixes"),
-        n("equivalence_verified_count"),
-        n("replay_failure_count"),
-        n("child_session_fork_attempt_count"),
-        n("child_candidate_failure_count"),
-        n("child_group_failure_count"),
-        n("replay_point_quarantine_count"),
-        minutes("capture_minutes"),
-        minutes("restore_minutes"),
+        count(n(CaptureSuccess), "point", "points"),
+        n(CaptureFailure),
+        count(n(ReplayAttempt), "suffix", "suffixes"),
+        n(EquivalenceVerified),
+        n(ReplayFailure),
+        n(ChildSessionForkAttempt),
+        n(ChildCandidateFailure),
+        n(ChildGroupFailure),
+        n(ReplayPointQuarantine),
+        minutes(ReplayMinutes::Capture),
+        minutes(ReplayMinutes::Restore),
         if resumed { " (this invocation)" } else { "" },
     ));
 }
