@@ -502,6 +502,21 @@ mod tests {
     }
 
     #[test]
+    fn a_summary_with_the_host_block_reads_back_as_a_run_summary() {
+        let golden: super::super::summary::RunSummary =
+            serde_json::from_slice(include_bytes!("golden/summary.json")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut run_dir = RunDir::new(dir.path()).with_summary_host(&golden.host);
+        run_dir.begin_fresh().unwrap();
+        run_dir.write_summary(&golden.arm).unwrap();
+        let written: super::super::summary::RunSummary =
+            super::super::run_files::read_run_file(&run_dir.summary_path()).unwrap();
+        assert_eq!(written.arm, golden.arm);
+        assert_eq!(written.host, golden.host);
+        assert_eq!(written.replay, None, "added by the CLI after the arm");
+    }
+
+    #[test]
     fn appending_before_the_run_begins_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let mut run_dir = RunDir::new(dir.path()).with_flush_interval(Duration::ZERO);
