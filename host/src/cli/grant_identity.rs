@@ -15,21 +15,11 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::CliError;
+use crate::harness::manifest::RecordedGrant;
 use crate::sandbox::DirGrant;
-use crate::sandbox::dir_grant::DirIdentity;
 
 /// The manifest field holding the recorded identities.
 pub(crate) const GRANTS_FIELD: &str = "grants";
-
-/// One recorded grant: where it was on the host, and which directory.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub(crate) struct RecordedGrant {
-    /// HOST as given.
-    pub host: String,
-    /// The directory's identity when it was first granted.
-    #[serde(flatten)]
-    pub identity: DirIdentity,
-}
 
 /// The grants recorded in the manifest at `manifest` (none when the file,
 /// or the field, is missing or unreadable: nothing to compare with).
@@ -82,7 +72,7 @@ pub(crate) fn check_unchanged(manifest: &Path, dirs: &[DirGrant]) -> Result<(), 
 
 /// The grants to record now: those recorded in `manifest` before, plus
 /// `dirs` at guest paths not recorded yet.
-pub(crate) fn to_record(manifest: &Path, dirs: &[DirGrant]) -> Value {
+pub(crate) fn to_record(manifest: &Path, dirs: &[DirGrant]) -> BTreeMap<String, RecordedGrant> {
     let mut grants = recorded(manifest);
     for grant in dirs {
         if grants.contains_key(&grant.guest) {
@@ -98,7 +88,7 @@ pub(crate) fn to_record(manifest: &Path, dirs: &[DirGrant]) -> Value {
             );
         }
     }
-    serde_json::to_value(grants).expect("grants serialise")
+    grants
 }
 
 #[cfg(test)]
@@ -132,15 +122,11 @@ mod tests {
             "{message}"
         );
         // What was recorded first stays recorded.
-        assert_eq!(to_record(&manifest, &again), recorded_value(&manifest));
+        assert_eq!(to_record(&manifest, &again), recorded(&manifest));
         // A new guest path is only added.
         let other = format!("{}::/other", top.path().join("outside").display());
         let more = vec![DirGrant::parse(&other).unwrap()];
         assert!(check_unchanged(&manifest, &more).is_ok());
-        assert_eq!(to_record(&manifest, &more).as_object().unwrap().len(), 2);
-    }
-
-    fn recorded_value(manifest: &Path) -> Value {
-        serde_json::to_value(recorded(manifest)).unwrap()
+        assert_eq!(to_record(&manifest, &more).len(), 2);
     }
 }

@@ -15,8 +15,12 @@ use super::args::{ReplayArgs, SandboxArgs};
 use super::run::sandbox_config;
 use super::{CliError, open_sandbox, say};
 use crate::episode::adapter::{CallContext, Item, Record};
+use crate::episode::units::GroupId;
+use crate::harness::RunManifest;
+use crate::harness::run_files::{MANIFEST_FILE, RECORDS_FILE, RunFileError, read_run_file};
 use crate::replay::RiskAssessmentRules;
 use crate::replay::durable::{DurableKind, PointLine, load_points, read_durable_state};
+use crate::replay::metrics::ReplayCount;
 use crate::replay::{
     Disposition, Fidelity, ForkRequest, Lifecycle, MemoryAgentStateStore, ReplayCause, ReplayError,
     ReplayMetricLedger, ReplayPoint, ReplayPointRegistry, ReplayStage, RiskAssessment,
@@ -46,18 +50,17 @@ fn input(message: impl Into<String>) -> CliError {
     CliError::Input(message.into())
 }
 
-/// The epoch of a record, from its `execution_group_id`
-/// (`ARM:epoch-N:group-M`).
+/// The epoch of a record, from its `execution_group_id` (a [`GroupId`],
+/// `ARM:epoch-N:group-M`); `None` for a record outside a group.
 fn record_epoch(record: &Record) -> Option<u32> {
     let group = record.get("execution_group_id")?.as_str()?;
-    let (_, rest) = group.split_once(":epoch-")?;
-    rest.split(':').next()?.parse().ok()
+    group.parse::<GroupId>().ok().map(|id| id.epoch)
 }
 
 /// The last record of `item_id` in the run's `records.jsonl`, or its last
 /// one in `epoch` when given.
 fn find_record(run: &Path, item_id: &str, epoch: Option<u32>) -> Result<ItemPosition, CliError> {
-    let path = run.join("records.jsonl");
+    let path = run.join(RECORDS_FILE);
     let file = std::fs::File::open(&path)
         .map_err(|error| input(format!("cannot read {}: {error}", path.display())))?;
     let mut found: Option<Record> = None;
@@ -143,7 +146,7 @@ fn find_record(run: &Path, item_id: &str, epoch: Option<u32>) -> Result<ItemPosi
 }
 
 /// What `sandloop replay` needs from a run's `manifest.json`.
-struct RunManifest {
+struct RunSource {
     /// The last invocation's options.
     options: Map<String, Value>,
     /// The directory the last invocation started in, when recorded.
@@ -152,34 +155,26 @@ struct RunManifest {
     sha256: String,
 }
 
-/// The run's last invocation options from `manifest.json`.
-fn manifest_options(run: &Path) -> Result<RunManifest, CliError> {
-    let path = run.join("manifest.json");
-    let text = std::fs::read_to_string(&path).map_err(|error| {
-        input(format!(
-            "{} is not a sandloop run directory (cannot read manifest.json: {error})",
+/// The run's last invocation options from `manifest.json` (a
+/// [`RunManifest`]); errors name the file and the field at fault.
+fn manifest_options(run: &Path) -> Result<RunSource, CliError> {
+    let path = run.join(MANIFEST_FILE);
+    let manifest: RunManifest = read_run_file(&path).map_err(|error| match error {
+        RunFileError::Read { source, .. } => input(format!(
+            "{} is not a sandloop run directory (cannot read {MANIFEST_FILE}: {source})",
             run.display()
-        ))
+        )),
+        other => input(other.to_string()),
     })?;
-    let manifest: Value = serde_json::from_str(&text)
-        .map_err(|error| input(format!("{}: {error}", path.display())))?;
-    let last = manifest["invocations"]
-        .as_array()
-        .and_then(|all| all.last());
-    let options = last
-        .and_then(|last| last["options"].as_object())
-        .cloned()
+    let sha256 = manifest.adapter.sha256;
+    let last = manifest
+        .invocations
+        .into_iter()
+        .last()
         .ok_or_else(|| input(format!("{}: no invocation options", path.display())))?;
-    let cwd = last
-        .and_then(|last| last["cwd"].as_str())
-        .map(PathBuf::from);
-    let sha256 = manifest["adapter"]["sha256"]
-        .as_str()
-        .ok_or_else(|| input(format!("{}: adapter.sha256 is missing", path.display())))?
-        .to_string();
-    Ok(RunManifest {
-        options,
-        cwd,
+    Ok(RunSource {
+        options: last.options,
+        cwd: last.cwd,
         sha256,
     })
 }
@@ -252,7 +247,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     // two replays of one run never interleave.
     let _lock = lock_for_replay(run)?;
 
-    let RunManifest {
+    let RunSource {
         options,
         cwd: run_cwd,
         sha256: run_sha256,
@@ -346,7 +341,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     // instrumented component, whose functions it reuses.
     config.incremental_compilation = state_file.kind == DurableKind::Snapshot;
     // The directories the run was granted, not what their paths name now.
-    super::grant_identity::check_unchanged(&run.join("manifest.json"), &config.dirs)?;
+    super::grant_identity::check_unchanged(&run.join(MANIFEST_FILE), &config.dirs)?;
     let (engine, config) = open_sandbox(config)?;
     let loaded = Arc::new(load(&adapter_path, engine, config).map_err(|error| match error {
         crate::sandbox::LoadError::Read { .. } if args.adapter.is_none() => input(format!(
@@ -562,11 +557,11 @@ fn judge_intent(
     assessment: &RiskAssessment,
 ) -> Result<(), ReplayError> {
     let denied = assessment.disposition == Disposition::Deny;
-    metrics.increment("child_intent_assessment_count");
+    metrics.increment(ReplayCount::ChildIntentAssessment);
     metrics.increment(if denied {
-        "child_intent_denied_count"
+        ReplayCount::ChildIntentDenied
     } else {
-        "child_intent_allowed_count"
+        ReplayCount::ChildIntentAllowed
     });
     if !denied {
         return Ok(());
@@ -852,6 +847,23 @@ mod tests {
             panic!("expected an input error");
         };
         assert!(message.contains("records.jsonl:2: "), "{message}");
+    }
+
+    #[test]
+    fn the_epoch_is_read_from_the_group_id_even_when_the_arm_name_looks_like_one() {
+        let record = |group: &str| -> Record {
+            json!({"execution_group_id": group})
+                .as_object()
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(record_epoch(&record("main:epoch-3:group-0001")), Some(3));
+        assert_eq!(
+            record_epoch(&record("a:epoch-9:x:epoch-2:group-0001")),
+            Some(2)
+        );
+        assert_eq!(record_epoch(&record("main:epoch-x:group-0001")), None);
+        assert_eq!(record_epoch(&Record::new()), None);
     }
 
     fn record_line(n: usize) -> Vec<u8> {

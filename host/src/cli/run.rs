@@ -16,13 +16,23 @@ use crate::episode::adapter::SeedSource;
 use crate::episode::policy::FailurePolicy;
 use crate::harness::arm::{ArmEvent, ArmOptions, run_arm};
 use crate::harness::items_file::{FileSeeds, read_items_file};
+use crate::harness::manifest::{
+    HostInfo, Invocation, ManifestAdapter, RUN_MANIFEST_SCHEMA_VERSION,
+};
 use crate::harness::queue::branch_id;
 use crate::harness::run_dir::SideWriteCheck;
+use crate::harness::run_files::{
+    CHECKPOINT_FILE, EPOCHS_FILE, FAILURE_FILE, MANIFEST_FILE, RECORDS_FILE, SUMMARY_FILE,
+    read_run_file, write_run_file,
+};
+use crate::harness::summary::{SummaryAdapter, SummaryHost};
 use crate::harness::{
-    ArmConfig, ArmError, ArmSummary, RunDir, VariantCatalog, load_arm_checkpoint, runtime_signature,
+    ArmConfig, ArmError, ArmSummary, RunDir, RunFailure, RunManifest, RunSummary, VariantCatalog,
+    load_arm_checkpoint, runtime_signature,
 };
 use crate::replay::ReplayMetricLedger;
 use crate::replay::durable::{POINTS_FILE, ReplayStore, STATES_DIR, cut_back_points};
+use crate::replay::metrics::{ReplayCount, ReplayMinutes};
 use crate::sandbox::snapshot::{ForkKind, Instrumented, auto_fork};
 use crate::sandbox::{
     CallLog, CallObserver, DirGrant, LoadedAdapter, ReplayOptions, SandboxConfig, WasmAdapter, load,
@@ -32,12 +42,7 @@ use crate::sandbox::{
 const MAX_CALL_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
 
 /// Files whose presence means `--out` already holds a run.
-const RUN_FILES: &[&str] = &[
-    "manifest.json",
-    "records.jsonl",
-    "checkpoint.json",
-    "summary.json",
-];
+const RUN_FILES: &[&str] = &[MANIFEST_FILE, RECORDS_FILE, CHECKPOINT_FILE, SUMMARY_FILE];
 
 /// Build the sandbox configuration from the flags (exit 2 on bad values).
 pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxConfig, CliError> {
@@ -206,9 +211,9 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     );
 
     let mut arm = arm_config(&args, &loaded.info.sha256);
-    let checkpoint = args.out.join("checkpoint.json");
+    let checkpoint = args.out.join(CHECKPOINT_FILE);
     let mut resumed_at: Option<u32> = None;
-    let manifest_path = args.out.join("manifest.json");
+    let manifest_path = args.out.join(MANIFEST_FILE);
     if args.resume {
         // The same directories as before, whatever their paths name now.
         grant_identity::check_unchanged(&manifest_path, &loaded.config().dirs)?;
@@ -220,8 +225,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             .map_err(|error| CliError::Input(error.to_string()))?;
         resumed_at = Some(state.next_epoch);
         for (name, covered) in [
-            ("records.jsonl", state.records_jsonl_bytes),
-            ("epochs.jsonl", state.epochs_jsonl_bytes),
+            (RECORDS_FILE, state.records_jsonl_bytes),
+            (EPOCHS_FILE, state.epochs_jsonl_bytes),
         ] {
             let length = std::fs::metadata(args.out.join(name))
                 .map(|m| m.len())
@@ -298,15 +303,15 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         move || lost_writes(&call_log, points.as_deref())
     };
     let mut run_dir = RunDir::new(&args.out)
-        .with_summary_extra(json!({
-            "adapter": {
-                "path": loaded.info.path,
-                "sha256": loaded.info.sha256,
-                "size_bytes": loaded.info.size_bytes,
-                "protocols": loaded.info.protocols,
+        .with_summary_host(&SummaryHost {
+            adapter: SummaryAdapter {
+                path: loaded.info.path.clone(),
+                sha256: loaded.info.sha256.clone(),
+                size_bytes: loaded.info.size_bytes,
+                protocols: protocol_names(&loaded.info),
             },
-            "host_version": env!("CARGO_PKG_VERSION"),
-        }))
+            host_version: env!("CARGO_PKG_VERSION").to_owned(),
+        })
         .with_side_write_check(SideWriteCheck(Box::new(side_writes.clone())));
     let started = Instant::now();
     let observe = |event: &ArmEvent<'_>| progress.on_event(event);
@@ -344,14 +349,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             if matches!(error, CliError::Input(_)) {
                 return Err(error);
             }
-            let failure = json!({
-                "schema_version": "sandloop_run_failure_v0",
-                "error": error.to_string(),
-                "exit_code": 1,
-                "resume": "continue with the same command and --resume",
-            });
-            let _ =
-                crate::harness::atomic::write_json_atomic(&args.out.join(FAILURE_FILE), &failure);
+            let failure = RunFailure::new(error.to_string());
+            let _ = write_run_file(&args.out.join(FAILURE_FILE), &failure);
             return Err(CliError::Failed(format!(
                 "{error}\nwhat the finished epochs wrote is kept: once the cause is fixed, \
                  continue with the same command and --resume"
@@ -406,17 +405,16 @@ fn add_replay_summary(
     metrics: &ReplayMetricLedger,
     snapshots: Option<Value>,
 ) -> Result<(), CliError> {
-    let path = out.join(crate::harness::run_dir::SUMMARY_FILE);
-    let failed =
-        |error: String| CliError::Failed(format!("cannot update {}: {error}", path.display()));
-    let text = std::fs::read_to_string(&path).map_err(|e| failed(e.to_string()))?;
-    let mut summary: serde_json::Map<String, Value> =
-        serde_json::from_str(&text).map_err(|e| failed(e.to_string()))?;
-    summary.insert("replay".into(), Value::Object(metrics.snapshot()));
-    if let Some(snapshots) = snapshots {
-        summary.insert("snapshots".into(), snapshots);
+    let path = out.join(SUMMARY_FILE);
+    let failed = |error: crate::harness::RunFileError| {
+        CliError::Failed(format!("cannot update {}: {error}", path.display()))
+    };
+    let mut summary: RunSummary = read_run_file(&path).map_err(failed)?;
+    summary.replay = Some(metrics.snapshot());
+    if snapshots.is_some() {
+        summary.snapshots = snapshots;
     }
-    crate::harness::atomic::write_json_atomic(&path, &summary).map_err(|e| failed(e.to_string()))
+    write_run_file(&path, &summary).map_err(failed)
 }
 
 /// The run's snapshot totals, from every point of `replay-points.jsonl`
@@ -484,24 +482,30 @@ fn print_snapshot_summary(totals: &Value) {
 }
 
 fn print_replay_summary(metrics: &ReplayMetricLedger, resumed: bool) {
+    use ReplayCount::*;
     let snapshot = metrics.snapshot();
-    let n = |field: &str| snapshot.get(field).and_then(Value::as_u64).unwrap_or(0);
-    let minutes = |field: &str| snapshot.get(field).and_then(Value::as_f64).unwrap_or(0.0);
+    let n = |field: ReplayCount| metrics.count(field);
+    let minutes = |field: ReplayMinutes| {
+        snapshot
+            .get(field.as_str())
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0)
+    };
     say(&format!(
         "  replay     {} captured ({} failed), {} replayed ({} verified equivalent, {} failed), \
          {} children ({} failed; {} groups failed as a whole), {} quarantined; capture {:.4} min, \
          restore {:.4} min{}",
-        count(n("capture_success_count"), "point", "points"),
-        n("capture_failure_count"),
-        count(n("replay_attempt_count"), "suffix", "suffixes"),
-        n("equivalence_verified_count"),
-        n("replay_failure_count"),
-        n("child_session_fork_attempt_count"),
-        n("child_candidate_failure_count"),
-        n("child_group_failure_count"),
-        n("replay_point_quarantine_count"),
-        minutes("capture_minutes"),
-        minutes("restore_minutes"),
+        count(n(CaptureSuccess), "point", "points"),
+        n(CaptureFailure),
+        count(n(ReplayAttempt), "suffix", "suffixes"),
+        n(EquivalenceVerified),
+        n(ReplayFailure),
+        n(ChildSessionForkAttempt),
+        n(ChildCandidateFailure),
+        n(ChildGroupFailure),
+        n(ReplayPointQuarantine),
+        minutes(ReplayMinutes::Capture),
+        minutes(ReplayMinutes::Restore),
         if resumed { " (this invocation)" } else { "" },
     ));
 }
@@ -525,13 +529,10 @@ fn arm_config(args: &RunArgs, sha256: &str) -> ArmConfig {
     }
 }
 
-/// Written when a run fails, so the run directory says why.
-const FAILURE_FILE: &str = "failure.json";
-
 /// Remove what a run that never checkpointed left behind (its records are
 /// not covered by any checkpoint), keeping `manifest.json`.
 fn clear_unfinished_run(out: &Path) -> Result<(), CliError> {
-    for name in ["records.jsonl", "epochs.jsonl", "summary.json"] {
+    for name in [RECORDS_FILE, EPOCHS_FILE, SUMMARY_FILE] {
         match std::fs::remove_file(out.join(name)) {
             Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
@@ -605,78 +606,94 @@ fn lock_run_dir(out: &Path) -> Result<super::dir_lock::DirLock, CliError> {
     })
 }
 
-/// `manifest.json`: host version, adapter identity and every option of each
-/// invocation (a resume appends its own entry).
+/// The component's protocol names, as the run files record them.
+fn protocol_names(info: &crate::sandbox::ComponentInfo) -> Vec<String> {
+    info.protocols
+        .iter()
+        .map(|name| (*name).to_owned())
+        .collect()
+}
+
+/// `manifest.json` ([`RunManifest`]): host version, adapter identity and
+/// every option of each invocation (a resume appends its own entry to
+/// those the manifest holds; an unreadable manifest keeps none).
 fn write_manifest(
     args: &RunArgs,
     info: &crate::sandbox::ComponentInfo,
     dirs: &[DirGrant],
 ) -> Result<(), CliError> {
-    let path = args.out.join("manifest.json");
-    let mut invocations: Vec<Value> = if args.resume {
-        std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|text| serde_json::from_str::<Value>(&text).ok())
-            .and_then(|manifest| {
-                manifest
-                    .get("invocations")
-                    .and_then(Value::as_array)
-                    .cloned()
-            })
+    let path = args.out.join(MANIFEST_FILE);
+    let mut invocations: Vec<Invocation> = if args.resume {
+        read_run_file::<RunManifest>(&path)
+            .map(|manifest| manifest.invocations)
             .unwrap_or_default()
     } else {
         Vec::new()
     };
-    invocations.push(json!({
-        "resume": args.resume,
-        "cwd": std::env::current_dir().ok(),
-        "started_unix_secs": std::time::SystemTime::now()
+    invocations.push(Invocation {
+        resume: args.resume,
+        cwd: std::env::current_dir().ok(),
+        started_unix_secs: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0),
-        "options": {
-            "adapter": args.adapter,
-            "out": args.out,
-            "items": args.items,
-            "variants": args.variants,
-            "variant_lanes": args.variant_lanes,
-            "epochs": args.epochs,
-            "budget_minutes": args.budget_minutes,
-            "workers": args.workers,
-            "failure_policy": args.failure_policy,
-            "arm": args.arm,
-            "max_memory_mib": args.sandbox.max_memory,
-            "call_timeout_secs": args.sandbox.call_timeout,
-            "fuel": args.sandbox.fuel,
-            "dirs": args.sandbox.dirs,
-            "env": args.sandbox.env,
-            "max_output_bytes": args.sandbox.max_output,
-            "max_open_files": args.sandbox.max_open_files,
-            "cache": !args.sandbox.no_cache,
-            "no_replay": args.no_replay,
-            "replay_min_fidelity": args.replay_min_fidelity,
-            "child_workers": args.child_workers,
-            "fork": args.fork,
-        },
-    }));
-    // A fresh run has no manifest yet: every grant is recorded anew.
-    let grants = grant_identity::to_record(&path, dirs);
-    let manifest = json!({
-        "schema_version": "sandloop_run_manifest_v0",
-        "host": {"name": "sandloop", "version": env!("CARGO_PKG_VERSION")},
-        "wit": format!("{}@{}", crate::sandbox::component::WIT_PACKAGE, crate::sandbox::component::WIT_VERSION),
-        "adapter": {
-            "path": info.path,
-            "sha256": info.sha256,
-            "size_bytes": info.size_bytes,
-            "protocols": info.protocols,
-            "exports": info.exports,
-        },
-        "invocations": invocations,
-        grant_identity::GRANTS_FIELD: grants,
+        options: invocation_options(args),
     });
-    crate::harness::atomic::write_json_atomic(&path, &manifest)
-        .map_err(|error| CliError::Failed(format!("cannot write {}: {error}", path.display())))
+    let manifest = RunManifest {
+        schema_version: RUN_MANIFEST_SCHEMA_VERSION.to_owned(),
+        host: HostInfo {
+            name: "sandloop".to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        },
+        wit: format!(
+            "{}@{}",
+            crate::sandbox::component::WIT_PACKAGE,
+            crate::sandbox::component::WIT_VERSION
+        ),
+        adapter: ManifestAdapter {
+            path: info.path.clone(),
+            sha256: info.sha256.clone(),
+            size_bytes: info.size_bytes,
+            protocols: protocol_names(info),
+            exports: info.exports.clone(),
+        },
+        invocations,
+        // A fresh run has no manifest yet: every grant is recorded anew.
+        grants: grant_identity::to_record(&path, dirs),
+    };
+    write_run_file(&path, &manifest).map_err(|error| CliError::Failed(error.to_string()))
+}
+
+/// Every flag of this invocation by its long name ([`Invocation::options`]).
+fn invocation_options(args: &RunArgs) -> serde_json::Map<String, Value> {
+    let options = json!({
+        "adapter": args.adapter,
+        "out": args.out,
+        "items": args.items,
+        "variants": args.variants,
+        "variant_lanes": args.variant_lanes,
+        "epochs": args.epochs,
+        "budget_minutes": args.budget_minutes,
+        "workers": args.workers,
+        "failure_policy": args.failure_policy,
+        "arm": args.arm,
+        "max_memory_mib": args.sandbox.max_memory,
+        "call_timeout_secs": args.sandbox.call_timeout,
+        "fuel": args.sandbox.fuel,
+        "dirs": args.sandbox.dirs,
+        "env": args.sandbox.env,
+        "max_output_bytes": args.sandbox.max_output,
+        "max_open_files": args.sandbox.max_open_files,
+        "cache": !args.sandbox.no_cache,
+        "no_replay": args.no_replay,
+        "replay_min_fidelity": args.replay_min_fidelity,
+        "child_workers": args.child_workers,
+        "fork": args.fork,
+    });
+    match options {
+        Value::Object(options) => options,
+        _ => unreachable!("json! of an object literal is an object"),
+    }
 }
 
 fn summary_json(summary: &ArmSummary, info: &crate::sandbox::ComponentInfo) -> Value {
@@ -891,4 +908,48 @@ fn snapshot_forks(
     Instrumented::load(loaded)
         .map(|instrumented| Some(Arc::new(instrumented)))
         .map_err(|error| CliError::Input(format!("--fork snapshot: {error}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::args::{Cli, Command};
+
+    /// The first invocation of `harness/golden/manifest.json` in
+    /// sandloop-core, written by `sandloop run` before the manifest was
+    /// typed.
+    const GOLDEN_MANIFEST: &str =
+        include_str!("../../../crates/core/src/harness/golden/manifest.json");
+
+    #[test]
+    fn options_are_recorded_as_the_host_always_recorded_them() {
+        let golden: RunManifest = serde_json::from_str(GOLDEN_MANIFEST).unwrap();
+        let cli = Cli::try_parse_from([
+            "sandloop",
+            "run",
+            "--adapter",
+            "/work/wt-typed/target/wasm32-wasip2/release/markdown_explorer.wasm",
+            "--dir",
+            "/tmp/gold/docs::/docs:ro",
+            "--variants",
+            "/work/wt-typed/examples/markdown-explorer/catalog.json",
+            "--epochs",
+            "2",
+            "--workers",
+            "2",
+            "--out",
+            "run",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("a run command");
+        };
+        assert_eq!(
+            invocation_options(&args),
+            golden.invocations[0].options,
+            "every flag, by the same name and in the same JSON form"
+        );
+    }
 }

@@ -12,6 +12,10 @@ use serde_json::Value;
 use super::adapter::{AdapterError, ErrorType, Item};
 use super::value::{py_repr, py_str, str_or_empty, truthy};
 
+mod group_id;
+
+pub use group_id::{GroupId, GroupIdError};
+
 /// The exclusion keys of a queue item (reference `item_concurrency_keys`).
 ///
 /// `concurrency_keys` (an array; `null` entries skipped, each entry as text,
@@ -50,7 +54,8 @@ pub fn item_concurrency_keys(item: &Item) -> Vec<String> {
 /// One seed and its variants, run as a prepared prefix plus suffixes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EpisodeGroup {
-    /// `{arm}:epoch-{epoch}:group-{NNNN}`, numbered from 1 in queue order.
+    /// `{arm}:epoch-{epoch}:group-{NNNN}` (a [`GroupId`] as text), numbered
+    /// from 1 in queue order.
     pub execution_group_id: String,
     /// The seed's `item_id`, trimmed.
     pub seed_item_id: String,
@@ -276,7 +281,7 @@ fn assemble(
         .collect();
     let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
     let mut units = Vec::with_capacity(slots.len());
-    let mut group_index = 0usize;
+    let mut group_index = 0u32;
     for index in 0..slots.len() {
         if let Some(reason) = classification.invalid[index].take() {
             let item = slots[index].take().expect("each item is placed once");
@@ -293,7 +298,7 @@ fn assemble(
         }
         let seed = slots[index].take().expect("each item is placed once");
         group_index += 1;
-        let execution_group_id = format!("{arm}:epoch-{epoch}:group-{group_index:04}");
+        let execution_group_id = GroupId::new(arm, epoch, group_index).to_string();
         let seed_item_id = normalized_id(&seed, "item_id").into_owned();
         let variant_indices = classification
             .variants_of

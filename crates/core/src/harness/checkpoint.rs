@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+mod fields;
+
 use crate::episode::policy::FailurePolicy;
 
 use super::atomic::write_json_atomic;
@@ -58,36 +60,55 @@ impl RuntimeSignature {
 }
 
 /// The restorable state after the last completed epoch.
+///
+/// Read leniently where the reference is (`int(x or 0)`): a total, count or
+/// byte length that is `null` or absent reads as 0, and an integral float
+/// (`3.0`) as its integer. Each field's rule is named in its doc.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointState {
-    /// `completed_epochs + 1`.
+    /// `completed_epochs + 1` (must be an integer).
+    #[serde(default, deserialize_with = "fields::integer")]
     pub next_epoch: u32,
-    /// Arm minutes elapsed at the end of the last epoch (6 places).
+    /// Arm minutes elapsed at the end of the last epoch (6 places; must be
+    /// numeric).
+    #[serde(default, deserialize_with = "fields::numeric")]
     pub elapsed_minutes: f64,
-    /// Compact epoch summaries, epochs 1..=completed.
+    /// Compact epoch summaries, epochs 1..=completed (must be a list of
+    /// objects with integer `epoch` ids).
+    #[serde(deserialize_with = "fields::epoch_history")]
     pub epochs: Vec<EpochSummary>,
-    /// Anytime curve, one point per completed epoch.
+    /// Anytime curve, one point per completed epoch (as `epochs`).
+    #[serde(deserialize_with = "fields::epoch_history")]
     pub checkpoints: Vec<AnytimeCheckpoint>,
-    /// The novelty ledger's keys, sorted.
+    /// The novelty ledger's keys, sorted (must be a list of strings).
+    #[serde(deserialize_with = "fields::strings")]
     pub novelty_seen: Vec<String>,
-    /// Consumed variant spec ids, sorted.
+    /// Consumed variant spec ids, sorted (must be a list of strings).
+    #[serde(deserialize_with = "fields::strings")]
     pub catalog_consumed: Vec<String>,
-    /// Family -> minutes first seen.
+    /// Family -> minutes first seen (must be an object of numbers; kept as
+    /// written).
+    #[serde(deserialize_with = "fields::coverage")]
     pub coverage_first_seen: Map<String, Value>,
-    /// Total raw value (6 places).
+    /// Total raw value (6 places; must be numeric).
+    #[serde(default, deserialize_with = "fields::numeric")]
     pub raw_value_total: f64,
-    /// Total novel value (6 places).
+    /// Total novel value (6 places; must be numeric).
+    #[serde(default, deserialize_with = "fields::numeric")]
     pub novel_value_total: f64,
-    /// Variant records so far.
+    /// Variant records so far (must be numeric, and a whole number).
+    #[serde(default, deserialize_with = "fields::whole_total")]
     pub variant_records_total: u64,
-    /// Records in `records.jsonl` so far.
-    #[serde(default)]
+    /// Records in `records.jsonl` so far (must be a non-negative integer).
+    #[serde(default, deserialize_with = "fields::non_negative_integer")]
     pub record_count: u64,
-    /// Length of `records.jsonl` in bytes at the end of the last epoch.
-    #[serde(default)]
+    /// Length of `records.jsonl` in bytes at the end of the last epoch
+    /// (must be a non-negative integer).
+    #[serde(default, deserialize_with = "fields::non_negative_integer")]
     pub records_jsonl_bytes: u64,
-    /// Length of `epochs.jsonl` in bytes at the end of the last epoch.
-    #[serde(default)]
+    /// Length of `epochs.jsonl` in bytes at the end of the last epoch
+    /// (must be a non-negative integer).
+    #[serde(default, deserialize_with = "fields::non_negative_integer")]
     pub epochs_jsonl_bytes: u64,
 }
 
@@ -98,7 +119,9 @@ pub struct ArmCheckpoint {
     pub schema_version: String,
     /// Arm name.
     pub arm_key: String,
-    /// Epochs completed (= `state.epochs.len()`).
+    /// Epochs completed (= `state.epochs.len()`; must be an integer,
+    /// absent or `null` reads as 0).
+    #[serde(default, deserialize_with = "fields::integer")]
     pub completed_epochs: u32,
     /// The [`RuntimeSignature`] as JSON.
     pub runtime_signature: Map<String, Value>,
@@ -230,73 +253,28 @@ pub fn load_arm_checkpoint(
     })
 }
 
-/// `value` as a `T`, or the message `resume checkpoint {at}.FIELD is
-/// malformed: ...` naming the field at fault within `at`.
-fn deserialize_at<T: serde::de::DeserializeOwned>(
-    value: Value,
-    at: &str,
-) -> Result<T, CheckpointError> {
-    serde_path_to_error::deserialize(value).map_err(|error| {
-        let field = error.path().to_string();
-        let field = if field == "." {
-            at.to_owned()
-        } else {
-            format!("{at}.{field}")
-        };
-        invalid(format!(
-            "resume checkpoint {field} is malformed: {}",
-            error.into_inner()
-        ))
-    })
-}
-
 fn invalid(message: impl Into<String>) -> CheckpointError {
     CheckpointError::Invalid(message.into())
 }
 
-/// A JSON integer >= 0, or `null`/absent read as 0 (the reference's
-/// `int(x or 0)`).
-fn count_field(value: Option<&Value>) -> Option<u64> {
-    match value {
-        None | Some(Value::Null) => Some(0),
-        Some(Value::Number(n)) => n.as_u64().or_else(|| {
-            n.as_f64()
-                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 9.0e15)
-                .map(|f| f as u64)
-        }),
-        _ => None,
-    }
-}
-
-/// Validates a parsed checkpoint against this run's signature and returns
-/// its state. Checks, in the reference's order: a JSON object; the schema
-/// version; `arm_key`; `runtime_signature` is an object and matches
-/// `expected` field by field (every mismatch named with both values);
-/// `state` is an object whose `epochs`, `checkpoints`, `novelty_seen`,
-/// `catalog_consumed` are lists of objects/objects/strings/strings;
-/// `coverage_first_seen` is an object of numbers; `completed_epochs` is an
-/// integer equal to the number of epochs and anytime checkpoints; epoch ids
-/// run 1..=completed in both lists; `next_epoch = completed + 1`; the value
-/// totals are numeric; the file offsets and record count are non-negative
-/// integers; and every epoch summary and anytime point has its full shape.
-pub fn validate_checkpoint(
-    payload: Value,
-    expected: &RuntimeSignature,
-) -> Result<CheckpointState, CheckpointError> {
-    let Value::Object(mut payload) = payload else {
+/// Checks what must match this run before the checkpoint is read further,
+/// in the reference's order: a JSON object; the schema version; `arm_key`;
+/// `runtime_signature` is an object and matches `expected` field by field
+/// (every mismatch named with both values; a field missing from an older
+/// checkpoint reads as `null`); `state` is an object.
+fn check_compatible(payload: &Value, expected: &RuntimeSignature) -> Result<(), CheckpointError> {
+    let Value::Object(payload) = payload else {
         return Err(invalid("resume checkpoint must be a JSON object"));
     };
-    let schema = payload
-        .get("schema_version")
-        .cloned()
-        .unwrap_or(Value::Null);
+    let field = |name: &str| payload.get(name).cloned().unwrap_or(Value::Null);
+    let schema = field("schema_version");
     if schema.as_str() != Some(HARNESS_CHECKPOINT_SCHEMA_VERSION) {
         return Err(invalid(format!(
             "resume checkpoint schema_version is incompatible: expected \
              \"{HARNESS_CHECKPOINT_SCHEMA_VERSION}\", got {schema}"
         )));
     }
-    let arm_key = payload.get("arm_key").cloned().unwrap_or(Value::Null);
+    let arm_key = field("arm_key");
     if arm_key.as_str().unwrap_or("") != expected.arm_key {
         return Err(invalid(format!(
             "resume checkpoint arm_key is incompatible: expected {:?}, got {arm_key}",
@@ -321,149 +299,82 @@ pub fn validate_checkpoint(
     if !mismatches.is_empty() {
         return Err(CheckpointError::Incompatible(mismatches));
     }
-    let completed_raw = payload.get("completed_epochs").cloned();
-    let Some(Value::Object(state)) = payload.remove("state") else {
+    if !matches!(payload.get("state"), Some(Value::Object(_))) {
         return Err(invalid("resume checkpoint is missing state"));
-    };
+    }
+    Ok(())
+}
 
-    for field in ["epochs", "checkpoints", "novelty_seen", "catalog_consumed"] {
-        if !matches!(state.get(field), Some(Value::Array(_))) {
-            return Err(invalid(format!(
-                "resume checkpoint state.{field} must be a list"
-            )));
-        }
-    }
-    let list = |field: &str| -> &Vec<Value> {
-        match state.get(field) {
-            Some(Value::Array(items)) => items,
-            _ => unreachable!("checked above"),
-        }
-    };
-    if !list("epochs").iter().all(Value::is_object) {
-        return Err(invalid(
-            "resume checkpoint state.epochs must contain objects",
-        ));
-    }
-    if !list("checkpoints").iter().all(Value::is_object) {
-        return Err(invalid(
-            "resume checkpoint state.checkpoints must contain objects",
-        ));
-    }
-    if !list("novelty_seen").iter().all(Value::is_string) {
-        return Err(invalid(
-            "resume checkpoint state.novelty_seen must contain strings",
-        ));
-    }
-    if !list("catalog_consumed").iter().all(Value::is_string) {
-        return Err(invalid(
-            "resume checkpoint state.catalog_consumed must contain strings",
-        ));
-    }
-    let Some(Value::Object(coverage)) = state.get("coverage_first_seen") else {
-        return Err(invalid(
-            "resume checkpoint state.coverage_first_seen must be an object",
-        ));
-    };
-    if let Some((family, _)) = coverage.iter().find(|(_, minutes)| !minutes.is_number()) {
-        return Err(invalid(format!(
-            "resume checkpoint state.coverage_first_seen.{family} must be numeric"
-        )));
+impl ArmCheckpoint {
+    /// Reads a parsed checkpoint file. Each field's rule is checked as it
+    /// is read (see the field docs); an error names the field at fault
+    /// (`resume checkpoint state.epochs[1].record_count is malformed: ...`,
+    /// `resume checkpoint state.novelty_seen must be a list`). Checks
+    /// across fields are [`ArmCheckpoint::validate`]'s.
+    pub fn from_json(payload: Value) -> Result<Self, CheckpointError> {
+        serde_path_to_error::deserialize(payload).map_err(|error| {
+            let path = error.path().to_string();
+            invalid(fields::describe(&path, &error.into_inner().to_string()))
+        })
     }
 
-    let completed = count_field(completed_raw.as_ref())
-        .ok_or_else(|| invalid("resume checkpoint completed_epochs must be an integer"))?;
-    let epoch_count = list("epochs").len() as u64;
-    if completed != epoch_count {
-        return Err(invalid(
-            "resume checkpoint completed_epochs does not match epoch history",
-        ));
-    }
-    if list("checkpoints").len() as u64 != completed {
-        return Err(invalid(
-            "resume checkpoint anytime history does not match completed_epochs",
-        ));
-    }
-    let epoch_ids = |field: &str| -> Option<Vec<u64>> {
-        list(field)
+    /// The rules across fields, in the reference's order: `completed_epochs`
+    /// equals the number of epoch summaries and of anytime points; both
+    /// histories number their epochs 1..=completed; `next_epoch` is
+    /// `completed + 1`.
+    pub fn validate(&self) -> Result<(), CheckpointError> {
+        let state = &self.state;
+        let completed = self.completed_epochs;
+        if state.epochs.len() != completed as usize {
+            return Err(invalid(
+                "resume checkpoint completed_epochs does not match epoch history",
+            ));
+        }
+        if state.checkpoints.len() != completed as usize {
+            return Err(invalid(
+                "resume checkpoint anytime history does not match completed_epochs",
+            ));
+        }
+        let contiguous = state
+            .epochs
             .iter()
-            .map(|entry| count_field(entry.get("epoch")))
-            .collect()
-    };
-    let (Some(epoch_numbers), Some(checkpoint_numbers)) =
-        (epoch_ids("epochs"), epoch_ids("checkpoints"))
-    else {
-        return Err(invalid(
-            "resume checkpoint epoch history must use integer epoch ids",
-        ));
-    };
-    let contiguous: Vec<u64> = (1..=completed).collect();
-    if epoch_numbers != contiguous || checkpoint_numbers != contiguous {
-        return Err(invalid(
-            "resume checkpoint epoch history is not contiguous from epoch 1",
-        ));
-    }
-    let next_epoch = count_field(state.get("next_epoch"))
-        .ok_or_else(|| invalid("resume checkpoint state.next_epoch must be an integer"))?;
-    if next_epoch != completed + 1 {
-        return Err(invalid(format!(
-            "resume checkpoint next_epoch is inconsistent: expected {}, got {next_epoch}",
-            completed + 1
-        )));
-    }
-    for field in [
-        "elapsed_minutes",
-        "raw_value_total",
-        "novel_value_total",
-        "variant_records_total",
-    ] {
-        if !matches!(
-            state.get(field),
-            None | Some(Value::Null) | Some(Value::Number(_))
-        ) {
+            .map(|epoch| epoch.epoch)
+            .eq(1..=completed)
+            && state
+                .checkpoints
+                .iter()
+                .map(|point| point.epoch)
+                .eq(1..=completed);
+        if !contiguous {
+            return Err(invalid(
+                "resume checkpoint epoch history is not contiguous from epoch 1",
+            ));
+        }
+        let expected_next = u64::from(completed) + 1;
+        if u64::from(state.next_epoch) != expected_next {
             return Err(invalid(format!(
-                "resume checkpoint state.{field} must be numeric"
+                "resume checkpoint next_epoch is inconsistent: expected {expected_next}, got {}",
+                state.next_epoch
             )));
         }
+        Ok(())
     }
-    for field in ["record_count", "records_jsonl_bytes", "epochs_jsonl_bytes"] {
-        if count_field(state.get(field)).is_none() {
-            return Err(invalid(format!(
-                "resume checkpoint state.{field} must be a non-negative integer"
-            )));
-        }
-    }
+}
 
-    // Shape of every entry, with its position in the message.
-    for (index, epoch) in list("epochs").iter().enumerate() {
-        deserialize_at::<EpochSummary>(epoch.clone(), &format!("state.epochs[{index}]"))?;
-    }
-    for (index, point) in list("checkpoints").iter().enumerate() {
-        deserialize_at::<AnytimeCheckpoint>(point.clone(), &format!("state.checkpoints[{index}]"))?;
-    }
-    let mut state = state;
-    for field in [
-        "elapsed_minutes",
-        "raw_value_total",
-        "novel_value_total",
-        "variant_records_total",
-        "record_count",
-        "records_jsonl_bytes",
-        "epochs_jsonl_bytes",
-    ] {
-        if matches!(state.get(field), None | Some(Value::Null)) {
-            state.insert(field.to_owned(), Value::from(0));
-        }
-    }
-    // A float total such as 3.0 (the reference writes ints, but JSON
-    // producers may not) reads as its integer.
-    if let Some(total) = state
-        .get("variant_records_total")
-        .and_then(Value::as_f64)
-        .filter(|total| total.fract() == 0.0 && *total >= 0.0)
-    {
-        state.insert("variant_records_total".into(), Value::from(total as u64));
-    }
-    deserialize_at(Value::Object(state), "state")
+/// Validates a parsed checkpoint against this run's signature and returns
+/// its state: what must match this run first (a JSON object, the schema
+/// version, `arm_key`, the runtime signature field by field, a `state`
+/// object), then every field's type and shape as it is read
+/// ([`ArmCheckpoint::from_json`]), then the rules across fields
+/// ([`ArmCheckpoint::validate`]).
+pub fn validate_checkpoint(
+    payload: Value,
+    expected: &RuntimeSignature,
+) -> Result<CheckpointState, CheckpointError> {
+    check_compatible(&payload, expected)?;
+    let checkpoint = ArmCheckpoint::from_json(payload)?;
+    checkpoint.validate()?;
+    Ok(checkpoint.state)
 }
 
 #[cfg(test)]
@@ -544,6 +455,51 @@ mod tests {
         validate_checkpoint(value, &signature())
             .unwrap_err()
             .to_string()
+    }
+
+    /// `golden/checkpoint.json` was written by `sandloop run` (markdown
+    /// explorer, 2 workers, a variant catalog, one epoch) before the
+    /// checkpoint was read through types.
+    const GOLDEN: &[u8] = include_bytes!("golden/checkpoint.json");
+
+    fn golden_signature() -> RuntimeSignature {
+        RuntimeSignature {
+            arm_key: "main".into(),
+            adapter_type: "component:sha256:\
+                           edc9f48be494de4c773c07c269c36c4a730457a5a2a4c297b942f0dcf17384e1"
+                .into(),
+            worker_count: 2,
+            frontier_max_lanes: 0,
+            variant_catalog_enabled: true,
+            item_failure_policy: FailurePolicy::Record,
+            episode_mode: Some("recoverable-v0".into()),
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_written_by_the_host_loads_and_is_written_back_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.json");
+        fs::write(&path, GOLDEN).unwrap();
+        let state = load_arm_checkpoint(&path, &golden_signature()).unwrap();
+        assert_eq!(state.next_epoch, 2);
+        assert_eq!(state.epochs.len(), 1);
+        assert_eq!(state.epochs[0].lanes.len(), 1);
+        let frontier = state.epochs[0].frontier.as_ref().expect("a catalog ran");
+        assert_eq!(frontier.admitted, 4);
+        assert_eq!(state.checkpoints[0].variant_records_cum, 4);
+        assert_eq!(state.record_count, 6);
+        assert_eq!(state.records_jsonl_bytes, 13512);
+        assert_eq!(state.epochs_jsonl_bytes, 1540);
+        assert_eq!(state.coverage_first_seen.len(), 1);
+        // Written back through the same types and writer: the same bytes
+        // (struct fields in declaration order, the signature's keys sorted).
+        let again = dir.path().join("again.json");
+        write_arm_checkpoint(&again, &ArmCheckpoint::new(&golden_signature(), state)).unwrap();
+        assert_eq!(
+            String::from_utf8(fs::read(&again).unwrap()).unwrap(),
+            String::from_utf8(GOLDEN.to_vec()).unwrap()
+        );
     }
 
     #[test]
@@ -756,6 +712,27 @@ mod tests {
         assert_eq!(restored.novel_value_total, 0.0);
         assert_eq!(restored.records_jsonl_bytes, 0);
         assert_eq!(restored.epochs_jsonl_bytes, 400);
+    }
+
+    #[test]
+    fn missing_lists_and_fractional_totals_name_their_field() {
+        let text = message_for(|v| {
+            v["state"].as_object_mut().unwrap().remove("epochs");
+        });
+        assert_eq!(
+            text,
+            "resume checkpoint state is malformed: missing field `epochs`"
+        );
+        let text = message_for(|v| v["state"]["variant_records_total"] = json!(1.5));
+        assert!(
+            text.starts_with("resume checkpoint state.variant_records_total is malformed: "),
+            "{text}"
+        );
+        let mut value = payload(2);
+        value["state"]["variant_records_total"] = json!(3.0);
+        value["completed_epochs"] = json!(2.0);
+        let restored = validate_checkpoint(value, &signature()).unwrap();
+        assert_eq!(restored.variant_records_total, 3);
     }
 
     #[test]

@@ -28,7 +28,8 @@
 //! Modules: [`arm`] (the epoch loop), [`queue`] (lanes and concurrency
 //! keys), [`work`] (what a lane runs), [`novelty`], [`catalog`] (variant
 //! specs and frontier selection), [`checkpoint`], [`run_dir`] (outputs),
-//! [`summary`] (JSON shapes), [`config`], [`error`], [`items_file`] (seeds
+//! [`run_files`] (the run directory's file names, `failure.json`),
+//! [`manifest`] (`manifest.json`), [`summary`] (JSON shapes), [`config`], [`error`], [`items_file`] (seeds
 //! from a JSONL file, for the CLI).
 
 pub mod arm;
@@ -38,9 +39,11 @@ pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod items_file;
+pub mod manifest;
 pub mod novelty;
 pub mod queue;
 pub mod run_dir;
+pub mod run_files;
 pub mod summary;
 pub mod work;
 
@@ -54,8 +57,10 @@ pub use checkpoint::{
 };
 pub use config::ArmConfig;
 pub use error::ArmError;
+pub use manifest::RunManifest;
 pub use novelty::NoveltyLedger;
 pub use queue::{LaneSummary, QueueConfig, QueueUnit, UnitDone, run_queue_epoch};
 pub use run_dir::{ArmOutput, OutputOffsets, RunDir};
-pub use summary::{AnytimeCheckpoint, ArmSummary, EpochSummary, StopReason};
+pub use run_files::{RunFailure, RunFileError};
+pub use summary::{AnytimeCheckpoint, ArmSummary, EpochSummary, RunSummary, StopReason};
 pub use work::{StandaloneItem, WorkUnit, execute_work_unit};

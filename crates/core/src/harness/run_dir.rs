@@ -34,16 +34,9 @@ use super::checkpoint::{
     ArmCheckpoint, CheckpointState, RuntimeSignature, load_arm_checkpoint, write_arm_checkpoint,
 };
 use super::error::ArmError;
-use super::summary::{ArmSummary, EpochSummary};
+use super::summary::{ArmSummary, EpochSummary, SummaryHost};
 
-/// `records.jsonl`.
-pub const RECORDS_FILE: &str = "records.jsonl";
-/// `epochs.jsonl`.
-pub const EPOCHS_FILE: &str = "epochs.jsonl";
-/// `checkpoint.json`.
-pub const CHECKPOINT_FILE: &str = "checkpoint.json";
-/// `summary.json`.
-pub const SUMMARY_FILE: &str = "summary.json";
+pub use super::run_files::{CHECKPOINT_FILE, EPOCHS_FILE, RECORDS_FILE, SUMMARY_FILE};
 /// Longest time a completed unit's records stay buffered before they are
 /// written to `records.jsonl`.
 pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_millis(50);
@@ -171,6 +164,13 @@ impl RunDir {
             self.summary_extra = extra;
         }
         self
+    }
+
+    /// Adds the adapter and host version to `summary.json`, making it a
+    /// [`super::summary::RunSummary`] (what `sandloop run` writes).
+    pub fn with_summary_host(self, host: &SummaryHost) -> Self {
+        let extra = serde_json::to_value(host).unwrap_or(Value::Null);
+        self.with_summary_extra(extra)
     }
 
     /// Sets the longest time records stay buffered; `Duration::ZERO` writes
@@ -499,6 +499,21 @@ mod tests {
         assert_eq!(written["host_version"], json!("1.2.3"));
         assert_eq!(written["record_count"], json!(0));
         assert_eq!(written["stop_reason"], json!("max_epochs"));
+    }
+
+    #[test]
+    fn a_summary_with_the_host_block_reads_back_as_a_run_summary() {
+        let golden: super::super::summary::RunSummary =
+            serde_json::from_slice(include_bytes!("golden/summary.json")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut run_dir = RunDir::new(dir.path()).with_summary_host(&golden.host);
+        run_dir.begin_fresh().unwrap();
+        run_dir.write_summary(&golden.arm).unwrap();
+        let written: super::super::summary::RunSummary =
+            super::super::run_files::read_run_file(&run_dir.summary_path()).unwrap();
+        assert_eq!(written.arm, golden.arm);
+        assert_eq!(written.host, golden.host);
+        assert_eq!(written.replay, None, "added by the CLI after the arm");
     }
 
     #[test]

@@ -202,3 +202,71 @@ pub struct ArmSummary {
     /// The failure policy and execution mode.
     pub runtime_policy: RuntimePolicy,
 }
+
+/// `adapter` of a run's `summary.json`: the component that ran.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SummaryAdapter {
+    /// The path it was loaded from, as given.
+    pub path: String,
+    /// sha256 of the component bytes, lowercase hex.
+    pub sha256: String,
+    /// Size of the component, bytes.
+    pub size_bytes: u64,
+    /// Protocols detected from its exports.
+    pub protocols: Vec<String>,
+}
+
+/// What `sandloop run` adds to the arm summary in `summary.json`
+/// ([`super::RunDir::with_summary_host`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SummaryHost {
+    /// The component that ran.
+    pub adapter: SummaryAdapter,
+    /// The host's version (`CARGO_PKG_VERSION`).
+    pub host_version: String,
+}
+
+/// A run's `summary.json` as `sandloop run` leaves it: the arm summary's
+/// fields, the [`SummaryHost`] fields beside them, and — added once the arm
+/// finished, when the adapter replays — the replay metric ledger and the
+/// snapshot totals.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// The arm summary (its fields at the top level).
+    #[serde(flatten)]
+    pub arm: ArmSummary,
+    /// The adapter and host version (at the top level).
+    #[serde(flatten)]
+    pub host: SummaryHost,
+    /// The replay metric ledger: counter name -> count, `*_minutes` ->
+    /// minutes, `restored_fidelity_counts` (reference
+    /// `ReplayPointRegistry.metrics`); absent without replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<Map<String, Value>>,
+    /// Snapshot totals (`taken`, `failed`, `snapshot_ms`, `compile_ms`,
+    /// `bytes`, `durable_bytes`, `first_error`); absent unless children
+    /// were snapshot-forked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshots: Option<Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::run_files::tests::assert_golden_round_trip;
+
+    #[test]
+    fn a_run_summary_written_by_the_host_reads_back_and_writes_the_same_bytes() {
+        let summary: RunSummary = assert_golden_round_trip(include_bytes!("golden/summary.json"));
+        assert_eq!(summary.arm.schema_version, HARNESS_ARM_SCHEMA_VERSION);
+        assert_eq!(summary.arm.record_count, 6);
+        assert_eq!(summary.arm.stop_reason, StopReason::SeedQueueEmpty);
+        assert_eq!(summary.arm.checkpoints.len(), 1);
+        assert!(summary.arm.resume.resumed);
+        assert_eq!(summary.host.host_version, "0.1.0");
+        assert_eq!(summary.host.adapter.sha256.len(), 64);
+        let replay = summary.replay.expect("the adapter replays");
+        assert_eq!(replay["capture_success_count"], Value::from(0));
+        assert_eq!(summary.snapshots, None);
+    }
+}

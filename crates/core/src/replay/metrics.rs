@@ -8,78 +8,162 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-/// Every counter, in the reference's order (`_COUNT_FIELDS`).
-pub const COUNT_FIELDS: &[&str] = &[
-    "capture_attempt_count",
-    "capture_success_count",
-    "capture_failure_count",
-    "capture_compensation_count",
-    "capture_compensation_failure_count",
-    "orphaned_adapter_binding_count",
-    "orphaned_agent_state_count",
-    "replacement_capture_attempt_count",
-    "replacement_capture_success_count",
-    "replacement_capture_failure_count",
-    "replacement_projection_mismatch_count",
-    "replay_point_selection_count",
-    "replay_point_fidelity_fallback_count",
-    "replay_point_fidelity_filtered_selection_count",
-    "child_group_attempt_count",
-    "child_group_success_count",
-    "child_group_failure_count",
-    "child_group_settled_count",
-    "child_candidate_success_count",
-    "child_candidate_failure_count",
-    "child_parallel_group_count",
-    "child_process_isolated_parallel_group_count",
-    "child_parallel_downgrade_group_count",
-    "child_serial_fallback_group_count",
-    "child_session_fork_attempt_count",
-    "child_session_fork_success_count",
-    "child_session_fork_failure_count",
-    "child_session_release_attempt_count",
-    "child_session_release_success_count",
-    "child_session_release_failure_count",
-    "child_intent_assessment_count",
-    "child_intent_allowed_count",
-    "child_intent_denied_count",
-    "child_outcome_assessment_count",
-    "child_outcome_allowed_count",
-    "child_outcome_denied_count",
-    "replay_attempt_count",
-    "replay_success_count",
-    "replay_failure_count",
-    "restore_attempt_count",
-    "restore_success_count",
-    "restore_failure_count",
-    "prefix_reuse_verified_count",
-    "prefix_reconstruction_count",
-    "prefix_reuse_unknown_count",
-    "equivalence_attempt_count",
-    "equivalence_verified_count",
-    "equivalence_unverified_count",
-    "equivalence_failure_count",
-    "suffix_attempt_count",
-    "suffix_success_count",
-    "suffix_failure_count",
-    "suffix_finalization_attempt_count",
-    "suffix_finalization_success_count",
-    "suffix_finalization_failure_count",
-    "replay_point_quarantine_count",
-    "release_attempt_count",
-    "release_success_count",
-    "release_failure_count",
-];
+/// Declares a metric name enum (variant -> JSON key, in the reference's
+/// order) with `ALL` and `as_str`, and the list of its keys.
+macro_rules! metric_names {
+    (
+        $(#[$enum_doc:meta])* enum $name:ident;
+        $(#[$list_doc:meta])* list $list:ident;
+        { $($variant:ident = $key:literal,)* }
+    ) => {
+        $(#[$enum_doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $(
+                #[doc = concat!("`", $key, "`.")]
+                $variant,
+            )*
+        }
 
-/// Every duration total, in minutes (`_MINUTE_FIELDS`).
-pub const MINUTE_FIELDS: &[&str] = &[
-    "capture_minutes",
-    "restore_minutes",
-    "equivalence_minutes",
-    "suffix_minutes",
-    "replay_wall_minutes",
-    "release_minutes",
-];
+        impl $name {
+            /// Every metric, in the reference's order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            /// The metric's key in the ledger's snapshot (and `summary.json`).
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $key,)*
+                }
+            }
+        }
+
+        $(#[$list_doc])*
+        pub const $list: &[&str] = &[$($key,)*];
+    };
+}
+
+metric_names! {
+    /// A counter of the [`ReplayMetricLedger`] (reference `_COUNT_FIELDS`);
+    /// [`ReplayCount::as_str`] is its snapshot key.
+    enum ReplayCount;
+    /// Every counter's key, in the reference's order (`_COUNT_FIELDS`).
+    list COUNT_FIELDS;
+    {
+        CaptureAttempt = "capture_attempt_count",
+        CaptureSuccess = "capture_success_count",
+        CaptureFailure = "capture_failure_count",
+        CaptureCompensation = "capture_compensation_count",
+        CaptureCompensationFailure = "capture_compensation_failure_count",
+        OrphanedAdapterBinding = "orphaned_adapter_binding_count",
+        OrphanedAgentState = "orphaned_agent_state_count",
+        ReplacementCaptureAttempt = "replacement_capture_attempt_count",
+        ReplacementCaptureSuccess = "replacement_capture_success_count",
+        ReplacementCaptureFailure = "replacement_capture_failure_count",
+        ReplacementProjectionMismatch = "replacement_projection_mismatch_count",
+        ReplayPointSelection = "replay_point_selection_count",
+        ReplayPointFidelityFallback = "replay_point_fidelity_fallback_count",
+        ReplayPointFidelityFilteredSelection = "replay_point_fidelity_filtered_selection_count",
+        ChildGroupAttempt = "child_group_attempt_count",
+        ChildGroupSuccess = "child_group_success_count",
+        ChildGroupFailure = "child_group_failure_count",
+        ChildGroupSettled = "child_group_settled_count",
+        ChildCandidateSuccess = "child_candidate_success_count",
+        ChildCandidateFailure = "child_candidate_failure_count",
+        ChildParallelGroup = "child_parallel_group_count",
+        ChildProcessIsolatedParallelGroup = "child_process_isolated_parallel_group_count",
+        ChildParallelDowngradeGroup = "child_parallel_downgrade_group_count",
+        ChildSerialFallbackGroup = "child_serial_fallback_group_count",
+        ChildSessionForkAttempt = "child_session_fork_attempt_count",
+        ChildSessionForkSuccess = "child_session_fork_success_count",
+        ChildSessionForkFailure = "child_session_fork_failure_count",
+        ChildSessionReleaseAttempt = "child_session_release_attempt_count",
+        ChildSessionReleaseSuccess = "child_session_release_success_count",
+        ChildSessionReleaseFailure = "child_session_release_failure_count",
+        ChildIntentAssessment = "child_intent_assessment_count",
+        ChildIntentAllowed = "child_intent_allowed_count",
+        ChildIntentDenied = "child_intent_denied_count",
+        ChildOutcomeAssessment = "child_outcome_assessment_count",
+        ChildOutcomeAllowed = "child_outcome_allowed_count",
+        ChildOutcomeDenied = "child_outcome_denied_count",
+        ReplayAttempt = "replay_attempt_count",
+        ReplaySuccess = "replay_success_count",
+        ReplayFailure = "replay_failure_count",
+        RestoreAttempt = "restore_attempt_count",
+        RestoreSuccess = "restore_success_count",
+        RestoreFailure = "restore_failure_count",
+        PrefixReuseVerified = "prefix_reuse_verified_count",
+        PrefixReconstruction = "prefix_reconstruction_count",
+        PrefixReuseUnknown = "prefix_reuse_unknown_count",
+        EquivalenceAttempt = "equivalence_attempt_count",
+        EquivalenceVerified = "equivalence_verified_count",
+        EquivalenceUnverified = "equivalence_unverified_count",
+        EquivalenceFailure = "equivalence_failure_count",
+        SuffixAttempt = "suffix_attempt_count",
+        SuffixSuccess = "suffix_success_count",
+        SuffixFailure = "suffix_failure_count",
+        SuffixFinalizationAttempt = "suffix_finalization_attempt_count",
+        SuffixFinalizationSuccess = "suffix_finalization_success_count",
+        SuffixFinalizationFailure = "suffix_finalization_failure_count",
+        ReplayPointQuarantine = "replay_point_quarantine_count",
+        ReleaseAttempt = "release_attempt_count",
+        ReleaseSuccess = "release_success_count",
+        ReleaseFailure = "release_failure_count",
+    }
+}
+
+metric_names! {
+    /// A duration total of the [`ReplayMetricLedger`], in minutes in the
+    /// snapshot (reference `_MINUTE_FIELDS`).
+    enum ReplayMinutes;
+    /// Every duration total's key, in minutes (`_MINUTE_FIELDS`).
+    list MINUTE_FIELDS;
+    {
+        Capture = "capture_minutes",
+        Restore = "restore_minutes",
+        Equivalence = "equivalence_minutes",
+        Suffix = "suffix_minutes",
+        ReplayWall = "replay_wall_minutes",
+        Release = "release_minutes",
+    }
+}
+
+/// A counter of the ledger: a [`ReplayCount`] (checked when compiled), or
+/// its key as text (checked when used: an unknown key panics).
+pub trait CountField {
+    /// The counter's position in [`COUNT_FIELDS`].
+    fn count_index(self) -> usize;
+}
+
+impl CountField for ReplayCount {
+    fn count_index(self) -> usize {
+        self as usize
+    }
+}
+
+impl CountField for &str {
+    fn count_index(self) -> usize {
+        index_of(COUNT_FIELDS, self, "count")
+    }
+}
+
+/// A duration total of the ledger: a [`ReplayMinutes`], or its key as text
+/// (an unknown key panics).
+pub trait MinuteField {
+    /// The total's position in [`MINUTE_FIELDS`].
+    fn minute_index(self) -> usize;
+}
+
+impl MinuteField for ReplayMinutes {
+    fn minute_index(self) -> usize {
+        self as usize
+    }
+}
+
+impl MinuteField for &str {
+    fn minute_index(self) -> usize {
+        index_of(MINUTE_FIELDS, self, "duration")
+    }
+}
 
 #[derive(Default)]
 struct Totals {
@@ -90,9 +174,10 @@ struct Totals {
 
 /// A thread-safe accumulator of replay counters and durations.
 ///
-/// Field names are checked: an unknown name is a programming error and
-/// panics (the reference raises `ValueError`), so a typo cannot silently
-/// drop a metric.
+/// Fields are named by [`ReplayCount`] and [`ReplayMinutes`], so a typo does
+/// not compile; a field named by its key as text is checked when used: an
+/// unknown name is a programming error and panics (the reference raises
+/// `ValueError`), so a typo cannot silently drop a metric.
 pub struct ReplayMetricLedger {
     totals: Mutex<Totals>,
 }
@@ -127,20 +212,20 @@ impl ReplayMetricLedger {
         body(&mut totals)
     }
 
-    /// Add one to counter `field` (one of [`COUNT_FIELDS`]).
-    pub fn increment(&self, field: &str) {
+    /// Add one to counter `field`.
+    pub fn increment(&self, field: impl CountField) {
         self.add(field, 1);
     }
 
-    /// Add `amount` to counter `field` (one of [`COUNT_FIELDS`]).
-    pub fn add(&self, field: &str, amount: u64) {
-        let index = index_of(COUNT_FIELDS, field, "count");
+    /// Add `amount` to counter `field`.
+    pub fn add(&self, field: impl CountField, amount: u64) {
+        let index = field.count_index();
         self.with(|totals| totals.counts[index] += amount);
     }
 
-    /// Add `elapsed` to duration `field` (one of [`MINUTE_FIELDS`]).
-    pub fn add_duration(&self, field: &str, elapsed: Duration) {
-        let index = index_of(MINUTE_FIELDS, field, "duration");
+    /// Add `elapsed` to duration `field`.
+    pub fn add_duration(&self, field: impl MinuteField, elapsed: Duration) {
+        let index = field.minute_index();
         self.with(|totals| totals.seconds[index] += elapsed.as_secs_f64());
     }
 
@@ -151,8 +236,8 @@ impl ReplayMetricLedger {
     }
 
     /// Current value of counter `field`.
-    pub fn count(&self, field: &str) -> u64 {
-        let index = index_of(COUNT_FIELDS, field, "count");
+    pub fn count(&self, field: impl CountField) -> u64 {
+        let index = field.count_index();
         self.with(|totals| totals.counts[index])
     }
 
@@ -208,6 +293,26 @@ mod tests {
             snapshot["restored_fidelity_counts"],
             serde_json::json!({"best_effort": 1, "exact": 2})
         );
+    }
+
+    #[test]
+    fn named_metrics_are_the_reference_keys_in_order_and_share_the_counters() {
+        let keys: Vec<&str> = ReplayCount::ALL.iter().map(|m| m.as_str()).collect();
+        assert_eq!(keys, COUNT_FIELDS);
+        assert_eq!(COUNT_FIELDS.len(), 59);
+        let keys: Vec<&str> = ReplayMinutes::ALL.iter().map(|m| m.as_str()).collect();
+        assert_eq!(keys, MINUTE_FIELDS);
+        for (index, metric) in ReplayCount::ALL.iter().enumerate() {
+            assert_eq!(metric.count_index(), index);
+            assert_eq!(metric.as_str().count_index(), index);
+        }
+        let ledger = ReplayMetricLedger::new();
+        ledger.increment(ReplayCount::ReleaseFailure);
+        ledger.add("release_failure_count", 2);
+        ledger.add_duration(ReplayMinutes::Capture, Duration::from_secs(30));
+        assert_eq!(ledger.count(ReplayCount::ReleaseFailure), 3);
+        assert_eq!(ledger.count("release_failure_count"), 3);
+        assert_eq!(ledger.snapshot()["capture_minutes"], 0.5);
     }
 
     #[test]
