@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::durable::{DurableError, load_points, read_jsonl};
 use super::fidelity::Fidelity;
 use super::planner::{FailureReplayObservation, ReplayPositionCost, TraceBoundaries};
+use crate::harness::run_files::RECORDS_FILE;
 
 /// Planner inputs for one trace of a run.
 pub struct TraceEvidence {
@@ -152,7 +153,7 @@ fn read_failures(
     let mut prefix_minutes: BTreeMap<String, f64> = BTreeMap::new();
     let mut restore_sum = 0.0;
     let mut failures: BTreeMap<(String, String), Vec<Failure>> = BTreeMap::new();
-    read_jsonl(&root.join("records.jsonl"), |record| {
+    read_jsonl(&root.join(RECORDS_FILE), |record| {
         let group = record
             .get("execution_group_id")
             .and_then(Value::as_str)

@@ -17,7 +17,7 @@ use serde_json::json;
 use super::agent_state::AgentStateStore;
 pub use super::error::{ReplayCause, ReplayError, ReplayStage};
 use super::fidelity::Fidelity;
-use super::metrics::ReplayMetricLedger;
+use super::metrics::{ReplayCount, ReplayMetricLedger, ReplayMinutes};
 use super::point::{
     AgentCursor, CaptureRequest, EquivalenceReport, Lifecycle, ReplayPoint, ReplayRestoreResult,
     RestoreReceipt, RestoreRequest, StateLease, TraceCursor, validate_equivalence_contract,
@@ -73,7 +73,7 @@ pub trait ReplayAdapter {
 fn quarantine(point: &mut ReplayPoint, metrics: &ReplayMetricLedger) {
     if point.lifecycle != Lifecycle::Failed {
         point.lifecycle = Lifecycle::Failed;
-        metrics.increment("replay_point_quarantine_count");
+        metrics.increment(ReplayCount::ReplayPointQuarantine);
     }
 }
 
@@ -187,7 +187,7 @@ fn restore_checked<A: ReplayAdapter>(
     metrics: &ReplayMetricLedger,
 ) -> Result<(RestoreReceipt, f64), ReplayError> {
     let restore_started = Instant::now();
-    metrics.increment("restore_attempt_count");
+    metrics.increment(ReplayCount::RestoreAttempt);
     let receipt = adapter
         .restore_replay_state(binding, request)
         .map_err(|error| ReplayError::adapter(ReplayStage::Restore, error))
@@ -219,19 +219,19 @@ fn restore_checked<A: ReplayAdapter>(
             }
         });
     let restore_minutes = minutes_since(restore_started);
-    metrics.add_duration("restore_minutes", restore_started.elapsed());
+    metrics.add_duration(ReplayMinutes::Restore, restore_started.elapsed());
     match receipt {
         Ok(receipt) => {
-            metrics.increment("restore_success_count");
+            metrics.increment(ReplayCount::RestoreSuccess);
             metrics.increment(match receipt.prefix_reused {
-                Some(true) => "prefix_reuse_verified_count",
-                Some(false) => "prefix_reconstruction_count",
-                None => "prefix_reuse_unknown_count",
+                Some(true) => ReplayCount::PrefixReuseVerified,
+                Some(false) => ReplayCount::PrefixReconstruction,
+                None => ReplayCount::PrefixReuseUnknown,
             });
             Ok((receipt, restore_minutes))
         }
         Err(error) => {
-            metrics.increment("restore_failure_count");
+            metrics.increment(ReplayCount::RestoreFailure);
             Err(error)
         }
     }
@@ -250,7 +250,7 @@ fn check_equivalence<A: ReplayAdapter>(
     metrics: &ReplayMetricLedger,
 ) -> Result<(EquivalenceReport, bool, f64), ReplayError> {
     let equivalence_started = Instant::now();
-    metrics.increment("equivalence_attempt_count");
+    metrics.increment(ReplayCount::EquivalenceAttempt);
     let checked = adapter
         .validate_replay_equivalence(binding, receipt)
         .map_err(|error| ReplayError::adapter(ReplayStage::Equivalence, error))
@@ -260,19 +260,19 @@ fn check_equivalence<A: ReplayAdapter>(
                 .map_err(|message| ReplayError::contract(ReplayStage::Equivalence, message))
         });
     let equivalence_minutes = minutes_since(equivalence_started);
-    metrics.add_duration("equivalence_minutes", equivalence_started.elapsed());
+    metrics.add_duration(ReplayMinutes::Equivalence, equivalence_started.elapsed());
     let (report, promotion_eligible) = match checked {
         Ok(checked) => checked,
         Err(error) => {
-            metrics.increment("equivalence_failure_count");
+            metrics.increment(ReplayCount::EquivalenceFailure);
             return Err(error);
         }
     };
     metrics.increment(
         if report.equivalent && report.achieved_fidelity.is_trusted() {
-            "equivalence_verified_count"
+            ReplayCount::EquivalenceVerified
         } else {
-            "equivalence_unverified_count"
+            ReplayCount::EquivalenceUnverified
         },
     );
     Ok((report, promotion_eligible, equivalence_minutes))
@@ -359,9 +359,9 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
     ) -> Result<ReplayPoint, ReplayError> {
         let started = Instant::now();
         let metrics = Arc::clone(&self.metrics);
-        metrics.increment("capture_attempt_count");
+        metrics.increment(ReplayCount::CaptureAttempt);
         if replaces.is_some() {
-            metrics.increment("replacement_capture_attempt_count");
+            metrics.increment(ReplayCount::ReplacementCaptureAttempt);
         }
         let result = self.capture_inner(
             adapter,
@@ -373,19 +373,19 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
         );
         match &result {
             Ok(_) => {
-                metrics.increment("capture_success_count");
+                metrics.increment(ReplayCount::CaptureSuccess);
                 if replaces.is_some() {
-                    metrics.increment("replacement_capture_success_count");
+                    metrics.increment(ReplayCount::ReplacementCaptureSuccess);
                 }
             }
             Err(_) => {
-                metrics.increment("capture_failure_count");
+                metrics.increment(ReplayCount::CaptureFailure);
                 if replaces.is_some() {
-                    metrics.increment("replacement_capture_failure_count");
+                    metrics.increment(ReplayCount::ReplacementCaptureFailure);
                 }
             }
         }
-        metrics.add_duration("capture_minutes", started.elapsed());
+        metrics.add_duration(ReplayMinutes::Capture, started.elapsed());
         result
     }
 
@@ -508,7 +508,7 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
             && released != captured
         {
             self.metrics
-                .increment("replacement_projection_mismatch_count");
+                .increment(ReplayCount::ReplacementProjectionMismatch);
             return Err((
                 ReplayError::contract(
                     capture,
@@ -565,7 +565,7 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
         binding: Option<B>,
         agent_state_key: &S::Key,
     ) -> ReplayError {
-        self.metrics.increment("capture_compensation_count");
+        self.metrics.increment(ReplayCount::CaptureCompensation);
         let mut cleanup: Option<ReplayError> = None;
         if let Some(binding) = binding {
             match adapter.release_replay_state(&binding) {
@@ -575,20 +575,21 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
                     }
                 }
                 Err(error) => {
-                    self.metrics.increment("orphaned_adapter_binding_count");
+                    self.metrics.increment(ReplayCount::OrphanedAdapterBinding);
                     cleanup = Some(ReplayError::adapter(ReplayStage::Release, error));
                 }
             }
         }
         if let Err(message) = self.store.release_agent_state(agent_state_key) {
-            self.metrics.increment("orphaned_agent_state_count");
+            self.metrics.increment(ReplayCount::OrphanedAgentState);
             cleanup.get_or_insert(ReplayError::new(
                 ReplayStage::Release,
                 ReplayCause::AgentState(message),
             ));
         }
         if cleanup.is_some() {
-            self.metrics.increment("capture_compensation_failure_count");
+            self.metrics
+                .increment(ReplayCount::CaptureCompensationFailure);
         }
         failure.also(cleanup)
     }
@@ -664,13 +665,13 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
         .ok_or_else(|| {
             ReplayError::unavailable("no replayable replay point exists before the affected event")
         })?;
-        self.metrics.increment("replay_point_selection_count");
+        self.metrics.increment(ReplayCount::ReplayPointSelection);
         if selection.fidelity_fallback {
             self.metrics
-                .increment("replay_point_fidelity_fallback_count");
+                .increment(ReplayCount::ReplayPointFidelityFallback);
         } else if selection.fidelity_filtered {
             self.metrics
-                .increment("replay_point_fidelity_filtered_selection_count");
+                .increment(ReplayCount::ReplayPointFidelityFilteredSelection);
         }
         Ok(point)
     }
@@ -698,7 +699,7 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
     {
         let started = Instant::now();
         let metrics = Arc::clone(&self.metrics);
-        metrics.increment("replay_attempt_count");
+        metrics.increment(ReplayCount::ReplayAttempt);
         let result = self.run_from_inner(
             adapter,
             replay_point_id,
@@ -708,11 +709,11 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
             execute,
         );
         metrics.increment(if result.is_ok() {
-            "replay_success_count"
+            ReplayCount::ReplaySuccess
         } else {
-            "replay_failure_count"
+            ReplayCount::ReplayFailure
         });
-        metrics.add_duration("replay_wall_minutes", started.elapsed());
+        metrics.add_duration(ReplayMinutes::ReplayWall, started.elapsed());
         result
     }
 
@@ -781,16 +782,16 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
 
         // Suffix, then finalisation whatever happened.
         let suffix_started = Instant::now();
-        metrics.increment("suffix_attempt_count");
+        metrics.increment(ReplayCount::SuffixAttempt);
         let outcome = execute(adapter, binding, &restore);
-        metrics.increment("suffix_finalization_attempt_count");
+        metrics.increment(ReplayCount::SuffixFinalizationAttempt);
         let finalized = adapter.finalize_replay_suffix(binding, &request, outcome.is_ok());
         match &finalized {
-            Ok(()) => metrics.increment("suffix_finalization_success_count"),
-            Err(_) => metrics.increment("suffix_finalization_failure_count"),
+            Ok(()) => metrics.increment(ReplayCount::SuffixFinalizationSuccess),
+            Err(_) => metrics.increment(ReplayCount::SuffixFinalizationFailure),
         }
         restore.suffix_minutes = minutes_since(suffix_started);
-        metrics.add_duration("suffix_minutes", suffix_started.elapsed());
+        metrics.add_duration(ReplayMinutes::Suffix, suffix_started.elapsed());
         restore.replay_wall_minutes = minutes_since(started);
         let finalize_error = finalized
             .err()
@@ -801,7 +802,7 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
         }
         let failure = match (outcome, finalize_error) {
             (Ok(outcome), None) => {
-                metrics.increment("suffix_success_count");
+                metrics.increment(ReplayCount::SuffixSuccess);
                 return Ok((restore, outcome));
             }
             (Ok(_), Some(finalize)) => finalize,
@@ -809,7 +810,7 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
                 ReplayError::adapter(ReplayStage::Suffix, error).also(finalize)
             }
         };
-        metrics.increment("suffix_failure_count");
+        metrics.increment(ReplayCount::SuffixFailure);
         Err(ReplayError {
             quarantined,
             restore: Some(Box::new(restore)),
@@ -831,14 +832,14 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
     ) -> Result<ReplayPoint, ReplayError> {
         let started = Instant::now();
         let metrics = Arc::clone(&self.metrics);
-        metrics.increment("release_attempt_count");
+        metrics.increment(ReplayCount::ReleaseAttempt);
         let result = self.release_inner(adapter, replay_point_id);
         metrics.increment(if result.is_ok() {
-            "release_success_count"
+            ReplayCount::ReleaseSuccess
         } else {
-            "release_failure_count"
+            ReplayCount::ReleaseFailure
         });
-        metrics.add_duration("release_minutes", started.elapsed());
+        metrics.add_duration(ReplayMinutes::Release, started.elapsed());
         result
     }
 
