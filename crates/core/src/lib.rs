@@ -14,6 +14,7 @@
 
 pub mod digest;
 pub mod dir_grant;
+pub mod dir_lock;
 pub mod episode;
 pub mod harness;
 #[cfg(any(test, feature = "test-support"))]

@@ -98,24 +98,24 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
 }
 
 /// Hold the repository's coordinator lock (`.sandloop/.sandloop.lock`, see
-/// [`super::dir_lock`]) for the coordinator's lifetime: one `loop run` or
+/// [`sandloop_core::dir_lock`]) for the coordinator's lifetime: one `loop run` or
 /// `loop serve` drives a repository's loop at a time. A second one is
 /// refused (exit 2) naming the holder's pid, before it reads or writes any
 /// state. `None` when the repository has no `.sandloop/` directory: then it
 /// has no loop, and the configuration check that follows refuses it.
-fn lock_coordinator(repo: &Path) -> Result<Option<super::dir_lock::DirLock>, CliError> {
+fn lock_coordinator(repo: &Path) -> Result<Option<sandloop_core::dir_lock::DirLock>, CliError> {
     let dir = repo.join(SANDLOOP_DIRNAME);
     if !dir.is_dir() {
         return Ok(None);
     }
-    super::dir_lock::lock_dir(&dir)
+    sandloop_core::dir_lock::lock_dir(&dir)
         .map(Some)
         .map_err(|error| match error {
-            super::dir_lock::DirLockError::Held { holder, .. } => CliError::Input(format!(
+            sandloop_core::dir_lock::DirLockError::Held { holder, .. } => CliError::Input(format!(
                 "another sandloop coordinator ({}) is driving the loop in {}; \
                  one `loop run` or `loop serve` per repository at a time \
                  (stop it first: `sandloop loop stop`, or end that process)",
-                super::dir_lock::Holder(holder),
+                sandloop_core::dir_lock::Holder(holder),
                 repo.display()
             )),
             other => CliError::Failed(other.to_string()),

@@ -3,8 +3,6 @@
 
 pub mod args;
 pub mod diagnostics;
-pub mod dir_lock;
-mod grant_identity;
 pub mod inspect;
 pub mod loop_cmd;
 pub mod loop_templates;

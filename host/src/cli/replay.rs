@@ -341,7 +341,8 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     // instrumented component, whose functions it reuses.
     config.incremental_compilation = state_file.kind == DurableKind::Snapshot;
     // The directories the run was granted, not what their paths name now.
-    super::grant_identity::check_unchanged(&run.join(MANIFEST_FILE), &config.dirs)?;
+    sandloop_core::harness::grant_check::check_unchanged(&run.join(MANIFEST_FILE), &config.dirs)
+        .map_err(CliError::Input)?;
     let (engine, config) = open_sandbox(config)?;
     let loaded = Arc::new(load(&adapter_path, engine, config).map_err(|error| match error {
         crate::sandbox::LoadError::Read { .. } if args.adapter.is_none() => input(format!(
@@ -650,12 +651,12 @@ fn append_line(
 
 /// Lock the run directory as `sandloop run` does; refuse (exit 2) while a
 /// run or another replay holds it.
-fn lock_for_replay(run: &Path) -> Result<super::dir_lock::DirLock, CliError> {
-    super::dir_lock::lock_dir(run).map_err(|error| match error {
-        super::dir_lock::DirLockError::Held { holder, .. } => input(format!(
+fn lock_for_replay(run: &Path) -> Result<sandloop_core::dir_lock::DirLock, CliError> {
+    sandloop_core::dir_lock::lock_dir(run).map_err(|error| match error {
+        sandloop_core::dir_lock::DirLockError::Held { holder, .. } => input(format!(
             "{} is in use by a sandloop run or another replay ({}); replay once it has finished",
             run.display(),
-            super::dir_lock::Holder(holder)
+            sandloop_core::dir_lock::Holder(holder)
         )),
         other => CliError::Failed(other.to_string()),
     })

@@ -11,27 +11,22 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use super::args::{FailurePolicyArg, ForkArg, RunArgs, SandboxArgs};
-use super::{CliError, grant_identity, open_sandbox, say};
+use super::{CliError, open_sandbox, say};
 use crate::episode::adapter::SeedSource;
 use crate::episode::policy::FailurePolicy;
 use crate::harness::arm::{ArmEvent, ArmOptions, run_arm};
 use crate::harness::items_file::{FileSeeds, read_items_file};
-use crate::harness::manifest::{
-    HostInfo, Invocation, ManifestAdapter, RUN_MANIFEST_SCHEMA_VERSION,
-};
+use crate::harness::manifest::{HostInfo, Invocation, ManifestAdapter};
 use crate::harness::queue::branch_id;
 use crate::harness::run_dir::SideWriteCheck;
-use crate::harness::run_files::{
-    CHECKPOINT_FILE, EPOCHS_FILE, FAILURE_FILE, MANIFEST_FILE, RECORDS_FILE, SUMMARY_FILE,
-    read_run_file, write_run_file,
-};
+use crate::harness::run_files::{SUMMARY_FILE, read_run_file, write_run_file};
+use crate::harness::run_session::{RunSession, SessionError, check_out_dir, check_resume};
 use crate::harness::summary::{SummaryAdapter, SummaryHost};
 use crate::harness::{
-    ArmConfig, ArmError, ArmSummary, RunDir, RunFailure, RunManifest, RunSummary, VariantCatalog,
-    load_arm_checkpoint, runtime_signature,
+    ArmConfig, ArmError, ArmSummary, RunDir, RunSummary, VariantCatalog, runtime_signature,
 };
 use crate::replay::ReplayMetricLedger;
-use crate::replay::durable::{POINTS_FILE, ReplayStore, STATES_DIR, cut_back_points};
+use crate::replay::durable::ReplayStore;
 use crate::replay::metrics::{ReplayCount, ReplayMinutes};
 use crate::sandbox::snapshot::{ForkKind, Instrumented, auto_fork};
 use crate::sandbox::{
@@ -40,9 +35,6 @@ use crate::sandbox::{
 
 /// The longest `--call-timeout` accepted, seconds.
 const MAX_CALL_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
-
-/// Files whose presence means `--out` already holds a run.
-const RUN_FILES: &[&str] = &[MANIFEST_FILE, RECORDS_FILE, CHECKPOINT_FILE, SUMMARY_FILE];
 
 /// Build the sandbox configuration from the flags (exit 2 on bad values).
 pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxConfig, CliError> {
@@ -140,7 +132,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     }
     let replay_minimum = crate::replay::fidelity::parse_minimum(&args.replay_min_fidelity)
         .map_err(|error| CliError::Input(format!("--replay-min-fidelity: {error}")))?;
-    check_out_dir(&args.out, args.resume)?;
+    check_out_dir(&args.out, args.resume).map_err(session_error)?;
     if args.fork != ForkArg::Auto && (args.no_replay || args.child_workers == 0) {
         let fork = if args.fork == ForkArg::Snapshot {
             "snapshot"
@@ -211,56 +203,16 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     );
 
     let mut arm = arm_config(&args, &loaded.info.sha256);
-    let checkpoint = args.out.join(CHECKPOINT_FILE);
-    let mut resumed_at: Option<u32> = None;
-    let manifest_path = args.out.join(MANIFEST_FILE);
-    if args.resume {
-        // The same directories as before, whatever their paths name now.
-        grant_identity::check_unchanged(&manifest_path, &loaded.config().dirs)?;
-    }
-    if args.resume && checkpoint.is_file() {
+    let resumed_at = if args.resume {
         // Refuse an incompatible resume before anything is written.
         let signature = runtime_signature(&arm, protocols, catalog.is_some());
-        let state = load_arm_checkpoint(&checkpoint, &signature)
-            .map_err(|error| CliError::Input(error.to_string()))?;
-        resumed_at = Some(state.next_epoch);
-        for (name, covered) in [
-            (RECORDS_FILE, state.records_jsonl_bytes),
-            (EPOCHS_FILE, state.epochs_jsonl_bytes),
-        ] {
-            let length = std::fs::metadata(args.out.join(name))
-                .map(|m| m.len())
-                .unwrap_or(0);
-            if length < covered {
-                return Err(CliError::Input(format!(
-                    "{} is damaged: {name} holds {length} bytes but the checkpoint covers {covered}; \
-                     it is left as it is and the run is not resumed",
-                    args.out.display()
-                )));
-            }
-        }
-    }
-
-    std::fs::create_dir_all(&args.out).map_err(|error| {
-        CliError::Input(format!("cannot create {}: {error}", args.out.display()))
-    })?;
-    let _lock = lock_run_dir(&args.out)?;
-    if !args.resume {
-        // Another process may have started this run between the first
-        // check and the lock.
-        check_out_dir(&args.out, false)?;
-    } else if !checkpoint.is_file() {
-        // The run never finished an epoch: nothing is kept, so it starts over.
-        clear_unfinished_run(&args.out)?;
-        arm.resume = false;
-    }
-    if let Some(next_epoch) = resumed_at {
-        // Points of the epochs that run again are captured again.
-        cut_back_points(&args.out, next_epoch)
-            .map_err(|error| CliError::Failed(format!("cannot cut back {POINTS_FILE}: {error}")))?;
-    }
-    let _ = std::fs::remove_file(args.out.join(FAILURE_FILE));
-    write_manifest(&args, &loaded.info, &loaded.config().dirs)?;
+        check_resume(&args.out, &signature, &loaded.config().dirs).map_err(session_error)?
+    } else {
+        None
+    };
+    let session = RunSession::open(&args.out, args.resume, resumed_at).map_err(session_error)?;
+    arm.resume = session.resumes();
+    record_invocation(&session, &args, &loaded.info, &loaded.config().dirs)?;
     interrupt_message(&args.out);
 
     let call_log = Arc::new(CallLog::new(&args.out));
@@ -349,8 +301,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             if matches!(error, CliError::Input(_)) {
                 return Err(error);
             }
-            let failure = RunFailure::new(error.to_string());
-            let _ = write_run_file(&args.out.join(FAILURE_FILE), &failure);
+            session.record_failure(&error.to_string());
             return Err(CliError::Failed(format!(
                 "{error}\nwhat the finished epochs wrote is kept: once the cause is fixed, \
                  continue with the same command and --resume"
@@ -529,23 +480,6 @@ fn arm_config(args: &RunArgs, sha256: &str) -> ArmConfig {
     }
 }
 
-/// Remove what a run that never checkpointed left behind (its records are
-/// not covered by any checkpoint), keeping `manifest.json`.
-fn clear_unfinished_run(out: &Path) -> Result<(), CliError> {
-    for name in [RECORDS_FILE, EPOCHS_FILE, SUMMARY_FILE] {
-        match std::fs::remove_file(out.join(name)) {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => return Err(CliError::Failed(format!("cannot remove {name}: {error}"))),
-        }
-    }
-    let _ = std::fs::remove_file(out.join(POINTS_FILE));
-    for folder in ["traces", "adapter-output", STATES_DIR] {
-        let _ = std::fs::remove_dir_all(out.join(folder));
-    }
-    Ok(())
-}
-
 /// On Ctrl-C, say how to continue, then stop at once (exit 130). What the
 /// interrupted epoch wrote is cut back when the run resumes.
 fn interrupt_message(out: &Path) {
@@ -569,43 +503,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// Refuse a fresh run into a directory that holds one; require one to resume.
-fn check_out_dir(out: &Path, resume: bool) -> Result<(), CliError> {
-    let found: Vec<&str> = RUN_FILES
-        .iter()
-        .copied()
-        .filter(|name| out.join(name).exists())
-        .collect();
-    if resume {
-        if found.is_empty() {
-            return Err(CliError::Input(format!(
-                "--resume: {} holds no run to continue (no manifest.json or checkpoint.json)",
-                out.display()
-            )));
-        }
-    } else if !found.is_empty() {
-        return Err(CliError::Input(format!(
-            "{} already holds a run ({}); continue it with --resume or choose another --out",
-            out.display(),
-            found.join(", ")
-        )));
-    }
-    Ok(())
-}
-
-/// Hold an exclusive lock on `DIR/.sandloop.lock` for the whole run, so two
-/// processes never write one run directory. The lock dies with the process.
-fn lock_run_dir(out: &Path) -> Result<super::dir_lock::DirLock, CliError> {
-    super::dir_lock::lock_dir(out).map_err(|error| match error {
-        super::dir_lock::DirLockError::Held { holder, .. } => CliError::Input(format!(
-            "{} is in use by another sandloop run ({})",
-            out.display(),
-            super::dir_lock::Holder(holder)
-        )),
-        other => CliError::Failed(other.to_string()),
-    })
-}
-
 /// The component's protocol names, as the run files record them.
 fn protocol_names(info: &crate::sandbox::ComponentInfo) -> Vec<String> {
     info.protocols
@@ -614,23 +511,16 @@ fn protocol_names(info: &crate::sandbox::ComponentInfo) -> Vec<String> {
         .collect()
 }
 
-/// `manifest.json` ([`RunManifest`]): host version, adapter identity and
-/// every option of each invocation (a resume appends its own entry to
-/// those the manifest holds; an unreadable manifest keeps none).
-fn write_manifest(
+/// Record this invocation in `manifest.json`: host version, adapter
+/// identity, every option (a resume appends its entry to those the manifest
+/// holds) and the grants' identities ([`RunSession::record_invocation`]).
+fn record_invocation(
+    session: &RunSession,
     args: &RunArgs,
     info: &crate::sandbox::ComponentInfo,
     dirs: &[DirGrant],
 ) -> Result<(), CliError> {
-    let path = args.out.join(MANIFEST_FILE);
-    let mut invocations: Vec<Invocation> = if args.resume {
-        read_run_file::<RunManifest>(&path)
-            .map(|manifest| manifest.invocations)
-            .unwrap_or_default()
-    } else {
-        Vec::new()
-    };
-    invocations.push(Invocation {
+    let invocation = Invocation {
         resume: args.resume,
         cwd: std::env::current_dir().ok(),
         started_unix_secs: std::time::SystemTime::now()
@@ -638,30 +528,35 @@ fn write_manifest(
             .map(|d| d.as_secs())
             .unwrap_or(0),
         options: invocation_options(args),
-    });
-    let manifest = RunManifest {
-        schema_version: RUN_MANIFEST_SCHEMA_VERSION.to_owned(),
-        host: HostInfo {
-            name: "sandloop".to_owned(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-        },
-        wit: format!(
-            "{}@{}",
-            crate::sandbox::component::WIT_PACKAGE,
-            crate::sandbox::component::WIT_VERSION
-        ),
-        adapter: ManifestAdapter {
-            path: info.path.clone(),
-            sha256: info.sha256.clone(),
-            size_bytes: info.size_bytes,
-            protocols: protocol_names(info),
-            exports: info.exports.clone(),
-        },
-        invocations,
-        // A fresh run has no manifest yet: every grant is recorded anew.
-        grants: grant_identity::to_record(&path, dirs),
     };
-    write_run_file(&path, &manifest).map_err(|error| CliError::Failed(error.to_string()))
+    let host = HostInfo {
+        name: "sandloop".to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    };
+    let wit = format!(
+        "{}@{}",
+        crate::sandbox::component::WIT_PACKAGE,
+        crate::sandbox::component::WIT_VERSION
+    );
+    let adapter = ManifestAdapter {
+        path: info.path.clone(),
+        sha256: info.sha256.clone(),
+        size_bytes: info.size_bytes,
+        protocols: protocol_names(info),
+        exports: info.exports.clone(),
+    };
+    session
+        .record_invocation(host, wit, adapter, invocation, dirs)
+        .map_err(session_error)
+}
+
+/// A run directory that cannot be used: refused (exit 2) or unwritable
+/// (exit 1).
+fn session_error(error: SessionError) -> CliError {
+    match error {
+        SessionError::Refused(message) => CliError::Input(message),
+        SessionError::Io(message) => CliError::Failed(message),
+    }
 }
 
 /// Every flag of this invocation by its long name ([`Invocation::options`]).
@@ -925,7 +820,7 @@ mod tests {
 
     #[test]
     fn options_are_recorded_as_the_host_always_recorded_them() {
-        let golden: RunManifest = serde_json::from_str(GOLDEN_MANIFEST).unwrap();
+        let golden: crate::harness::RunManifest = serde_json::from_str(GOLDEN_MANIFEST).unwrap();
         let cli = Cli::try_parse_from([
             "sandloop",
             "run",

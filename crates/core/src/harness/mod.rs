@@ -38,12 +38,14 @@ pub mod catalog;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
+pub mod grant_check;
 pub mod items_file;
 pub mod manifest;
 pub mod novelty;
 pub mod queue;
 pub mod run_dir;
 pub mod run_files;
+pub mod run_session;
 pub mod summary;
 pub mod work;
 

@@ -1,7 +1,7 @@
 //! That a resumed run, or a replay, is given the same directories the run
 //! was started with.
 //!
-//! A `--dir` grant is opened once per process ([`crate::sandbox::dir_grant`]),
+//! A `--dir` grant is opened once per process ([`crate::dir_grant`]),
 //! so a guest that swaps a granted path for a symlink changes nothing while
 //! the process lives — but a later process opens the path again. The first
 //! invocation therefore records each grant's [`DirIdentity`] in
@@ -14,16 +14,15 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::CliError;
-use crate::harness::manifest::RecordedGrant;
-use crate::sandbox::DirGrant;
+use super::manifest::RecordedGrant;
+use crate::dir_grant::DirGrant;
 
 /// The manifest field holding the recorded identities.
-pub(crate) const GRANTS_FIELD: &str = "grants";
+pub const GRANTS_FIELD: &str = "grants";
 
 /// The grants recorded in the manifest at `manifest` (none when the file,
 /// or the field, is missing or unreadable: nothing to compare with).
-pub(crate) fn recorded(manifest: &Path) -> BTreeMap<String, RecordedGrant> {
+pub fn recorded(manifest: &Path) -> BTreeMap<String, RecordedGrant> {
     std::fs::read_to_string(manifest)
         .ok()
         .and_then(|text| serde_json::from_str::<Value>(&text).ok())
@@ -35,23 +34,19 @@ pub(crate) fn recorded(manifest: &Path) -> BTreeMap<String, RecordedGrant> {
 /// Refuse `dirs` when one of them, at a guest path the run granted before,
 /// is now another directory than the one recorded in `manifest`.
 ///
-/// Errors: [`CliError::Input`] naming the grant, both identities and what
-/// to do.
-pub(crate) fn check_unchanged(manifest: &Path, dirs: &[DirGrant]) -> Result<(), CliError> {
+/// Errors: a message naming the grant, both identities and what to do (the
+/// CLI's exit 2: nothing has run or been written).
+pub fn check_unchanged(manifest: &Path, dirs: &[DirGrant]) -> Result<(), String> {
     let recorded = recorded(manifest);
     for grant in dirs {
         let Some(before) = recorded.get(&grant.guest) else {
             continue;
         };
-        let now = grant.identity().map_err(|error| {
-            CliError::Input(format!(
-                "--dir {}::{}: {error}",
-                grant.host.display(),
-                grant.guest
-            ))
-        })?;
+        let now = grant
+            .identity()
+            .map_err(|error| format!("--dir {}::{}: {error}", grant.host.display(), grant.guest))?;
         if now != before.identity {
-            return Err(CliError::Input(format!(
+            return Err(format!(
                 "--dir {}::{}: {} is not the directory this run was granted at {} \
                  (device {}, inode {}; now device {}, inode {}). A guest with write access \
                  to a parent may have replaced it with a symlink. Check it; to grant another \
@@ -64,7 +59,7 @@ pub(crate) fn check_unchanged(manifest: &Path, dirs: &[DirGrant]) -> Result<(), 
                 before.identity.inode,
                 now.device,
                 now.inode,
-            )));
+            ));
         }
     }
     Ok(())
@@ -72,7 +67,7 @@ pub(crate) fn check_unchanged(manifest: &Path, dirs: &[DirGrant]) -> Result<(), 
 
 /// The grants to record now: those recorded in `manifest` before, plus
 /// `dirs` at guest paths not recorded yet.
-pub(crate) fn to_record(manifest: &Path, dirs: &[DirGrant]) -> BTreeMap<String, RecordedGrant> {
+pub fn to_record(manifest: &Path, dirs: &[DirGrant]) -> BTreeMap<String, RecordedGrant> {
     let mut grants = recorded(manifest);
     for grant in dirs {
         if grants.contains_key(&grant.guest) {
@@ -114,7 +109,7 @@ mod tests {
         std::fs::remove_dir(&docs).unwrap();
         std::os::unix::fs::symlink("../outside", &docs).unwrap();
         let again = vec![DirGrant::parse(&spec).unwrap()];
-        let Err(CliError::Input(message)) = check_unchanged(&manifest, &again) else {
+        let Err(message) = check_unchanged(&manifest, &again) else {
             panic!("a swapped grant is refused");
         };
         assert!(

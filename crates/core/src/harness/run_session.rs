@@ -1,0 +1,335 @@
+//! A run directory taken for one invocation of a run: the rules that decide
+//! whether `--out` may be used, and what happens to it before the arm runs.
+//!
+//! In order, as `sandloop run` applies them:
+//!
+//! 1. [`check_out_dir`], before anything is loaded: a fresh run refuses a
+//!    directory that holds one, a resume requires one.
+//! 2. [`check_resume`], before anything is written: the grants are the same
+//!    directories as before ([`super::grant_check`]), the checkpoint fits
+//!    this run's runtime signature, and the JSONL files still hold every
+//!    byte it covers.
+//! 3. [`RunSession::open`]: create the directory, take its lock
+//!    ([`crate::dir_lock`]), check again under the lock, start over a
+//!    resumed run that never checkpointed, cut back the replay points of the
+//!    epochs that run again, and drop a stale `failure.json`.
+//! 4. [`RunSession::record_invocation`] (`manifest.json`) and, when the run
+//!    fails, [`RunSession::record_failure`] (`failure.json`).
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::checkpoint::{RuntimeSignature, load_arm_checkpoint};
+use super::grant_check;
+use super::manifest::{
+    HostInfo, Invocation, ManifestAdapter, RUN_MANIFEST_SCHEMA_VERSION, RunManifest,
+};
+use super::run_files::{
+    CHECKPOINT_FILE, EPOCHS_FILE, FAILURE_FILE, MANIFEST_FILE, RECORDS_FILE, RunFailure,
+    SUMMARY_FILE, read_run_file, write_run_file,
+};
+use crate::dir_grant::DirGrant;
+use crate::dir_lock::{DirLock, DirLockError, Holder, lock_dir};
+use crate::replay::durable::{POINTS_FILE, STATES_DIR, cut_back_points};
+
+/// Files whose presence means a directory already holds a run.
+const RUN_FILES: &[&str] = &[MANIFEST_FILE, RECORDS_FILE, CHECKPOINT_FILE, SUMMARY_FILE];
+
+/// Folders a run writes besides its files.
+const RUN_FOLDERS: &[&str] = &["traces", "adapter-output", STATES_DIR];
+
+/// Why a run directory cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The directory is not fit for this invocation (exists, missing,
+    /// damaged, in use, another grant): nothing was written. The CLI's
+    /// exit 2.
+    #[error("{0}")]
+    Refused(String),
+    /// The directory could not be written. The CLI's exit 1.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// Refuse a fresh run into `out` when it holds one; require one to resume.
+///
+/// # Errors
+/// [`SessionError::Refused`] naming the directory and the files found.
+pub fn check_out_dir(out: &Path, resume: bool) -> Result<(), SessionError> {
+    let found: Vec<&str> = RUN_FILES
+        .iter()
+        .copied()
+        .filter(|name| out.join(name).exists())
+        .collect();
+    if resume {
+        if found.is_empty() {
+            return Err(SessionError::Refused(format!(
+                "--resume: {} holds no run to continue (no manifest.json or checkpoint.json)",
+                out.display()
+            )));
+        }
+    } else if !found.is_empty() {
+        return Err(SessionError::Refused(format!(
+            "{} already holds a run ({}); continue it with --resume or choose another --out",
+            out.display(),
+            found.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// What a resume may continue from: the first epoch to run, when the run
+/// checkpointed at all (`None`: it never finished an epoch and starts
+/// over). Checks, writing nothing, that `dirs` are the directories the run
+/// was granted, that the checkpoint carries `signature`, and that
+/// `records.jsonl` and `epochs.jsonl` hold at least the bytes it covers.
+///
+/// # Errors
+/// [`SessionError::Refused`] naming the grant, the checkpoint's problem or
+/// the damaged file.
+pub fn check_resume(
+    out: &Path,
+    signature: &RuntimeSignature,
+    dirs: &[DirGrant],
+) -> Result<Option<u32>, SessionError> {
+    grant_check::check_unchanged(&out.join(MANIFEST_FILE), dirs).map_err(SessionError::Refused)?;
+    let checkpoint = out.join(CHECKPOINT_FILE);
+    if !checkpoint.is_file() {
+        return Ok(None);
+    }
+    let state = load_arm_checkpoint(&checkpoint, signature)
+        .map_err(|error| SessionError::Refused(error.to_string()))?;
+    for (name, covered) in [
+        (RECORDS_FILE, state.records_jsonl_bytes),
+        (EPOCHS_FILE, state.epochs_jsonl_bytes),
+    ] {
+        let length = std::fs::metadata(out.join(name))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        if length < covered {
+            return Err(SessionError::Refused(format!(
+                "{} is damaged: {name} holds {length} bytes but the checkpoint covers {covered}; \
+                 it is left as it is and the run is not resumed",
+                out.display()
+            )));
+        }
+    }
+    Ok(Some(state.next_epoch))
+}
+
+/// A run directory held for one invocation: locked until dropped.
+#[derive(Debug)]
+pub struct RunSession {
+    out: PathBuf,
+    resume: bool,
+    _lock: DirLock,
+}
+
+impl RunSession {
+    /// Take `out` for a run. `resumed_at` is what [`check_resume`] returned
+    /// (ignored for a fresh run). A resume without a checkpoint removes what
+    /// the unfinished run left (keeping `manifest.json`) and runs fresh:
+    /// [`RunSession::resumes`] then says false.
+    ///
+    /// # Errors
+    /// [`SessionError::Refused`] when another process holds the directory
+    /// (naming it) or started a run in it meanwhile; [`SessionError::Io`]
+    /// when it cannot be created, locked or cleared.
+    pub fn open(out: &Path, resume: bool, resumed_at: Option<u32>) -> Result<Self, SessionError> {
+        std::fs::create_dir_all(out).map_err(|error| {
+            SessionError::Refused(format!("cannot create {}: {error}", out.display()))
+        })?;
+        let lock = lock_dir(out).map_err(|error| match error {
+            DirLockError::Held { holder, .. } => SessionError::Refused(format!(
+                "{} is in use by another sandloop run ({})",
+                out.display(),
+                Holder(holder)
+            )),
+            other => SessionError::Io(other.to_string()),
+        })?;
+        let mut resume = resume;
+        if !resume {
+            // Another process may have started this run between the first
+            // check and the lock.
+            check_out_dir(out, false)?;
+        } else if resumed_at.is_none() {
+            // The run never finished an epoch: nothing is kept.
+            clear_unfinished_run(out)?;
+            resume = false;
+        }
+        if let Some(next_epoch) = resumed_at.filter(|_| resume) {
+            // Points of the epochs that run again are captured again.
+            cut_back_points(out, next_epoch).map_err(|error| {
+                SessionError::Io(format!("cannot cut back {POINTS_FILE}: {error}"))
+            })?;
+        }
+        let _ = std::fs::remove_file(out.join(FAILURE_FILE));
+        Ok(Self {
+            out: out.to_path_buf(),
+            resume,
+            _lock: lock,
+        })
+    }
+
+    /// Whether the run continues from a checkpoint.
+    pub fn resumes(&self) -> bool {
+        self.resume
+    }
+
+    /// The run directory.
+    pub fn out(&self) -> &Path {
+        &self.out
+    }
+
+    /// Write `manifest.json` ([`RunManifest`]) for this invocation: `host`,
+    /// the WIT `wit`, the `adapter`, the invocations the manifest already
+    /// holds (a resume appends to them; an unreadable manifest keeps none)
+    /// then `invocation`, and the grants' identities (those recorded before
+    /// are kept).
+    ///
+    /// # Errors
+    /// [`SessionError::Io`] when the file cannot be written.
+    pub fn record_invocation(
+        &self,
+        host: HostInfo,
+        wit: String,
+        adapter: ManifestAdapter,
+        invocation: Invocation,
+        dirs: &[DirGrant],
+    ) -> Result<(), SessionError> {
+        let path = self.out.join(MANIFEST_FILE);
+        let mut invocations: Vec<Invocation> = if invocation.resume {
+            read_run_file::<RunManifest>(&path)
+                .map(|manifest| manifest.invocations)
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        invocations.push(invocation);
+        let manifest = RunManifest {
+            schema_version: RUN_MANIFEST_SCHEMA_VERSION.to_owned(),
+            host,
+            wit,
+            adapter,
+            invocations,
+            // A fresh run has no manifest yet: every grant is recorded anew.
+            grants: grant_check::to_record(&path, dirs),
+        };
+        write_run_file(&path, &manifest).map_err(|error| SessionError::Io(error.to_string()))
+    }
+
+    /// Write `failure.json` for a run that failed with `message`. Best
+    /// effort: the run is failing already, and its error is what the user
+    /// sees.
+    pub fn record_failure(&self, message: &str) {
+        let failure = RunFailure::new(message);
+        let _ = write_run_file(&self.out.join(FAILURE_FILE), &failure);
+    }
+}
+
+/// Remove what a run that never checkpointed left behind (its records are
+/// not covered by any checkpoint), keeping `manifest.json`.
+fn clear_unfinished_run(out: &Path) -> Result<(), SessionError> {
+    for name in [RECORDS_FILE, EPOCHS_FILE, SUMMARY_FILE] {
+        match std::fs::remove_file(out.join(name)) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(SessionError::Io(format!("cannot remove {name}: {error}"))),
+        }
+    }
+    let _ = std::fs::remove_file(out.join(POINTS_FILE));
+    for folder in RUN_FOLDERS {
+        let _ = std::fs::remove_dir_all(out.join(folder));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fresh_run_refuses_a_used_directory_and_a_resume_requires_one() {
+        let dir = tempfile::tempdir().unwrap();
+        check_out_dir(dir.path(), false).unwrap();
+        let error = check_out_dir(dir.path(), true).unwrap_err().to_string();
+        assert!(error.contains("holds no run to continue"), "{error}");
+        std::fs::write(dir.path().join(RECORDS_FILE), "").unwrap();
+        let error = check_out_dir(dir.path(), false).unwrap_err().to_string();
+        assert!(
+            error.contains("already holds a run (records.jsonl)"),
+            "{error}"
+        );
+        check_out_dir(dir.path(), true).unwrap();
+    }
+
+    #[test]
+    fn a_resume_that_never_checkpointed_starts_over_keeping_the_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [MANIFEST_FILE, RECORDS_FILE, EPOCHS_FILE, POINTS_FILE] {
+            std::fs::write(dir.path().join(name), "x").unwrap();
+        }
+        std::fs::create_dir_all(dir.path().join("traces")).unwrap();
+        std::fs::write(dir.path().join(FAILURE_FILE), "{}").unwrap();
+        let session = RunSession::open(dir.path(), true, None).unwrap();
+        assert!(!session.resumes());
+        assert!(dir.path().join(MANIFEST_FILE).exists());
+        for gone in [
+            RECORDS_FILE,
+            EPOCHS_FILE,
+            POINTS_FILE,
+            "traces",
+            FAILURE_FILE,
+        ] {
+            assert!(!dir.path().join(gone).exists(), "{gone} is removed");
+        }
+    }
+
+    #[test]
+    fn a_held_directory_is_refused_naming_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = RunSession::open(dir.path(), false, None).unwrap();
+        let error = RunSession::open(dir.path(), false, None).unwrap_err();
+        assert!(
+            matches!(&error, SessionError::Refused(message)
+                if message.contains("in use by another sandloop run (process")),
+            "{error}"
+        );
+        drop(first);
+        RunSession::open(dir.path(), false, None).unwrap();
+    }
+
+    #[test]
+    fn invocations_accumulate_across_resumes_and_a_failure_is_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let invocation = |resume| Invocation {
+            resume,
+            cwd: None,
+            started_unix_secs: 1,
+            options: serde_json::Map::new(),
+        };
+        let adapter = || ManifestAdapter {
+            path: "a.wasm".into(),
+            sha256: "ab".into(),
+            size_bytes: 2,
+            protocols: vec!["episode".into()],
+            exports: Vec::new(),
+        };
+        let host = || HostInfo {
+            name: "sandloop".into(),
+            version: "0".into(),
+        };
+        let session = RunSession::open(dir.path(), false, None).unwrap();
+        session
+            .record_invocation(host(), "w".into(), adapter(), invocation(false), &[])
+            .unwrap();
+        session
+            .record_invocation(host(), "w".into(), adapter(), invocation(true), &[])
+            .unwrap();
+        let manifest: RunManifest = read_run_file(&dir.path().join(MANIFEST_FILE)).unwrap();
+        assert_eq!(manifest.invocations.len(), 2);
+        session.record_failure("disk full");
+        let failure: RunFailure = read_run_file(&dir.path().join(FAILURE_FILE)).unwrap();
+        assert_eq!(failure, RunFailure::new("disk full"));
+    }
+}
