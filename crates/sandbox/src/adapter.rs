@@ -36,14 +36,13 @@ mod children;
 mod replay;
 mod replay_screen;
 mod snapshot_children;
-pub use children::{MAX_CHILDREN_PER_FORK, WasmChild, WasmChildForker};
-pub use replay::{
-    BindingHandle, ReplayOptions, adopt_durable_point, adopt_snapshot_point, point_id_for,
-};
+pub use children::{WasmChild, WasmChildForker};
+pub use replay::{BindingHandle, ReplayOptions, adopt_durable_point, adopt_snapshot_point};
 use replay::{GroupPoint, ReplayLane};
 pub use replay_screen::{screen_replay_intent, screens_replay_intent};
-
-use sandloop_core::replay::SerialChildGroup;
+/// Most children forked at once per lane, and the point id of a group
+/// (the group rules of `sandloop-core`, re-exported where they were).
+pub use sandloop_core::replay::{MAX_CHILDREN_PER_FORK, point_id_for};
 
 /// What one call left behind besides its result, handed to a
 /// [`CallObserver`] after every call.
@@ -86,11 +85,9 @@ pub struct GroupHandle {
     reprepared: Cell<bool>,
     /// Set when preparing again failed; the rest of the group is lost.
     lost: Cell<bool>,
-    /// The replay point captured after the prefix, if any.
+    /// The replay point captured after the prefix, if any (with the
+    /// group's serial fallback, when its children cannot be forked).
     point: RefCell<Option<GroupPoint>>,
-    /// Set when the group's suffixes run serially from its point because
-    /// its children cannot be forked: counted when the group is released.
-    serial: RefCell<Option<SerialChildGroup>>,
 }
 
 struct Live {
@@ -663,7 +660,6 @@ impl EpisodeAdapter for WasmAdapter {
             reprepared: Cell::new(false),
             lost: Cell::new(false),
             point: RefCell::new(None),
-            serial: RefCell::new(None),
         };
         let mut prefix_record = parse_record(
             &prepared.prefix_record,
@@ -689,8 +685,8 @@ impl EpisodeAdapter for WasmAdapter {
         ctx: &CallContext,
     ) -> Result<Record, AdapterError> {
         let result = self.run_episode(handle, item, ctx);
-        if let Some(serial) = handle.serial.borrow_mut().as_mut() {
-            serial.observe(result.is_ok());
+        if let Some(point) = handle.point.borrow_mut().as_mut() {
+            point.observe_suffix(result.is_ok());
         }
         result
     }
@@ -712,9 +708,6 @@ impl EpisodeAdapter for WasmAdapter {
         handle: GroupHandle,
         ctx: &CallContext,
     ) -> Result<(), AdapterError> {
-        if let (Some(serial), Some(lane)) = (handle.serial.borrow_mut().take(), &self.replay) {
-            serial.finish(&lane.options.metrics);
-        }
         let point_failure = self.release_group_point(&handle);
         let group_trace = self.group_trace.take();
         if handle.generation.get() != self.generation || self.live.is_none() {

@@ -14,12 +14,20 @@ pub mod agent_state;
 pub mod durable;
 pub mod error;
 pub mod evidence;
+pub mod group;
+pub mod group_children;
+pub mod group_records;
 pub mod metrics;
 pub mod planner;
 pub mod point;
 pub mod registry;
 
 pub use agent_state::{AgentStateStore, MemoryAgentStateStore, agent_cursor};
+pub use group::{Capture, GroupInstance, GroupLane, GroupPoint, GroupSettings};
+pub use group_children::{ChildChunk, ForkAt, ForkSource, LaneRegistry, MAX_CHILDREN_PER_FORK};
+pub use group_records::{
+    SuffixSpan, adapter_error_of, child_result, error_block, failed_child, intent_of, point_id_for,
+};
 pub use metrics::ReplayMetricLedger;
 pub use point::{
     AgentCursor, CaptureRequest, EquivalenceCheck, EquivalenceReport, EquivalenceReportFields,

@@ -17,7 +17,7 @@ use crate::LoadedAdapter;
 use crate::bindings::exports::sandloop::adapter::child_risk;
 use crate::bindings::sandloop::adapter::types as wit_types;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
-use sandloop_core::replay::{Disposition, ForkRequest, RiskAssessment};
+use sandloop_core::replay::{Disposition, ForkAt, ForkRequest, RiskAssessment};
 use sandloop_core::trace::TraceLog;
 
 /// Unique identity of every child instance of the process (its worker
@@ -39,14 +39,13 @@ pub(super) struct ChildInstance {
 impl ChildInstance {
     /// An instance of `loaded` for the child `request` asks for, on
     /// `parent`'s lane and at the group's `ctx`. Its trace branch is
-    /// `request.target_branch_id`, forked at `fork_at` — `(trace_id,
-    /// created_event_id, next sequence after the capture)` of the point.
+    /// `request.target_branch_id`, forked at the point's `fork_at`.
     pub(super) fn new(
         parent: &WasmAdapter,
         loaded: &Arc<LoadedAdapter>,
         ctx: &CallContext,
         request: &ForkRequest,
-        fork_at: &(String, String, u64),
+        fork_at: &ForkAt,
     ) -> ChildInstance {
         let mut adapter = WasmAdapter::new(
             Arc::clone(loaded),
@@ -54,13 +53,18 @@ impl ChildInstance {
             parent.observer.clone(),
         );
         adapter.epoch = ctx.epoch;
-        let (trace_id, after, next) = fork_at;
         ChildInstance {
             adapter,
             child_id: request.child_id.clone(),
             identity: NEXT_CHILD.fetch_add(1, Ordering::Relaxed),
             ctx: ctx.clone(),
-            trace: TraceLog::fork(trace_id, &request.target_branch_id, Some(after), *next).ok(),
+            trace: TraceLog::fork(
+                &fork_at.trace_id,
+                &request.target_branch_id,
+                Some(&fork_at.created_event_id),
+                fork_at.next_sequence,
+            )
+            .ok(),
         }
     }
 

@@ -12,25 +12,16 @@ use serde_json::{Map, Value};
 use wasmtime::component::ResourceAny;
 
 use super::child_instance::ChildInstance;
-use super::replay::{
-    GroupPoint, adapter_error_of, error_block, receipt_from_wit, receipt_to_wit, report_from_wit,
-    to_wit_fidelity,
-};
-use super::snapshot_children::{SnapshotForker, SnapshotPoint};
-use super::{GroupHandle, WasmAdapter, declared, item_id};
+use super::replay::{receipt_from_wit, receipt_to_wit, report_from_wit, to_wit_fidelity};
+use super::snapshot_children::SnapshotForker;
+use super::{GroupHandle, WasmAdapter, declared};
 use crate::bindings::exports::sandloop::adapter::replay_children;
 use crate::bindings::sandloop::adapter::types as wit_types;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, Item, Record};
-use sandloop_core::replay::RiskAssessmentRules;
 use sandloop_core::replay::{
-    ChildConcurrency, ChildForker, ChildLease, ChildOutcome, ChildSession, ChildTask,
-    EquivalenceReport, ForkRequest, Lifecycle, RestoreReceipt, RiskAssessment, SerialChildGroup,
+    ChildConcurrency, ChildForker, ChildLease, ChildSession, EquivalenceReport, ForkAt,
+    ForkRequest, ForkSource, RestoreReceipt, RiskAssessment,
 };
-
-/// Most children forked at once per lane; a larger group runs as several
-/// child groups of this size from the same point (the instance pool is
-/// sized for it).
-pub const MAX_CHILDREN_PER_FORK: usize = 32;
 
 /// One forked child in its own instance.
 pub struct WasmChild {
@@ -39,31 +30,13 @@ pub struct WasmChild {
     released: bool,
 }
 
-/// Where a group's children come from: the point's exported state
-/// (`replay-children`), or its compiled snapshot.
-enum ForkSource {
-    State(Arc<Vec<u8>>),
-    Snapshot(Arc<SnapshotPoint>),
-}
-
-impl ForkSource {
-    /// The `fork` value of a child's `replay` block.
-    fn name(&self) -> &'static str {
-        match self {
-            ForkSource::State(_) => "state",
-            ForkSource::Snapshot(_) => "snapshot",
-        }
-    }
-}
-
 /// Forks children of one point from its exported state.
 pub struct WasmChildForker<'a> {
     parent: &'a WasmAdapter,
     state: Arc<Vec<u8>>,
     ctx: CallContext,
-    /// The trace position the point sits at: `(trace_id, created_event_id,
-    /// next sequence after the capture event)`.
-    fork_at: (String, String, u64),
+    /// The trace position the point sits at.
+    fork_at: ForkAt,
 }
 
 fn wit_concurrency(concurrency: replay_children::ChildConcurrency) -> ChildConcurrency {
@@ -216,29 +189,14 @@ impl ChildSession for WasmChild {
     }
 }
 
-/// The public intent of an item: its variant spec, or its id for a seed.
-pub(super) fn intent_of(item: &Item) -> Map<String, Value> {
-    match item.get("variant_spec") {
-        Some(Value::Object(spec)) => spec.clone(),
-        _ => {
-            let mut intent = Map::new();
-            intent.insert(
-                "item_id".into(),
-                item.get("item_id").cloned().unwrap_or(Value::Null),
-            );
-            intent
-        }
-    }
-}
-
 impl WasmAdapter {
     /// Run every item of `handle`'s group as an isolated child of its
-    /// replay point, when the point was snapshotted, or the component
-    /// exports `replay-children` and the point's state was exported. `None`
+    /// replay point ([`GroupLane::run_children`](sandloop_core::replay::GroupLane::run_children)),
+    /// when the point was snapshotted, or the component exports
+    /// `replay-children` and the point's state was exported. `None`
     /// otherwise: the items then run one by one from the point
     /// (`execute-episode`), and when the point is usable but its children
-    /// cannot be forked, the group is counted as a serial fallback
-    /// ([`SerialChildGroup`], finished when the group is released).
+    /// cannot be forked, the group is counted as a serial fallback.
     pub(super) fn run_children(
         &mut self,
         handle: &GroupHandle,
@@ -246,188 +204,36 @@ impl WasmAdapter {
         ctx: &CallContext,
     ) -> Option<Vec<(Result<Record, AdapterError>, f64)>> {
         self.take_group_snapshot(handle);
-        let (point_id, source) = {
-            let point = handle.point.borrow();
-            let GroupPoint {
-                id,
-                state,
-                snapshot,
-                ..
-            } = point.as_ref()?;
-            let source = match (snapshot, state) {
-                (Some(snapshot), _) => Some(ForkSource::Snapshot(Arc::clone(snapshot))),
-                (None, Some(state)) => Some(ForkSource::State(Arc::clone(state))),
-                (None, None) => None,
-            };
-            (id.clone(), source)
-        };
-        let lane = self.replay.as_ref()?;
-        let workers = lane.options.child_workers;
-        let minimum = lane.options.minimum_fidelity;
-        let point = lane
-            .registry
-            .get(&point_id)
-            .filter(|point| point.lifecycle == Lifecycle::Ready)
-            .filter(|_| {
-                lane.registry
-                    .binding(&point_id)
-                    .is_some_and(|binding| self.binding_alive(binding))
-            })
-            .cloned()?;
-        let Some(source) = source.filter(|_| workers > 0) else {
-            *handle.serial.borrow_mut() = Some(SerialChildGroup::start(&lane.options.metrics));
-            return None;
-        };
+        let mut slot = handle.point.borrow_mut();
+        let point = slot.as_mut()?;
         let mut lane = self.replay.take()?;
-        let mut results = Vec::with_capacity(items.len());
-        for chunk in items.chunks(MAX_CHILDREN_PER_FORK) {
-            let tasks: Vec<ChildTask> = chunk
-                .iter()
-                .map(|item| {
-                    let id = item_id(item).unwrap_or("child").to_string();
-                    ChildTask {
-                        child_id: id.clone(),
-                        target_branch_id: id,
-                        minimum_fidelity: minimum,
-                        item: item.clone(),
-                        intent: intent_of(item),
+        let parent = &*self;
+        let results = lane
+            .group
+            .run_children(parent, point, items, |registry, chunk| {
+                let (point_id, tasks, workers) = (chunk.point_id, chunk.tasks, chunk.workers);
+                match chunk.source {
+                    ForkSource::State(state) => {
+                        let mut forker = WasmChildForker {
+                            parent,
+                            state: Arc::clone(state),
+                            ctx: ctx.clone(),
+                            fork_at: chunk.fork_at,
+                        };
+                        registry.run_child_group_from(&mut forker, point_id, tasks, workers, true)
                     }
-                })
-                .collect();
-            let fork_at = (
-                point.cursor.trace_id.clone(),
-                point.created_event_id.clone(),
-                point.cursor.next_sequence + 1,
-            );
-            let outcome = match &source {
-                ForkSource::State(state) => {
-                    let mut forker = WasmChildForker {
-                        parent: self,
-                        state: Arc::clone(state),
-                        ctx: ctx.clone(),
-                        fork_at,
-                    };
-                    lane.registry
-                        .run_child_group_from(&mut forker, &point_id, tasks, workers, true)
-                }
-                ForkSource::Snapshot(snapshot) => {
-                    let mut forker = SnapshotForker {
-                        parent: self,
-                        point: Arc::clone(snapshot),
-                        ctx: ctx.clone(),
-                        fork_at,
-                    };
-                    lane.registry
-                        .run_child_group_from(&mut forker, &point_id, tasks, workers, true)
-                }
-            };
-            let next = point.cursor.next_sequence + 1;
-            match outcome {
-                Ok(outcomes) => {
-                    results.extend(
-                        outcomes
-                            .into_iter()
-                            .map(|outcome| child_result(outcome, &point, next, source.name())),
-                    );
-                }
-                Err(error) => {
-                    let failure = adapter_error_of(&error);
-                    for item in chunk {
-                        let mut block = Map::new();
-                        block.insert("replay_point_id".into(), Value::from(point_id.clone()));
-                        block.insert("fidelity".into(), Value::from(point.fidelity.as_str()));
-                        block.insert("isolated".into(), Value::Bool(true));
-                        block.insert("fork".into(), Value::from(source.name()));
-                        block.insert(
-                            "child_id".into(),
-                            item.get("item_id").cloned().unwrap_or(Value::Null),
-                        );
-                        block.insert("error".into(), error_block(&error));
-                        let mut fields = Record::new();
-                        fields.insert("replay".into(), Value::Object(block));
-                        let mut failure = failure.clone();
-                        failure.record_fields = Some(Box::new(fields));
-                        results.push((Err(failure), 0.0));
+                    ForkSource::Snapshot(snapshot) => {
+                        let mut forker = SnapshotForker {
+                            parent,
+                            point: Arc::clone(snapshot),
+                            ctx: ctx.clone(),
+                            fork_at: chunk.fork_at,
+                        };
+                        registry.run_child_group_from(&mut forker, point_id, tasks, workers, true)
                     }
                 }
-            }
-        }
+            });
         self.replay = Some(lane);
-        Some(results)
-    }
-}
-
-/// One child's outcome as an item result with its `replay` block.
-fn child_result(
-    outcome: ChildOutcome,
-    point: &sandloop_core::replay::ReplayPoint,
-    first_sequence: u64,
-    fork: &str,
-) -> (Result<Record, AdapterError>, f64) {
-    let (restore, child_id, mut extra) = match &outcome {
-        ChildOutcome::Succeeded(result) => {
-            let mut extra = Map::new();
-            extra.insert("parallel".into(), Value::Bool(result.parallel));
-            extra.insert(
-                "intent_assessment".into(),
-                result
-                    .intent_assessment
-                    .as_ref()
-                    .map_or(Value::Null, RiskAssessment::to_record),
-            );
-            extra.insert(
-                "outcome_assessment".into(),
-                result
-                    .outcome_assessment
-                    .as_ref()
-                    .map_or(Value::Null, RiskAssessment::to_record),
-            );
-            (&result.restore, &result.child_id, extra)
-        }
-        ChildOutcome::Failed(failure) => {
-            let mut extra = Map::new();
-            extra.insert("parallel".into(), Value::Bool(failure.parallel));
-            extra.insert("stage".into(), Value::from(failure.stage.as_str()));
-            extra.insert("error_type".into(), Value::from(failure.error_type.clone()));
-            extra.insert(
-                "risk_assessment".into(),
-                failure
-                    .risk_assessment
-                    .as_ref()
-                    .map_or(Value::Null, RiskAssessment::to_record),
-            );
-            (&failure.restore, &failure.child_id, extra)
-        }
-    };
-    let mut block = restore.to_record();
-    block.append(&mut extra);
-    block.insert("fidelity".into(), Value::from(point.fidelity.as_str()));
-    block.insert("isolated".into(), Value::Bool(true));
-    block.insert("fork".into(), Value::from(fork));
-    block.insert("child_id".into(), Value::from(child_id.clone()));
-    block.insert(
-        "trace_id".into(),
-        Value::from(point.cursor.trace_id.clone()),
-    );
-    block.insert("branch_id".into(), Value::from(child_id.clone()));
-    block.insert("first_sequence".into(), Value::from(first_sequence));
-    let minutes = restore.replay_wall_minutes;
-    match outcome {
-        ChildOutcome::Succeeded(result) => {
-            let mut record = result.outcome;
-            let end = result.trace_end.unwrap_or(first_sequence);
-            block.insert("end_sequence".into(), Value::from(end));
-            record.insert("replay".into(), Value::Object(block));
-            (Ok(record), minutes)
-        }
-        ChildOutcome::Failed(failure) => {
-            let end = failure.trace_end.unwrap_or(first_sequence);
-            block.insert("end_sequence".into(), Value::from(end));
-            let mut error = failure.error;
-            let mut fields = Record::new();
-            fields.insert("replay".into(), Value::Object(block));
-            error.record_fields = Some(Box::new(fields));
-            (Err(error), minutes)
-        }
+        results
     }
 }

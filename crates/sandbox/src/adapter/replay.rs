@@ -1,19 +1,17 @@
 //! The `replay` export of a [`WasmAdapter`]: the registry's
-//! [`ReplayAdapter`] calls across the WebAssembly boundary, and the replay
-//! steps of a group run (capture after the prefix, each suffix from the
-//! point, release with the group).
+//! [`ReplayAdapter`] calls and the group rules' [`GroupInstance`] calls
+//! across the WebAssembly boundary, and the steps that hand a group's
+//! replay point to those rules ([`GroupLane`] in `sandloop-core`: capture
+//! after the prefix, each suffix from the point, release with the group).
 //!
-//! A binding is a resource of the instance that captured it. When that
-//! instance is dropped (a trap, a limit), the binding dies with it: its
-//! finalisation and release then have nothing left to do, and the point is
-//! released without being quarantined (its durable state, if written, stays
-//! valid for `sandloop replay`).
+//! A binding is a resource of the instance that captured it, tied to that
+//! instance's generation: when the instance is dropped (a trap, a limit),
+//! [`GroupInstance::binding_alive`] says so, and its finalisation and
+//! release have nothing left to do.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
+use serde_json::{Map, Value};
 use wasmtime::component::ResourceAny;
 
 use super::snapshot_children::SnapshotPoint;
@@ -21,11 +19,11 @@ use super::{GroupHandle, WasmAdapter, declared, item_id, parse_record, to_json};
 use crate::bindings::exports::sandloop::adapter::replay as wit;
 use crate::snapshot::Instrumented;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
-use sandloop_core::replay::durable::{PointLine, ReplayStore};
+use sandloop_core::replay::durable::ReplayStore;
 use sandloop_core::replay::{
-    CaptureRequest, EquivalenceCheck, EquivalenceReport, Fidelity, MemoryAgentStateStore,
-    ReplayAdapter, ReplayCause, ReplayError, ReplayMetricLedger, ReplayPoint, ReplayPointRegistry,
-    ReplayRestoreResult, RestoreReceipt, RestoreRequest, StateLease, agent_cursor,
+    CaptureRequest, EquivalenceCheck, EquivalenceReport, Fidelity, GroupInstance, GroupLane,
+    GroupSettings, MemoryAgentStateStore, ReplayAdapter, ReplayError, ReplayMetricLedger,
+    ReplayPoint, ReplayPointRegistry, ReplayStage, RestoreReceipt, RestoreRequest, StateLease,
 };
 use sandloop_core::trace::TraceLog;
 
@@ -64,45 +62,31 @@ pub struct ReplayOptions {
     pub snapshots: Option<Arc<Instrumented>>,
 }
 
-/// The replay state of one lane: its registry and settings.
+/// The replay state of one lane: the group rules' lane (registry and
+/// settings) and the instrumented component snapshots are taken of.
 pub(super) struct ReplayLane {
-    pub(super) registry: ReplayPointRegistry<BindingHandle, MemoryAgentStateStore>,
-    pub(super) options: ReplayOptions,
+    pub(super) group: GroupLane<BindingHandle>,
+    pub(super) snapshots: Option<Arc<Instrumented>>,
 }
 
 impl ReplayLane {
     pub(super) fn new(options: ReplayOptions) -> Self {
         Self {
-            registry: ReplayPointRegistry::new(
-                MemoryAgentStateStore::new(),
-                Arc::clone(&options.metrics),
-            ),
-            options,
+            group: GroupLane::new(GroupSettings {
+                metrics: options.metrics,
+                store: options.store,
+                minimum_fidelity: options.minimum_fidelity,
+                child_workers: options.child_workers,
+                fork_by_snapshot: options.snapshots.is_some(),
+            }),
+            snapshots: options.snapshots,
         }
     }
 }
 
-/// What a group keeps about its replay point.
-pub(super) struct GroupPoint {
-    pub(super) id: String,
-    pub(super) line: PointLine,
-    /// The exported state, kept when children are forked from it.
-    pub(super) state: Option<Arc<Vec<u8>>>,
-    /// The point frozen as a compiled snapshot, when children are forked
-    /// from snapshots.
-    pub(super) snapshot: Option<Arc<SnapshotPoint>>,
-    /// The group's items while its snapshot is still to be taken (at the
-    /// first fork of its children).
-    pub(super) pending: Option<Vec<Item>>,
-}
-
-/// A deterministic, file-name-safe point id for a group of an arm and
-/// epoch: `rp-` and 20 hex digits of a sha256 (a resumed run recaptures
-/// the same group under the same id).
-pub fn point_id_for(arm: &str, epoch: u32, execution_group_id: &str) -> String {
-    let digest = Sha256::digest(format!("{arm}\0{epoch}\0{execution_group_id}").as_bytes());
-    format!("rp-{}", hex::encode(&digest[..10]))
-}
+/// What a group keeps about its replay point (snapshots are this
+/// adapter's [`SnapshotPoint`]s).
+pub(super) type GroupPoint = sandloop_core::replay::GroupPoint<SnapshotPoint>;
 
 pub(super) fn to_wit_fidelity(fidelity: Fidelity) -> wit::Fidelity {
     match fidelity {
@@ -266,8 +250,9 @@ impl WasmAdapter {
     }
 
     /// After a successful prepare: capture the group's replay point at the
-    /// head of its trace and, when the adapter exports its state, make the
-    /// point durable. Returns the fields for the prefix record
+    /// head of its trace and settle it ([`GroupLane::capture`],
+    /// [`GroupLane::settle_capture`]); the capture's trace events go to the
+    /// observer like a call's. Returns the fields for the prefix record
     /// (`replay_point_id`, `replay_fidelity`, or `replay_capture_error`).
     pub(super) fn capture_group_point(
         &mut self,
@@ -295,113 +280,17 @@ impl WasmAdapter {
             .trace_for(ctx, &Item::new())
             .or_else(|| TraceLog::new(&group_id, "main").ok())?;
         let before = trace.next_sequence();
-        let cursor = agent_cursor(trace.events(), &format!("{}\n{}", ctx.arm, group_id));
-        let point_id = point_id_for(&ctx.arm, ctx.epoch, &group_id);
-        let started = Instant::now();
-        let captured = lane
-            .registry
-            .capture_at_head(self, &mut trace, cursor, &point_id, &group_id, None);
-        let capture_minutes = started.elapsed().as_secs_f64() / 60.0;
+        let capture = lane.group.capture(self, &mut trace, ctx, &group_id);
         self.report_events(&trace, before, "capture-replay-state", item_id(seed));
         self.keep_group_trace(ctx, Some(trace));
-        let mut fields = Map::new();
-        let point = match captured {
-            Ok(point) => point,
-            Err(error) => {
-                fields.insert("replay_capture_error".into(), error_block(&error));
-                return Some(fields);
-            }
-        };
-        let mut line = PointLine {
-            point: point.clone(),
-            arm: ctx.arm.clone(),
-            epoch: ctx.epoch,
-            execution_group_id: group_id,
-            seed_item_id: item_id(seed).unwrap_or_default().to_string(),
-            capture_minutes,
-            durable_state: None,
-            durable_error: None,
-            quarantined: false,
-            snapshot: None,
-            snapshot_error: None,
-            release_error: None,
-        };
-        // A group of one item has no child to fork: its snapshot would be
-        // compiled for nothing. A snapshot is taken when the group's
-        // children are first forked (`take_group_snapshot`), not here, so
-        // its cost is not timed as prefix work; the snapshot is then the
-        // point's durable form, and the export waits for its outcome.
-        let snapshot_pending = lane.options.snapshots.is_some()
-            && lane.options.child_workers > 0
-            && items.len() > 1
-            && lane.registry.binding(&point_id).is_some();
-        let state = if snapshot_pending {
-            None
-        } else {
-            self.export_point(lane, &point_id, items, &mut line)
-        };
-        fields.insert(
-            "replay_point_id".into(),
-            Value::from(point.replay_point_id.clone()),
-        );
-        fields.insert(
-            "replay_fidelity".into(),
-            Value::from(point.fidelity.as_str()),
-        );
-        *handle.point.borrow_mut() = Some(GroupPoint {
-            id: point_id,
-            line,
-            state,
-            snapshot: None,
-            pending: snapshot_pending.then(|| items.to_vec()),
-        });
+        let (fields, point) = lane.group.settle_capture(self, capture, ctx, seed, items);
+        *handle.point.borrow_mut() = point;
         Some(fields)
     }
 
-    /// Export point `point_id`'s state: written durable when the run keeps
-    /// points, and returned when the group's children fork from it (by
-    /// state transfer). Failures go to `line.durable_error`.
-    pub(super) fn export_point(
-        &mut self,
-        lane: &ReplayLane,
-        point_id: &str,
-        items: &[Item],
-        line: &mut PointLine,
-    ) -> Option<Arc<Vec<u8>>> {
-        let forks_children =
-            lane.options.child_workers > 0 && self.loaded.indices.replay_children.is_some();
-        let binding = *lane.registry.binding(point_id)?;
-        if lane.options.store.is_none() && !forks_children {
-            return None;
-        }
-        let max = self.max_output();
-        match self.export_replay_state(&binding) {
-            Ok(Some(bytes)) if bytes.len() > max => {
-                line.durable_error = Some(format!(
-                    "the exported state is {} bytes, over the limit of {max} (--max-output)",
-                    bytes.len()
-                ));
-                None
-            }
-            Ok(Some(bytes)) => {
-                if let Some(store) = &lane.options.store {
-                    match store.write_state(point_id, &bytes, items) {
-                        Ok(durable) => line.durable_state = Some(durable),
-                        Err(error) => line.durable_error = Some(error.to_string()),
-                    }
-                }
-                forks_children.then(|| Arc::new(bytes))
-            }
-            Ok(None) => None,
-            Err(error) => {
-                line.durable_error = Some(error.to_string());
-                None
-            }
-        }
-    }
-
-    /// Run `item` as a suffix from its group's replay point. `None` when
-    /// the group has no usable point (the caller runs it on the group).
+    /// Run `item` as a suffix from its group's replay point
+    /// ([`GroupLane::run_suffix`]). `None` when the group has no usable
+    /// point (the caller runs it on the group).
     pub(super) fn run_from_group_point(
         &mut self,
         handle: &GroupHandle,
@@ -414,158 +303,55 @@ impl WasmAdapter {
             .as_ref()
             .map(|point| point.id.clone())?;
         let mut lane = self.replay.take()?;
-        let usable = lane
-            .registry
-            .get(&point_id)
-            .is_some_and(|point| point.lifecycle == sandloop_core::replay::Lifecycle::Ready)
-            && lane
-                .registry
-                .binding(&point_id)
-                .is_some_and(|binding| self.binding_alive(binding));
-        if !usable {
-            self.replay = Some(lane);
-            return None;
-        }
-        // The suffix runs on its own branch, forked right after the point's
-        // capture event: the group's main branch keeps only the prefix.
-        let target = item_id(item).unwrap_or("suffix").to_string();
-        let Some(point) = lane.registry.get(&point_id).cloned() else {
-            self.replay = Some(lane);
-            return None;
-        };
-        let mut trace = TraceLog::fork(
-            &point.cursor.trace_id,
-            &target,
-            Some(&point.created_event_id),
-            point.cursor.next_sequence + 1,
-        )
-        .ok();
-        let first = point.cursor.next_sequence + 1;
-        let minimum = lane.options.minimum_fidelity;
-        let fidelity = Some(point.fidelity);
-        let outcome =
-            lane.registry
-                .run_from(self, &point_id, &target, minimum, |adapter, binding, _| {
-                    adapter.run_replay_suffix(binding, item, ctx, &mut trace)
-                });
-        let end = trace.as_ref().map_or(first, TraceLog::next_sequence);
-        let (trace_id, branch_id) = trace
-            .as_ref()
-            .map(|log| (log.trace_id().to_string(), log.branch_id().to_string()))
-            .unwrap_or_default();
+        let result = lane.group.run_suffix(self, &point_id, item, ctx);
         self.replay = Some(lane);
-        let block = |restore: Option<&ReplayRestoreResult>, error: Option<&ReplayError>| {
-            let mut block = restore
-                .map(ReplayRestoreResult::to_record)
-                .unwrap_or_default();
-            block.insert("replay_point_id".into(), Value::from(point_id.clone()));
-            block.insert(
-                "fidelity".into(),
-                fidelity.map_or(Value::Null, |f| Value::from(f.as_str())),
-            );
-            block.insert("trace_id".into(), Value::from(trace_id.clone()));
-            block.insert("branch_id".into(), Value::from(branch_id.clone()));
-            block.insert("first_sequence".into(), Value::from(first));
-            block.insert("end_sequence".into(), Value::from(end));
-            if let Some(error) = error {
-                block.insert("error".into(), error_block(error));
-            }
-            Value::Object(block)
-        };
-        Some(match outcome {
-            Ok((restore, mut record)) => {
-                record.insert("replay".into(), block(Some(&restore), None));
-                Ok(record)
-            }
-            Err(error) => {
-                let mut failure = adapter_error_of(&error);
-                let mut fields = Record::new();
-                fields.insert(
-                    "replay".into(),
-                    block(error.restore.as_deref(), Some(&error)),
-                );
-                failure.record_fields = Some(Box::new(fields));
-                Err(failure)
-            }
-        })
+        result
     }
 
-    /// Release the group's replay point (retried once) and write its final
-    /// record, with the release's failure (`release_error`) if it failed.
-    /// Returns that failure when it also took the instance down (a trap in
-    /// `release-replay-state` or in the binding's destructor): it is then
-    /// the group release's own failure, since the group died with it.
+    /// Release the group's replay point with the group
+    /// ([`GroupLane::release`]): the release's failure when it also took
+    /// the instance down.
     pub(super) fn release_group_point(&mut self, handle: &GroupHandle) -> Option<AdapterError> {
-        let mut point = handle.point.borrow_mut().take()?;
+        let point = handle.point.borrow_mut().take()?;
         let mut lane = self.replay.take()?;
-        let generation = self.generation;
-        let was_live = self.live.is_some();
-        let failed = |lane: &ReplayLane| {
-            lane.registry
-                .get(&point.id)
-                .is_some_and(|p| p.lifecycle == sandloop_core::replay::Lifecycle::Failed)
-        };
-        point.line.quarantined = failed(&lane);
-        let released = match lane.registry.release(self, &point.id) {
-            Err(_) => lane.registry.release(self, &point.id),
-            done => done,
-        };
-        let error = released.err();
-        point.line.release_error = error.as_ref().map(error_block);
-        point.line.quarantined |= failed(&lane);
-        if let Some(current) = lane.registry.get(&point.id) {
-            point.line.point = current.clone();
-        }
-        if let Some(store) = &lane.options.store {
-            store.append_point(&point.line);
-        }
+        let failure = lane.group.release(self, point);
         self.replay = Some(lane);
-        let lost = was_live && (self.live.is_none() || self.generation != generation);
-        error.filter(|_| lost).map(|error| adapter_error_of(&error))
+        failure
     }
 }
 
-/// The `{stage, type, message}` block describing a replay failure.
-pub(super) fn error_block(error: &ReplayError) -> Value {
-    let message = match &error.cause {
-        ReplayCause::Adapter(adapter) => &adapter.message,
-        ReplayCause::Contract(message)
-        | ReplayCause::Unavailable(message)
-        | ReplayCause::AgentState(message)
-        | ReplayCause::RiskDenied(message) => message,
-    };
-    json!({
-        "stage": error.stage.as_str(),
-        "type": error.cause.error_type(),
-        "message": sandloop_core::episode::records::fold_error_message(message),
-        "quarantined": error.quarantined,
-        "also": error.also.as_ref().map(|also| also.to_string()),
-    })
-}
+impl GroupInstance for WasmAdapter {
+    fn binding_alive(&self, binding: &BindingHandle) -> bool {
+        WasmAdapter::binding_alive(self, binding)
+    }
 
-/// The error record's `adapter_error` for a failed replayed suffix: the
-/// adapter's own error when the adapter failed, else `replay_contract`.
-pub(super) fn adapter_error_of(error: &ReplayError) -> AdapterError {
-    match &error.cause {
-        ReplayCause::Adapter(adapter)
-            if error.stage == sandloop_core::replay::ReplayStage::Suffix =>
-        {
-            let mut adapter = adapter.clone();
-            if let Some(also) = &error.also {
-                adapter.message = format!("{} (and {also})", adapter.message);
-            }
-            adapter
-        }
-        ReplayCause::Adapter(adapter) => AdapterError {
-            message: format!(
-                "replay {} failed: {}",
-                error.stage.as_str(),
-                adapter.message
-            ),
-            ..adapter.clone()
-        },
-        ReplayCause::RiskDenied(_) => AdapterError::new(ErrorType::RiskDenied, error.to_string()),
-        _ => AdapterError::new(ErrorType::ReplayContract, error.to_string()),
+    fn instance_id(&self) -> Option<u64> {
+        self.live.is_some().then_some(self.generation)
+    }
+
+    fn max_output_bytes(&self) -> usize {
+        self.max_output()
+    }
+
+    fn forks_children(&self) -> bool {
+        self.loaded.indices.replay_children.is_some()
+    }
+
+    fn export_replay_state(
+        &mut self,
+        binding: &BindingHandle,
+    ) -> Result<Option<Vec<u8>>, AdapterError> {
+        WasmAdapter::export_replay_state(self, binding)
+    }
+
+    fn run_replay_suffix(
+        &mut self,
+        binding: &BindingHandle,
+        item: &Item,
+        ctx: &CallContext,
+        trace: &mut Option<TraceLog>,
+    ) -> Result<Record, AdapterError> {
+        WasmAdapter::run_replay_suffix(self, binding, item, ctx, trace)
     }
 }
 
@@ -694,7 +480,7 @@ pub fn adopt_durable_point(
     };
     let lease = adapter
         .import_replay_state(state, &request)
-        .map_err(|error| ReplayError::adapter(sandloop_core::replay::ReplayStage::Import, error))?;
+        .map_err(|error| ReplayError::adapter(ReplayStage::Import, error))?;
     registry.adopt(adapter, recorded, lease)
 }
 
@@ -715,7 +501,7 @@ pub fn adopt_snapshot_point(
 ) -> Result<ReplayPoint, ReplayError> {
     let resource = adapter
         .resume_binding(token, None)
-        .map_err(|error| ReplayError::adapter(sandloop_core::replay::ReplayStage::Import, error))?;
+        .map_err(|error| ReplayError::adapter(ReplayStage::Import, error))?;
     let lease = StateLease {
         binding: Some(BindingHandle {
             resource,

@@ -10,10 +10,11 @@ use std::sync::Arc;
 
 use super::WasmAdapter;
 use super::child_instance::ChildInstance;
-use super::children::intent_of;
 use crate::LoadedAdapter;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item};
-use sandloop_core::replay::{ForkRequest, ReplayPoint, RiskAssessment, RiskAssessmentRules};
+use sandloop_core::replay::{
+    ForkAt, ForkRequest, ReplayPoint, RiskAssessment, RiskAssessmentRules, intent_of,
+};
 
 /// Whether `loaded`'s policy screens replayed intents: it exports
 /// `child-risk` (and `replay-children`, which the policy's child needs).
@@ -43,11 +44,11 @@ pub fn screen_replay_intent(
         ));
     }
     let parent = WasmAdapter::new(Arc::clone(loaded), "replay", None);
-    let fork_at = (
-        point.cursor.trace_id.clone(),
-        point.created_event_id.clone(),
-        point.cursor.next_sequence + 1,
-    );
+    let fork_at = ForkAt {
+        trace_id: point.cursor.trace_id.clone(),
+        created_event_id: point.created_event_id.clone(),
+        next_sequence: point.cursor.next_sequence + 1,
+    };
     let mut screen = ChildInstance::new(&parent, loaded, ctx, request, &fork_at);
     let child = screen.adapter.fork_replay_child(state, request)?.child;
     let assessment = screen.assess(&intent_of(item), None)?;

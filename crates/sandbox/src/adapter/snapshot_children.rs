@@ -40,8 +40,8 @@ use crate::bindings::exports::sandloop::adapter::replay as wit_replay;
 use crate::snapshot::{CompiledSnapshot, Instrumented, SnapshotError};
 use sandloop_core::episode::adapter::{AdapterError, CallContext, Item, Record};
 use sandloop_core::replay::{
-    ChildConcurrency, ChildForker, ChildLease, ChildSession, EquivalenceReport, ForkRequest,
-    RestoreReceipt, RiskAssessment,
+    ChildConcurrency, ChildForker, ChildLease, ChildSession, EquivalenceReport, ForkAt,
+    ForkRequest, RestoreReceipt, RiskAssessment,
 };
 
 /// A replay point frozen as a compiled snapshot, with the token its
@@ -180,7 +180,7 @@ impl WasmAdapter {
         match self.snapshot_group_point(&lane, &point.id) {
             Ok((snapshot, component)) => {
                 point.line.snapshot = Some(snapshot.to_record());
-                if let Some(store) = &lane.options.store {
+                if let Some(store) = &lane.group.settings.store {
                     match store.write_snapshot(&point.id, &component, snapshot.token, &items) {
                         Ok(durable) => point.line.durable_state = Some(durable),
                         Err(error) => {
@@ -188,7 +188,8 @@ impl WasmAdapter {
                             // the adapter's exported state, when it has
                             // one, keeps the point durable.
                             point.line.durable_error = Some(error.to_string());
-                            self.export_point(&lane, &point.id, &items, &mut point.line);
+                            lane.group
+                                .export_point(self, &point.id, &items, &mut point.line);
                             if point.line.durable_state.is_some() {
                                 point.line.durable_error = None;
                             }
@@ -200,7 +201,9 @@ impl WasmAdapter {
             Err(error) => {
                 point.line.snapshot_error = Some(error);
                 if self.live.is_some() {
-                    point.state = self.export_point(&lane, &point.id, &items, &mut point.line);
+                    point.state = lane
+                        .group
+                        .export_point(self, &point.id, &items, &mut point.line);
                 } else {
                     point.line.durable_error = Some(
                         "the instance was lost when its snapshot failed (see snapshot_error): \
@@ -221,11 +224,11 @@ impl WasmAdapter {
         point_id: &str,
     ) -> Result<(SnapshotPoint, Arc<[u8]>), String> {
         let instrumented = lane
-            .options
             .snapshots
             .clone()
             .ok_or("the run does not fork by snapshot")?;
         let binding = *lane
+            .group
             .registry
             .binding(point_id)
             .ok_or("the point has no binding")?;
@@ -263,8 +266,8 @@ pub struct SnapshotForker<'a> {
     pub(super) parent: &'a WasmAdapter,
     pub(super) point: Arc<SnapshotPoint>,
     pub(super) ctx: CallContext,
-    /// `(trace_id, created_event_id, next sequence after the capture)`.
-    pub(super) fork_at: (String, String, u64),
+    /// The trace position the point sits at.
+    pub(super) fork_at: ForkAt,
 }
 
 /// One child: a fresh instance of the snapshot and its resumed binding.

@@ -1,0 +1,162 @@
+//! The isolated children of a replay group: every item of the group forked
+//! from the group's point — from its exported state, or from its snapshot
+//! — and run as a settled child group
+//! ([`ReplayPointRegistry::run_child_group_from`](super::ReplayPointRegistry::run_child_group_from)),
+//! [`MAX_CHILDREN_PER_FORK`] at a time; or, when the point is usable but
+//! its children cannot be forked, the group counted as a serial fallback
+//! ([`SerialChildGroup`]) whose suffixes run one by one from the point.
+//!
+//! How a child is forked is the adapter's: the caller's `run_chunk` builds
+//! a [`ChildForker`](super::ChildForker) for the chunk's [`ForkSource`] and
+//! runs the chunk's tasks on the registry.
+
+use std::sync::Arc;
+
+use super::group::{GroupInstance, GroupLane, GroupPoint};
+use super::group_records::{child_result, failed_child, intent_of};
+use super::registry::{ChildOutcome, ChildTask, SerialChildGroup};
+use super::registry::{ReplayError, ReplayPointRegistry};
+use crate::episode::adapter::{AdapterError, Item, Record};
+use crate::replay::agent_state::MemoryAgentStateStore;
+
+/// Most children forked at once per lane; a larger group runs as several
+/// child groups of this size from the same point (the instance pool is
+/// sized for it).
+pub const MAX_CHILDREN_PER_FORK: usize = 32;
+
+/// Where a group's children come from: the point's exported state, or its
+/// snapshot (`S`, the adapter's).
+pub enum ForkSource<S> {
+    /// The exported state each child adopts (`replay-children`).
+    State(Arc<Vec<u8>>),
+    /// The point frozen as a snapshot each child is an instance of.
+    Snapshot(Arc<S>),
+}
+
+impl<S> ForkSource<S> {
+    /// The `fork` value of a child's `replay` block: `state` or `snapshot`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ForkSource::State(_) => "state",
+            ForkSource::Snapshot(_) => "snapshot",
+        }
+    }
+}
+
+/// The trace position children fork at: the point's trace, its capture
+/// event, and the sequence after it (each child's branch starts there).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForkAt {
+    /// The group's trace.
+    pub trace_id: String,
+    /// The point's `replay_point_captured` event.
+    pub created_event_id: String,
+    /// The first sequence of every child's branch.
+    pub next_sequence: u64,
+}
+
+/// One chunk of a group's children, handed to the caller's `run_chunk`.
+pub struct ChildChunk<'a, S> {
+    /// The point they fork from.
+    pub point_id: &'a str,
+    /// Where they fork from.
+    pub source: &'a ForkSource<S>,
+    /// Where their trace branches start.
+    pub fork_at: ForkAt,
+    /// One task per item: child id and branch = the item's id (`child`
+    /// when it has none), the lane's minimum fidelity, the item's
+    /// [`intent_of`].
+    pub tasks: Vec<ChildTask>,
+    /// Threads to run them on.
+    pub workers: usize,
+}
+
+/// The registry a group's children run on.
+pub type LaneRegistry<B> = ReplayPointRegistry<B, MemoryAgentStateStore>;
+
+impl<B> GroupLane<B> {
+    /// Run every item of a group as an isolated child of its `point`, in
+    /// chunks of [`MAX_CHILDREN_PER_FORK`], through `run_chunk`; one result
+    /// per item, in order, with the minutes its replay took
+    /// ([`child_result`]; when a whole chunk fails, [`failed_child`] for
+    /// each of its items).
+    ///
+    /// `None` when the point is not [usable](GroupLane::usable) (the items
+    /// then run on the prepared group), or when it is but has neither a
+    /// snapshot nor an exported state, or the lane runs no child workers:
+    /// the group is then started as a [`SerialChildGroup`] on the point,
+    /// and its items run one by one from it.
+    pub fn run_children<A, S>(
+        &mut self,
+        adapter: &A,
+        point: &mut GroupPoint<S>,
+        items: &[Item],
+        mut run_chunk: impl FnMut(
+            &mut LaneRegistry<B>,
+            ChildChunk<'_, S>,
+        ) -> Result<Vec<ChildOutcome>, ReplayError>,
+    ) -> Option<Vec<(Result<Record, AdapterError>, f64)>>
+    where
+        A: GroupInstance<Binding = B>,
+    {
+        let source = match (&point.snapshot, &point.state) {
+            (Some(snapshot), _) => Some(ForkSource::Snapshot(Arc::clone(snapshot))),
+            (None, Some(state)) => Some(ForkSource::State(Arc::clone(state))),
+            (None, None) => None,
+        };
+        if !self.usable(adapter, &point.id) {
+            return None;
+        }
+        let replay_point = self.registry.get(&point.id)?.clone();
+        let workers = self.settings.child_workers;
+        let Some(source) = source.filter(|_| workers > 0) else {
+            point.serial = Some(SerialChildGroup::start(&self.settings.metrics));
+            return None;
+        };
+        let minimum = self.settings.minimum_fidelity;
+        let first_sequence = replay_point.cursor.next_sequence + 1;
+        let mut results = Vec::with_capacity(items.len());
+        for chunk in items.chunks(MAX_CHILDREN_PER_FORK) {
+            let tasks = chunk
+                .iter()
+                .map(|item| {
+                    let id = item
+                        .get("item_id")
+                        .and_then(|value| value.as_str())
+                        .unwrap_or("child")
+                        .to_string();
+                    ChildTask {
+                        child_id: id.clone(),
+                        target_branch_id: id,
+                        minimum_fidelity: minimum,
+                        item: item.clone(),
+                        intent: intent_of(item),
+                    }
+                })
+                .collect();
+            let fork_at = ForkAt {
+                trace_id: replay_point.cursor.trace_id.clone(),
+                created_event_id: replay_point.created_event_id.clone(),
+                next_sequence: first_sequence,
+            };
+            let chunk_of = ChildChunk {
+                point_id: &point.id,
+                source: &source,
+                fork_at,
+                tasks,
+                workers,
+            };
+            match run_chunk(&mut self.registry, chunk_of) {
+                Ok(outcomes) => results.extend(outcomes.into_iter().map(|outcome| {
+                    child_result(outcome, &replay_point, first_sequence, source.name())
+                })),
+                Err(error) => results.extend(
+                    chunk
+                        .iter()
+                        .map(|item| failed_child(&error, &replay_point, source.name(), item)),
+                ),
+            }
+        }
+        Some(results)
+    }
+}
