@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 use super::super::agent_state::AgentStateStore;
 use super::super::fidelity::Fidelity;
-use super::super::metrics::ReplayMetricLedger;
+use super::super::metrics::{ReplayCount, ReplayMetricLedger};
 use super::super::point::{
     EquivalenceReport, ReplayPoint, ReplayRestoreResult, RestoreReceipt,
     validate_equivalence_contract,
@@ -263,7 +263,7 @@ fn cleanup<S: ChildSession, K>(
     if let Some(done) = &prepared.cleaned {
         return done.clone();
     }
-    metrics.increment("child_session_release_attempt_count");
+    metrics.increment(ReplayCount::ChildSessionReleaseAttempt);
     let mut result = prepared
         .lease
         .session
@@ -279,10 +279,10 @@ fn cleanup<S: ChildSession, K>(
         }
     }
     if result.is_ok() {
-        metrics.increment("child_session_release_success_count");
+        metrics.increment(ReplayCount::ChildSessionReleaseSuccess);
     } else {
         cleanup_failed.store(true, Ordering::SeqCst);
-        metrics.increment("child_session_release_failure_count");
+        metrics.increment(ReplayCount::ChildSessionReleaseFailure);
     }
     prepared.cleaned = Some(result.clone());
     result
@@ -369,10 +369,10 @@ where
             }
         }
         let metrics = Arc::clone(&self.metrics);
-        metrics.increment("child_group_attempt_count");
+        metrics.increment(ReplayCount::ChildGroupAttempt);
         let result = self.child_group_inner(forker, replay_point_id, tasks, workers, settle);
         if result.is_err() {
-            metrics.increment("child_group_failure_count");
+            metrics.increment(ReplayCount::ChildGroupFailure);
         }
         result
     }
@@ -407,7 +407,7 @@ where
         let mut prepared: Vec<Prepared<F::Session, S::Key>> = Vec::with_capacity(tasks.len());
         let mut fork_error: Option<ReplayError> = None;
         for task in tasks {
-            metrics.increment("child_session_fork_attempt_count");
+            metrics.increment(ReplayCount::ChildSessionForkAttempt);
             let started = Instant::now();
             let request = ForkRequest {
                 replay_point_id: replay_point_id.to_string(),
@@ -515,7 +515,7 @@ where
                 suffix_minutes: 0.0,
                 replay_wall_minutes: 0.0,
             });
-            metrics.increment("child_session_fork_success_count");
+            metrics.increment(ReplayCount::ChildSessionForkSuccess);
         }
 
         let store_dyn: &mut dyn AgentStateRelease<S::Key> = store;
@@ -540,7 +540,7 @@ where
             error
         };
         if let Some(error) = fork_error {
-            metrics.increment("child_session_fork_failure_count");
+            metrics.increment(ReplayCount::ChildSessionForkFailure);
             return Err(fail_group(&mut prepared, error, &mut entry.point));
         }
 
@@ -561,12 +561,12 @@ where
                 .iter()
                 .all(|p| p.lease.concurrency != ChildConcurrency::SerialOnly);
         if parallel {
-            metrics.increment("child_parallel_group_count");
+            metrics.increment(ReplayCount::ChildParallelGroup);
             if !identities.is_empty() {
-                metrics.increment("child_process_isolated_parallel_group_count");
+                metrics.increment(ReplayCount::ChildProcessIsolatedParallelGroup);
             }
         } else if requested {
-            metrics.increment("child_parallel_downgrade_group_count");
+            metrics.increment(ReplayCount::ChildParallelDowngradeGroup);
         }
 
         let execute =
@@ -578,17 +578,17 @@ where
                 let session = &mut child.lease.session;
                 let ran: Result<Record, ExecutionError> = (|| {
                     if has_risk {
-                        metrics.increment("child_intent_assessment_count");
+                        metrics.increment(ReplayCount::ChildIntentAssessment);
                         let assessment = session
                             .assess_intent(&intent)
                             .map_err(ExecutionError::Adapter)?;
                         assessment.check().map_err(ExecutionError::Contract)?;
                         intent_assessment = Some(assessment.clone());
                         if assessment.disposition == Disposition::Deny {
-                            metrics.increment("child_intent_denied_count");
+                            metrics.increment(ReplayCount::ChildIntentDenied);
                             return Err(ExecutionError::Denied("intent", assessment));
                         }
-                        metrics.increment("child_intent_allowed_count");
+                        metrics.increment(ReplayCount::ChildIntentAllowed);
                     }
                     if let Some(key) = &child.agent_key {
                         shared_store
@@ -601,18 +601,18 @@ where
                         .run(&child.task.item)
                         .map_err(ExecutionError::Adapter)?;
                     if has_risk {
-                        metrics.increment("child_outcome_assessment_count");
+                        metrics.increment(ReplayCount::ChildOutcomeAssessment);
                         let assessment = session
                             .assess_outcome(&intent, &outcome)
                             .map_err(ExecutionError::Adapter)?;
                         assessment.check().map_err(ExecutionError::Contract)?;
                         outcome_assessment = Some(assessment.clone());
                         if assessment.disposition == Disposition::Deny {
-                            metrics.increment("child_outcome_denied_count");
+                            metrics.increment(ReplayCount::ChildOutcomeDenied);
                             unsafe_outcome.store(true, Ordering::SeqCst);
                             return Err(ExecutionError::Denied("outcome", assessment));
                         }
-                        metrics.increment("child_outcome_allowed_count");
+                        metrics.increment(ReplayCount::ChildOutcomeAllowed);
                     }
                     Ok(outcome)
                 })();
@@ -719,17 +719,17 @@ where
                 .filter(|r| matches!(r, ChildOutcome::Failed(_)))
                 .count() as u64;
             metrics.add(
-                "child_candidate_success_count",
+                ReplayCount::ChildCandidateSuccess,
                 results.len() as u64 - failures,
             );
-            metrics.add("child_candidate_failure_count", failures);
+            metrics.add(ReplayCount::ChildCandidateFailure, failures);
             metrics.increment(if failures > 0 {
-                "child_group_settled_count"
+                ReplayCount::ChildGroupSettled
             } else {
-                "child_group_success_count"
+                ReplayCount::ChildGroupSuccess
             });
         } else {
-            metrics.increment("child_group_success_count");
+            metrics.increment(ReplayCount::ChildGroupSuccess);
         }
         Ok(results)
     }
@@ -753,8 +753,8 @@ impl SerialChildGroup {
     /// A group about to run its suffixes serially, counted as an attempt
     /// and a serial fallback.
     pub fn start(metrics: &ReplayMetricLedger) -> Self {
-        metrics.increment("child_group_attempt_count");
-        metrics.increment("child_serial_fallback_group_count");
+        metrics.increment(ReplayCount::ChildGroupAttempt);
+        metrics.increment(ReplayCount::ChildSerialFallbackGroup);
         Self { failed: false }
     }
 
@@ -768,9 +768,9 @@ impl SerialChildGroup {
     /// suffix failed.
     pub fn finish(self, metrics: &ReplayMetricLedger) {
         metrics.increment(if self.failed {
-            "child_group_failure_count"
+            ReplayCount::ChildGroupFailure
         } else {
-            "child_group_success_count"
+            ReplayCount::ChildGroupSuccess
         });
     }
 }

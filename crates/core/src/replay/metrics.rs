@@ -127,8 +127,8 @@ metric_names! {
     }
 }
 
-/// A counter of the ledger: a [`ReplayCount`] (checked when compiled), or
-/// its key as text (checked when used: an unknown key panics).
+/// A counter of the ledger: a [`ReplayCount`], so a misspelt name does not
+/// compile.
 pub trait CountField {
     /// The counter's position in [`COUNT_FIELDS`].
     fn count_index(self) -> usize;
@@ -140,14 +140,15 @@ impl CountField for ReplayCount {
     }
 }
 
+/// Tests name counters by their keys, as the reference's tests do.
+#[cfg(any(test, feature = "test-support"))]
 impl CountField for &str {
     fn count_index(self) -> usize {
         index_of(COUNT_FIELDS, self, "count")
     }
 }
 
-/// A duration total of the ledger: a [`ReplayMinutes`], or its key as text
-/// (an unknown key panics).
+/// A duration total of the ledger: a [`ReplayMinutes`].
 pub trait MinuteField {
     /// The total's position in [`MINUTE_FIELDS`].
     fn minute_index(self) -> usize;
@@ -159,6 +160,8 @@ impl MinuteField for ReplayMinutes {
     }
 }
 
+/// Tests name duration totals by their keys.
+#[cfg(any(test, feature = "test-support"))]
 impl MinuteField for &str {
     fn minute_index(self) -> usize {
         index_of(MINUTE_FIELDS, self, "duration")
@@ -188,6 +191,7 @@ impl Default for ReplayMetricLedger {
     }
 }
 
+#[cfg(any(test, feature = "test-support"))]
 fn index_of(fields: &[&str], field: &str, what: &str) -> usize {
     fields
         .iter()
