@@ -37,9 +37,12 @@ mod replay;
 mod replay_screen;
 mod snapshot_children;
 pub use children::{WasmChild, WasmChildForker};
-pub use replay::{BindingHandle, ReplayOptions, adopt_durable_point, adopt_snapshot_point};
+pub use replay::{
+    BindingHandle, ReplayOptions, SnapshotCompileCost, adopt_durable_point, adopt_snapshot_point,
+    snapshot_replay_adapter,
+};
 use replay::{GroupPoint, ReplayLane};
-pub use replay_screen::{screen_replay_intent, screens_replay_intent};
+pub use replay_screen::{screen_adopted_intent, screen_replay_intent, screens_replay_intent};
 /// Most children forked at once per lane, and the point id of a group
 /// (the group rules of `sandloop-core`, re-exported where they were).
 pub use sandloop_core::replay::{MAX_CHILDREN_PER_FORK, point_id_for};

@@ -150,6 +150,46 @@ pub fn auto_fork(protocols: &Protocols) -> Option<ForkKind> {
     }
 }
 
+/// How a run forks its children: `requested` (`None`: `--fork auto`, see
+/// [`auto_fork`]), given the component's `protocols` (the component at
+/// `adapter`, named in errors) and whether children run at all
+/// (`children_run`: replay on and at least one child worker). `None`: no
+/// children are forked.
+///
+/// Errors: a fork was requested that the component cannot give — `state`
+/// without `replay-children`, either without `replay`.
+pub fn choose_fork(
+    requested: Option<ForkKind>,
+    protocols: &Protocols,
+    children_run: bool,
+    adapter: &std::path::Path,
+) -> Result<Option<ForkKind>, String> {
+    let name = |kind: ForkKind| match kind {
+        ForkKind::State => "state",
+        ForkKind::Snapshot => "snapshot",
+    };
+    if !protocols.replay || !children_run {
+        if let Some(kind) = requested
+            && !protocols.replay
+        {
+            return Err(format!(
+                "--fork {}: {} does not export `replay`, so it has no replay points to fork from",
+                name(kind),
+                adapter.display()
+            ));
+        }
+        return Ok(None);
+    }
+    match requested {
+        Some(ForkKind::State) if !protocols.replay_children => Err(format!(
+            "--fork state: {} does not export `replay-children`; use --fork snapshot",
+            adapter.display()
+        )),
+        Some(kind) => Ok(Some(kind)),
+        None => Ok(auto_fork(protocols)),
+    }
+}
+
 /// How children are forked from a replay point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]

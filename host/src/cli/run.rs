@@ -19,7 +19,7 @@ use crate::harness::items_file::{FileSeeds, read_items_file};
 use crate::harness::manifest::{HostInfo, Invocation, ManifestAdapter};
 use crate::harness::queue::branch_id;
 use crate::harness::run_dir::SideWriteCheck;
-use crate::harness::run_files::{SUMMARY_FILE, read_run_file, write_run_file};
+use crate::harness::run_files::SUMMARY_FILE;
 use crate::harness::run_session::{RunSession, SessionError, check_out_dir, check_resume};
 use crate::harness::summary::{SummaryAdapter, SummaryHost};
 use crate::harness::{
@@ -28,7 +28,8 @@ use crate::harness::{
 use crate::replay::ReplayMetricLedger;
 use crate::replay::durable::ReplayStore;
 use crate::replay::metrics::{ReplayCount, ReplayMinutes};
-use crate::sandbox::snapshot::{ForkKind, Instrumented, auto_fork};
+use crate::replay::snapshot_totals::SnapshotTotals;
+use crate::sandbox::snapshot::{ForkKind, Instrumented, choose_fork};
 use crate::sandbox::{
     CallLog, CallObserver, DirGrant, LoadedAdapter, ReplayOptions, SandboxConfig, WasmAdapter, load,
 };
@@ -288,11 +289,17 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             .map_err(|lost| ArmError::io("writing the run directory", std::io::Error::other(lost)))
     });
     // Read once, after every lane wrote its points.
-    let snapshot_totals = snapshots.is_some().then(|| snapshot_summary(&args.out));
+    let snapshot_totals = snapshots
+        .is_some()
+        .then(|| SnapshotTotals::of_run(&args.out));
     let summary = match result {
         Ok(summary) => {
             if let Some(options) = &replay {
-                add_replay_summary(&args.out, &options.metrics, snapshot_totals.clone())?;
+                let path = args.out.join(SUMMARY_FILE);
+                RunSummary::add_replay(&path, options.metrics.snapshot(), snapshot_totals.clone())
+                    .map_err(|error| {
+                        CliError::Failed(format!("cannot update {}: {error}", path.display()))
+                    })?;
             }
             summary
         }
@@ -348,85 +355,22 @@ fn lost_writes(call_log: &CallLog, points: Option<&ReplayStore>) -> Result<(), S
     Err(format!("could not write {}", lost.join("; ")))
 }
 
-/// Add the replay metric ledger (reference `ReplayPointRegistry.metrics`)
-/// to `summary.json` as `replay`, and the snapshot totals as `snapshots`
-/// when the run forked by snapshot.
-fn add_replay_summary(
-    out: &Path,
-    metrics: &ReplayMetricLedger,
-    snapshots: Option<Value>,
-) -> Result<(), CliError> {
-    let path = out.join(SUMMARY_FILE);
-    let failed = |error: crate::harness::RunFileError| {
-        CliError::Failed(format!("cannot update {}: {error}", path.display()))
-    };
-    let mut summary: RunSummary = read_run_file(&path).map_err(failed)?;
-    summary.replay = Some(metrics.snapshot());
-    if snapshots.is_some() {
-        summary.snapshots = snapshots;
-    }
-    write_run_file(&path, &summary).map_err(failed)
-}
-
-/// The run's snapshot totals, from every point of `replay-points.jsonl`
-/// (a resumed run's earlier epochs included): `taken`, `failed`,
-/// `snapshot_ms` and `compile_ms` (sums), `bytes` (sum of the snapshot
-/// components), `durable_bytes` (those kept as durable points), and the
-/// first `snapshot_error`. Points are snapshotted when their children are
-/// first forked; groups of one item are not.
-fn snapshot_summary(out: &Path) -> Value {
-    let points = crate::replay::durable::load_points(out).unwrap_or_default();
-    let mut totals = json!({
-        "taken": 0, "failed": 0, "snapshot_ms": 0.0, "compile_ms": 0.0,
-        "bytes": 0, "durable_bytes": 0, "first_error": null,
-    });
-    let add = |totals: &mut Value, key: &str, value: &Value| {
-        let sum = totals[key].as_f64().unwrap_or(0.0) + value.as_f64().unwrap_or(0.0);
-        totals[key] = if value.is_u64() {
-            json!(sum as u64)
-        } else {
-            json!(sum)
-        };
-    };
-    for line in &points {
-        if let Some(snapshot) = &line.snapshot {
-            add(&mut totals, "taken", &json!(1));
-            for key in ["snapshot_ms", "compile_ms", "bytes"] {
-                add(&mut totals, key, &snapshot[key]);
-            }
-        }
-        if let Some(durable) = &line.durable_state
-            && durable.kind == crate::replay::durable::DurableKind::Snapshot
-        {
-            add(&mut totals, "durable_bytes", &json!(durable.size_bytes));
-        }
-        if let Some(error) = &line.snapshot_error {
-            add(&mut totals, "failed", &json!(1));
-            if totals["first_error"].is_null() {
-                totals["first_error"] = json!(error);
-            }
-        }
-    }
-    totals
-}
-
-fn print_snapshot_summary(totals: &Value) {
-    let n = |key: &str| totals[key].as_f64().unwrap_or(0.0);
+fn print_snapshot_summary(totals: &SnapshotTotals) {
     let mut line = format!(
         "  snapshots  {} taken ({:.1} MB, {:.2} s to snapshot, {:.2} s to compile; {:.1} MB kept durable)",
-        n("taken"),
-        n("bytes") / 1e6,
-        n("snapshot_ms") / 1000.0,
-        n("compile_ms") / 1000.0,
-        n("durable_bytes") / 1e6,
+        totals.taken,
+        totals.bytes as f64 / 1e6,
+        totals.snapshot_ms / 1000.0,
+        totals.compile_ms / 1000.0,
+        totals.durable_bytes as f64 / 1e6,
     );
-    if n("failed") > 0.0 {
+    if totals.failed > 0 {
         line.push_str(&format!(
             ", {} failed (their groups forked by state, ran from the point in the parent, or \
              prepared their prefix again when the parent was lost; see snapshot_error in {}): {}",
-            n("failed"),
+            totals.failed,
             crate::replay::durable::POINTS_FILE,
-            totals["first_error"].as_str().unwrap_or("")
+            totals.first_error.as_deref().unwrap_or("")
         ));
     }
     say(&line);
@@ -771,33 +715,15 @@ fn snapshot_forks(
     args: &RunArgs,
     loaded: &LoadedAdapter,
 ) -> Result<Option<Arc<Instrumented>>, CliError> {
-    let protocols = loaded.protocols;
-    if !protocols.replay || args.no_replay || args.child_workers == 0 {
-        if args.fork != ForkArg::Auto && !protocols.replay {
-            return Err(CliError::Input(format!(
-                "--fork {}: {} does not export `replay`, so it has no replay points to fork from",
-                if args.fork == ForkArg::Snapshot {
-                    "snapshot"
-                } else {
-                    "state"
-                },
-                args.adapter.display()
-            )));
-        }
-        return Ok(None);
-    }
-    let snapshot = match args.fork {
-        ForkArg::State if !protocols.replay_children => {
-            return Err(CliError::Input(format!(
-                "--fork state: {} does not export `replay-children`; use --fork snapshot",
-                args.adapter.display()
-            )));
-        }
-        ForkArg::State => false,
-        ForkArg::Snapshot => true,
-        ForkArg::Auto => auto_fork(&protocols) == Some(ForkKind::Snapshot),
+    let requested = match args.fork {
+        ForkArg::Auto => None,
+        ForkArg::State => Some(ForkKind::State),
+        ForkArg::Snapshot => Some(ForkKind::Snapshot),
     };
-    if !snapshot {
+    let children_run = !args.no_replay && args.child_workers > 0;
+    let fork = choose_fork(requested, &loaded.protocols, children_run, &args.adapter)
+        .map_err(CliError::Input)?;
+    if fork != Some(ForkKind::Snapshot) {
         return Ok(None);
     }
     Instrumented::load(loaded)

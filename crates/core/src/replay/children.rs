@@ -818,6 +818,40 @@ fn run_parallel<C: Send, R: Send>(
         .collect()
 }
 
+/// Count a replay's intent `assessment` in `metrics` as the child runtime
+/// counts a child's
+/// (`child_intent_assessment_count`, then `child_intent_allowed_count` or
+/// `child_intent_denied_count`); a denial is the replay's `intent` failure
+/// (`replay_risk_denied`), naming the policy and its reason (reference
+/// `RiskAwareReplayChildAdapter`: a denied intent never runs).
+pub fn judge_replay_intent(
+    metrics: &ReplayMetricLedger,
+    assessment: &RiskAssessment,
+) -> Result<(), ReplayError> {
+    let denied = assessment.disposition == Disposition::Deny;
+    metrics.increment(ReplayCount::ChildIntentAssessment);
+    metrics.increment(if denied {
+        ReplayCount::ChildIntentDenied
+    } else {
+        ReplayCount::ChildIntentAllowed
+    });
+    if !denied {
+        return Ok(());
+    }
+    let reason = assessment
+        .sanitized_reason
+        .as_deref()
+        .map(|reason| format!(": {reason}"))
+        .unwrap_or_default();
+    Err(ReplayError::new(
+        ReplayStage::Intent,
+        ReplayCause::RiskDenied(format!(
+            "replay intent denied by {}{reason}",
+            assessment.policy_id
+        )),
+    ))
+}
+
 #[cfg(test)]
 #[path = "children_tests.rs"]
 mod tests;

@@ -671,3 +671,21 @@ fn a_group_whose_children_cannot_fork_counts_as_a_serial_fallback() {
         assert_eq!(metrics.count(field), 0, "{field}");
     }
 }
+
+#[test]
+fn a_replay_intent_is_counted_as_a_childs_and_a_denial_refuses_it() {
+    use super::judge_replay_intent;
+    let metrics = ReplayMetricLedger::new();
+    judge_replay_intent(&metrics, &RiskAssessment::allow("budget")).unwrap();
+    let denied =
+        judge_replay_intent(&metrics, &RiskAssessment::deny("budget", "too large")).unwrap_err();
+    assert_eq!(denied.stage, ReplayStage::Intent);
+    assert_eq!(denied.cause.error_type(), RISK_DENIED);
+    assert_eq!(
+        denied.cause.to_string(),
+        "replay intent denied by budget: too large"
+    );
+    assert_eq!(metrics.count("child_intent_assessment_count"), 2);
+    assert_eq!(metrics.count("child_intent_allowed_count"), 1);
+    assert_eq!(metrics.count("child_intent_denied_count"), 1);
+}

@@ -560,12 +560,12 @@ pub fn read_durable_state(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::replay::Fidelity;
     use crate::replay::point::{AgentCursor, Lifecycle, TraceCursor};
 
-    fn line(id: &str, lifecycle: Lifecycle) -> PointLine {
+    pub(crate) fn line(id: &str, lifecycle: Lifecycle) -> PointLine {
         PointLine {
             point: ReplayPoint {
                 replay_point_id: id.into(),

@@ -18,9 +18,11 @@ pub mod group;
 pub mod group_children;
 pub mod group_records;
 pub mod metrics;
+pub mod offline;
 pub mod planner;
 pub mod point;
 pub mod registry;
+pub mod snapshot_totals;
 
 pub use agent_state::{AgentStateStore, MemoryAgentStateStore, agent_cursor};
 pub use group::{Capture, GroupInstance, GroupLane, GroupPoint, GroupSettings};

@@ -908,7 +908,7 @@ mod children;
 pub use children::{
     ChildConcurrency, ChildFailure, ChildFailureStage, ChildForker, ChildLease, ChildOutcome,
     ChildResult, ChildSession, ChildTask, Disposition, ForkRequest, RISK_DENIED, RiskAssessment,
-    RiskAssessmentRules, SerialChildGroup,
+    RiskAssessmentRules, SerialChildGroup, judge_replay_intent,
 };
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use wasmtime::component::ResourceAny;
 
 use super::snapshot_children::SnapshotPoint;
 use super::{GroupHandle, WasmAdapter, declared, item_id, parse_record, to_json};
+use crate::LoadedAdapter;
 use crate::bindings::exports::sandloop::adapter::replay as wit;
 use crate::snapshot::Instrumented;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
@@ -511,4 +512,45 @@ pub fn adopt_snapshot_point(
         projection_digest: recorded.captured_projection_digest.clone(),
     };
     registry.adopt(adapter, recorded, lease)
+}
+
+/// What loading a replay point's snapshot cost (`snapshot_compile` of a
+/// `replays.jsonl` line): instrumenting the run's component (compile plus
+/// instrumentation, ms), whether the instrumented component came from the
+/// cache, and compiling the snapshot beside it (ms).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct SnapshotCompileCost {
+    /// Milliseconds to compile and instrument the run's component.
+    pub instrument_ms: f64,
+    /// Whether the instrumented component came from the cache.
+    pub instrumented_cache: crate::cache::CacheOutcome,
+    /// Milliseconds to compile the snapshot and build its image.
+    pub compile_ms: f64,
+}
+
+/// An adapter over a replay point's snapshot component `bytes` (sha256
+/// `sha256`): `loaded` is instrumented (through the compile cache, as in
+/// the run that wrote the point) and the snapshot compiled beside it.
+/// Returns the adapter, not yet instantiated, and what the two steps cost.
+/// Adopt the point in it with [`adopt_snapshot_point`].
+///
+/// # Errors
+/// The component cannot be instrumented, or the snapshot compiled.
+pub fn snapshot_replay_adapter(
+    loaded: &LoadedAdapter,
+    bytes: &[u8],
+    sha256: &str,
+) -> Result<(WasmAdapter, SnapshotCompileCost), crate::snapshot::SnapshotError> {
+    let instrumented = Instrumented::load(loaded)?;
+    let compiled = instrumented.compile_snapshot_bytes(bytes, sha256)?;
+    let cost = SnapshotCompileCost {
+        instrument_ms: instrumented.info.compile.as_secs_f64() * 1000.0
+            + instrumented.info.instrument.as_secs_f64() * 1000.0,
+        instrumented_cache: instrumented.info.cache,
+        compile_ms: (compiled.compile + compiled.image).as_secs_f64() * 1000.0,
+    };
+    Ok((
+        WasmAdapter::new(Arc::clone(compiled.loaded()), "replay", None),
+        cost,
+    ))
 }

@@ -8,12 +8,16 @@
 
 use std::sync::Arc;
 
-use super::WasmAdapter;
+use serde_json::Value;
+
 use super::child_instance::ChildInstance;
+use super::{BindingHandle, WasmAdapter};
 use crate::LoadedAdapter;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item};
+use sandloop_core::replay::Fidelity;
 use sandloop_core::replay::{
-    ForkAt, ForkRequest, ReplayPoint, RiskAssessment, RiskAssessmentRules, intent_of,
+    ForkAt, ForkRequest, MemoryAgentStateStore, ReplayCause, ReplayError, ReplayPoint,
+    ReplayPointRegistry, ReplayStage, RiskAssessment, RiskAssessmentRules, intent_of,
 };
 
 /// Whether `loaded`'s policy screens replayed intents: it exports
@@ -64,4 +68,56 @@ pub fn screen_replay_intent(
         .check()
         .map_err(|message| AdapterError::new(ErrorType::ReplayContract, message))?;
     Ok(assessment)
+}
+
+/// The adapter's `child-risk` verdict on replaying `item` from the adopted
+/// `point` (at the replay's `minimum` fidelity), `None` when the component
+/// does not export the policy. The point's state is exported from its
+/// adopted binding in `adapter` (an imported state or a resumed snapshot
+/// alike), and the policy judges in a fresh instance of `loaded` that
+/// adopts it as the item's child. Errors (stage `intent`): the state
+/// cannot be exported, or the screen failed; the replay is then refused,
+/// never run unscreened.
+pub fn screen_adopted_intent(
+    loaded: &Arc<LoadedAdapter>,
+    adapter: &mut WasmAdapter,
+    registry: &ReplayPointRegistry<BindingHandle, MemoryAgentStateStore>,
+    point: &ReplayPoint,
+    item: &Item,
+    ctx: &CallContext,
+    minimum: Fidelity,
+) -> Result<Option<RiskAssessment>, ReplayError> {
+    if !screens_replay_intent(loaded) {
+        return Ok(None);
+    }
+    let failed = |error| ReplayError::adapter(ReplayStage::Intent, error);
+    let refused = |why: &str| {
+        ReplayError::new(
+            ReplayStage::Intent,
+            ReplayCause::Unavailable(format!(
+                "the adapter's child-risk policy cannot screen this replay: {why}"
+            )),
+        )
+    };
+    let binding = *registry
+        .binding(&point.replay_point_id)
+        .ok_or_else(|| refused("the point has no binding"))?;
+    let state = adapter
+        .export_replay_state(&binding)
+        .map_err(failed)?
+        .ok_or_else(|| refused("export-replay-state gave none"))?;
+    let item_id = item
+        .get("item_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let request = ForkRequest {
+        replay_point_id: point.replay_point_id.clone(),
+        child_id: item_id.clone(),
+        target_branch_id: item_id,
+        minimum_fidelity: minimum,
+    };
+    screen_replay_intent(loaded, point, &state, &request, ctx, item)
+        .map(Some)
+        .map_err(failed)
 }
