@@ -10,6 +10,15 @@
 //!
 //! Per-item cost = (wall time of the run − wall time of a 1-item run) /
 //! items, so process start-up and component loading are not counted.
+//!
+//! Then, side by side in the same run: the reference runtime
+//! (`loopx_explore/episode_runtime.py`, python3, no packages) over the same
+//! items with a no-op adapter, timed by itself in-process with no I/O
+//! (`reference/per_item.py`), against the whole `sandloop run` process; and
+//! a run ten times larger (`SANDLOOP_BENCH_LARGE_SEEDS`, default 90,910
+//! seeds: 1,000,010 items) with its peak RSS. The reference is looked for
+//! in `SANDLOOP_REFERENCE_DIR`, else `../shared/reference/loopx_explore`
+//! beside the repository; without it (or python3) that line says so.
 
 use std::path::Path;
 use std::time::Instant;
@@ -26,7 +35,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[path = "common/runs.rs"]
 mod runs;
-use runs::{VARIANTS_PER_SEED, env_usize, median, write_items};
+use runs::{VARIANTS_PER_SEED, env_usize, median, sandloop_run_measured, write_items};
 
 /// Wall seconds of one `sandloop run` of the no-op component over `items`.
 fn sandloop_run(items: &Path, workers: usize, cache: &Path) -> f64 {
@@ -111,6 +120,43 @@ fn native_run(items: &Path, workers: usize) -> f64 {
     started.elapsed().as_secs_f64()
 }
 
+/// Where the reference's `episode_runtime.py` is, if anywhere.
+fn reference_dir() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("SANDLOOP_REFERENCE_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/loopx_explore")
+        });
+    dir.join("episode_runtime.py").is_file().then_some(dir)
+}
+
+/// The reference runtime's own seconds over `items` (its in-process timer),
+/// or why it could not be measured.
+fn reference_seconds(items: &Path) -> Result<f64, String> {
+    let dir = reference_dir().ok_or(
+        "not found: set SANDLOOP_REFERENCE_DIR to the reference's loopx_explore/ directory",
+    )?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reference/per_item.py");
+    let output = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(&dir)
+        .arg(items)
+        .output()
+        .map_err(|error| format!("cannot run python3: {error}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let line: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .map_err(|error| format!("unreadable output: {error}"))?;
+    line["seconds"]
+        .as_f64()
+        .ok_or_else(|| "no seconds in its output".to_string())
+}
+
 fn main() {
     if std::env::args().any(|arg| arg == "--list") {
         return; // `cargo test --benches` probing
@@ -137,7 +183,8 @@ fn main() {
         .split(',')
         .filter_map(|w| w.trim().parse().ok())
         .collect();
-    for workers in workers_list {
+    let mut best_wall = f64::INFINITY;
+    for workers in workers_list.iter().copied() {
         let native_base = median((0..runs).map(|_| native_run(&one_path, workers)).collect());
         let native_wall = median(
             (0..runs)
@@ -156,6 +203,7 @@ fn main() {
                 .collect(),
         );
         let per = (wall - base) / (items - one) as f64 * 1e6;
+        best_wall = best_wall.min(wall);
         println!(
             "{:<34} {:>10.3} {:>12.3} {:>10}",
             format!("native no-op, {workers} worker(s)"),
@@ -169,6 +217,41 @@ fn main() {
             wall,
             per,
             per / native_per
+        );
+    }
+
+    // The reference, on the same items, in the same bench.
+    let reference: Result<Vec<f64>, String> =
+        (0..runs).map(|_| reference_seconds(&items_path)).collect();
+    match reference {
+        Ok(seconds) => {
+            let seconds = median(seconds);
+            println!(
+                "{:<34} {:>10.3} {:>12.3}",
+                "reference runtime (in-process)",
+                seconds,
+                seconds / items as f64 * 1e6
+            );
+            println!(
+                "sandloop run (whole process, best of the worker counts) vs the reference's own timer: {:.2}x",
+                seconds / best_wall
+            );
+        }
+        Err(why) => println!("reference runtime: skipped ({why})"),
+    }
+
+    // A run ten times larger: time and peak memory.
+    let large_seeds = env_usize("SANDLOOP_BENCH_LARGE_SEEDS", seeds * 10);
+    if large_seeds > 0 {
+        let large_path = dir.path().join("large.jsonl");
+        let large = write_items(&large_path, large_seeds);
+        let workers = workers_list.iter().copied().max().unwrap_or(1);
+        let (wall, peak) =
+            sandloop_run_measured(sandloop_tests::BENCH_ADAPTER, &large_path, workers, &cache);
+        println!(
+            "{large} items, {workers} worker(s): {wall:.2} s, peak RSS {:.0} MB ({:.0} bytes per item)",
+            peak as f64 / 1e6,
+            peak as f64 / large as f64
         );
     }
 }

@@ -51,9 +51,20 @@ pub fn median(mut values: Vec<f64>) -> f64 {
 /// Wall seconds of one `sandloop run --adapter ADAPTER` over `items` with
 /// `workers` lanes and the compiled-component cache at `cache`.
 pub fn sandloop_run(adapter: &str, items: &Path, workers: usize, cache: &Path) -> f64 {
+    sandloop_run_measured(adapter, items, workers, cache).0
+}
+
+/// [`sandloop_run`], also returning the process's peak resident set size
+/// in bytes (`ru_maxrss` of the child, from `wait4`).
+pub fn sandloop_run_measured(
+    adapter: &str,
+    items: &Path,
+    workers: usize,
+    cache: &Path,
+) -> (f64, u64) {
     let out = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let status = Command::new(env!("CARGO_BIN_EXE_sandloop"))
+    let child = Command::new(env!("CARGO_BIN_EXE_sandloop"))
         .args(["run", "--adapter", adapter, "--json", "--workers"])
         .arg(workers.to_string())
         .arg("--items")
@@ -62,9 +73,26 @@ pub fn sandloop_run(adapter: &str, items: &Path, workers: usize, cache: &Path) -
         .arg(out.path().join("run"))
         .env("SANDLOOP_CACHE_DIR", cache)
         .stdout(std::process::Stdio::null())
-        .status()
+        .spawn()
         .unwrap();
+    let (status, peak_rss) = wait_with_peak_rss(child);
     let seconds = started.elapsed().as_secs_f64();
-    assert!(status.success(), "sandloop run --adapter {adapter} failed");
-    seconds
+    assert!(
+        status == 0,
+        "sandloop run --adapter {adapter} failed ({status})"
+    );
+    (seconds, peak_rss)
+}
+
+/// Wait for `child`; its raw wait status and peak RSS in bytes.
+fn wait_with_peak_rss(child: std::process::Child) -> (i32, u64) {
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is plain data that wait4 fills in; the pid is our
+    // child, reaped here (the Child handle is dropped without waiting).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid, "wait4: {}", std::io::Error::last_os_error());
+    // Linux reports ru_maxrss in KiB.
+    (status, usage.ru_maxrss as u64 * 1024)
 }
