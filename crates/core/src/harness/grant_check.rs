@@ -4,7 +4,7 @@
 //! A `--dir` grant is opened once per process ([`crate::dir_grant`]),
 //! so a guest that swaps a granted path for a symlink changes nothing while
 //! the process lives — but a later process opens the path again. The first
-//! invocation therefore records each grant's [`DirIdentity`] in
+//! invocation therefore records each grant's [`DirIdentity`](crate::dir_grant::DirIdentity) in
 //! `manifest.json` (`grants`, keyed by guest path), every later one keeps
 //! those records, and a resume or replay whose grant at the same guest path
 //! is now another directory is refused before anything runs or is written.
