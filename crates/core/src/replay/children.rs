@@ -224,6 +224,45 @@ enum ExecutionError {
 }
 
 impl ExecutionError {
+    /// A settled child's failure: its stage, error type, the adapter error
+    /// its record carries, and the denying assessment, if any.
+    fn settled(
+        self,
+    ) -> (
+        ChildFailureStage,
+        String,
+        AdapterError,
+        Option<RiskAssessment>,
+    ) {
+        match self {
+            ExecutionError::Denied(stage, assessment) => (
+                if stage == "intent" {
+                    ChildFailureStage::Intent
+                } else {
+                    ChildFailureStage::Suffix
+                },
+                RISK_DENIED.to_string(),
+                AdapterError::new(
+                    crate::episode::adapter::ErrorType::RiskDenied,
+                    format!("replay child {stage} denied by {}", assessment.policy_id),
+                ),
+                Some(assessment),
+            ),
+            ExecutionError::Adapter(error) => (
+                ChildFailureStage::Suffix,
+                error.error_type.as_str().to_string(),
+                error,
+                None,
+            ),
+            ExecutionError::Contract(message) => (
+                ChildFailureStage::Suffix,
+                "replay_contract".to_string(),
+                AdapterError::new(crate::episode::adapter::ErrorType::ReplayContract, message),
+                None,
+            ),
+        }
+    }
+
     fn into_replay_error(self) -> ReplayError {
         match self {
             ExecutionError::Denied(stage, assessment) => ReplayError::new(
@@ -407,115 +446,18 @@ where
         let mut prepared: Vec<Prepared<F::Session, S::Key>> = Vec::with_capacity(tasks.len());
         let mut fork_error: Option<ReplayError> = None;
         for task in tasks {
-            metrics.increment(ReplayCount::ChildSessionForkAttempt);
-            let started = Instant::now();
-            let request = ForkRequest {
-                replay_point_id: replay_point_id.to_string(),
-                child_id: task.child_id.clone(),
-                target_branch_id: task.target_branch_id.clone(),
-                minimum_fidelity: task.minimum_fidelity,
-            };
-            let lease = match forker.fork(&request) {
-                Ok(lease) => lease,
-                Err(error) => {
-                    fork_error = Some(ReplayError::adapter(ReplayStage::Restore, error));
-                    break;
-                }
-            };
-            let restore_minutes = minutes(started);
-            let duplicate = prepared
-                .iter()
-                .any(|other| other.lease.child_key == lease.child_key);
-            let missing_identity = lease.concurrency == ChildConcurrency::ProcessIsolated
-                && lease.worker_identity.is_none();
-            prepared.push(Prepared {
+            if let Err(error) = fork_child(
+                forker,
+                &mut *store,
+                &point,
+                &point_key,
                 task,
-                lease,
-                agent_key: None,
-                restore: None,
-                cleaned: None,
-            });
-            let current = prepared.last_mut().expect("pushed above");
-            if duplicate {
-                fork_error = Some(ReplayError::contract(
-                    ReplayStage::Restore,
-                    "isolated replay child keys must be unique",
-                ));
+                &mut prepared,
+                &metrics,
+            ) {
+                fork_error = Some(error);
                 break;
             }
-            if missing_identity {
-                fork_error = Some(ReplayError::contract(
-                    ReplayStage::Restore,
-                    "a process-isolated child lease needs a worker identity",
-                ));
-                break;
-            }
-            match store.fork_agent_state(&point_key, &current.task.child_id) {
-                Ok(key) => current.agent_key = Some(key),
-                Err(message) => {
-                    fork_error = Some(ReplayError::new(
-                        ReplayStage::Restore,
-                        ReplayCause::AgentState(message),
-                    ));
-                    break;
-                }
-            }
-            let receipt = current.lease.receipt.clone();
-            if receipt.achieved_fidelity == Fidelity::NonReplayable {
-                fork_error = Some(ReplayError::contract(
-                    ReplayStage::Restore,
-                    "an isolated child reported non_replayable",
-                ));
-                break;
-            }
-            if !point.fidelity.meets(receipt.achieved_fidelity) {
-                fork_error = Some(ReplayError::contract(
-                    ReplayStage::Restore,
-                    format!(
-                        "the child's restore claims {} but the point was captured at {}",
-                        receipt.achieved_fidelity, point.fidelity
-                    ),
-                ));
-                break;
-            }
-            let equivalence_started = Instant::now();
-            let checked = current
-                .lease
-                .session
-                .validate_equivalence(&receipt)
-                .map_err(|error| ReplayError::adapter(ReplayStage::Equivalence, error))
-                .and_then(|report| {
-                    validate_equivalence_contract(
-                        &point,
-                        &receipt,
-                        &report,
-                        current.task.minimum_fidelity,
-                    )
-                    .map(|eligible| (report, eligible))
-                    .map_err(|message| ReplayError::contract(ReplayStage::Equivalence, message))
-                });
-            let (report, promotion_eligible) = match checked {
-                Ok(checked) => checked,
-                Err(error) => {
-                    fork_error = Some(error);
-                    break;
-                }
-            };
-            metrics.observe_fidelity(report.achieved_fidelity.as_str());
-            current.restore = Some(ReplayRestoreResult {
-                replay_point_id: replay_point_id.to_string(),
-                target_branch_id: current.task.target_branch_id.clone(),
-                achieved_fidelity: report.achieved_fidelity,
-                equivalent: report.equivalent,
-                promotion_eligible,
-                prefix_reused: receipt.prefix_reused,
-                report,
-                restore_minutes,
-                equivalence_minutes: minutes(equivalence_started),
-                suffix_minutes: 0.0,
-                replay_wall_minutes: 0.0,
-            });
-            metrics.increment(ReplayCount::ChildSessionForkSuccess);
         }
 
         let store_dyn: &mut dyn AgentStateRelease<S::Key> = store;
@@ -544,157 +486,18 @@ where
             return Err(fail_group(&mut prepared, error, &mut entry.point));
         }
 
-        // Decide how the group runs.
-        let requested = workers > 1 && prepared.len() > 1;
-        let identities: Vec<u64> = prepared
-            .iter()
-            .filter(|p| p.lease.concurrency == ChildConcurrency::ProcessIsolated)
-            .filter_map(|p| p.lease.worker_identity)
-            .collect();
-        let distinct = identities
-            .iter()
-            .enumerate()
-            .all(|(index, id)| !identities[..index].contains(id));
-        let parallel = requested
-            && distinct
-            && prepared
-                .iter()
-                .all(|p| p.lease.concurrency != ChildConcurrency::SerialOnly);
-        if parallel {
-            metrics.increment(ReplayCount::ChildParallelGroup);
-            if !identities.is_empty() {
-                metrics.increment(ReplayCount::ChildProcessIsolatedParallelGroup);
-            }
-        } else if requested {
-            metrics.increment(ReplayCount::ChildParallelDowngradeGroup);
-        }
+        let parallel = runs_in_parallel(&prepared, workers, &metrics);
 
-        let execute =
-            |child: &mut Prepared<F::Session, S::Key>| -> Result<ChildOutcome, ReplayError> {
-                let started = Instant::now();
-                let intent = child.task.intent.clone();
-                let mut intent_assessment = None;
-                let mut outcome_assessment = None;
-                let session = &mut child.lease.session;
-                let ran: Result<Record, ExecutionError> = (|| {
-                    if has_risk {
-                        metrics.increment(ReplayCount::ChildIntentAssessment);
-                        let assessment = session
-                            .assess_intent(&intent)
-                            .map_err(ExecutionError::Adapter)?;
-                        assessment.check().map_err(ExecutionError::Contract)?;
-                        intent_assessment = Some(assessment.clone());
-                        if assessment.disposition == Disposition::Deny {
-                            metrics.increment(ReplayCount::ChildIntentDenied);
-                            return Err(ExecutionError::Denied("intent", assessment));
-                        }
-                        metrics.increment(ReplayCount::ChildIntentAllowed);
-                    }
-                    if let Some(key) = &child.agent_key {
-                        shared_store
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .restore(key)
-                            .map_err(ExecutionError::Contract)?;
-                    }
-                    let outcome = session
-                        .run(&child.task.item)
-                        .map_err(ExecutionError::Adapter)?;
-                    if has_risk {
-                        metrics.increment(ReplayCount::ChildOutcomeAssessment);
-                        let assessment = session
-                            .assess_outcome(&intent, &outcome)
-                            .map_err(ExecutionError::Adapter)?;
-                        assessment.check().map_err(ExecutionError::Contract)?;
-                        outcome_assessment = Some(assessment.clone());
-                        if assessment.disposition == Disposition::Deny {
-                            metrics.increment(ReplayCount::ChildOutcomeDenied);
-                            unsafe_outcome.store(true, Ordering::SeqCst);
-                            return Err(ExecutionError::Denied("outcome", assessment));
-                        }
-                        metrics.increment(ReplayCount::ChildOutcomeAllowed);
-                    }
-                    Ok(outcome)
-                })();
-                let suffix_minutes = minutes(started);
-                let trace_end = child.lease.session.trace_end();
-                let cleaned = cleanup(child, &shared_store, &metrics, &cleanup_failed);
-                let mut restore = child
-                    .restore
-                    .clone()
-                    .expect("every prepared child was validated");
-                restore.suffix_minutes = suffix_minutes;
-                restore.replay_wall_minutes =
-                    restore.restore_minutes + restore.equivalence_minutes + suffix_minutes;
-                match ran {
-                    Ok(outcome) => {
-                        cleaned?;
-                        Ok(ChildOutcome::Succeeded(ChildResult {
-                            child_id: child.task.child_id.clone(),
-                            restore,
-                            outcome,
-                            isolated: true,
-                            parallel,
-                            intent_assessment,
-                            outcome_assessment,
-                            trace_end,
-                        }))
-                    }
-                    Err(error) => {
-                        if let Err(cleanup_error) = cleaned {
-                            return Err(error.into_replay_error().also(Some(cleanup_error)));
-                        }
-                        if !settle || unsafe_outcome.load(Ordering::SeqCst) {
-                            return Err(error.into_replay_error());
-                        }
-                        let (stage, error_type, adapter_error, assessment) = match error {
-                            ExecutionError::Denied(stage, assessment) => (
-                                if stage == "intent" {
-                                    ChildFailureStage::Intent
-                                } else {
-                                    ChildFailureStage::Suffix
-                                },
-                                RISK_DENIED.to_string(),
-                                AdapterError::new(
-                                    crate::episode::adapter::ErrorType::RiskDenied,
-                                    format!(
-                                        "replay child {stage} denied by {}",
-                                        assessment.policy_id
-                                    ),
-                                ),
-                                Some(assessment),
-                            ),
-                            ExecutionError::Adapter(error) => (
-                                ChildFailureStage::Suffix,
-                                error.error_type.as_str().to_string(),
-                                error,
-                                None,
-                            ),
-                            ExecutionError::Contract(message) => (
-                                ChildFailureStage::Suffix,
-                                "replay_contract".to_string(),
-                                AdapterError::new(
-                                    crate::episode::adapter::ErrorType::ReplayContract,
-                                    message,
-                                ),
-                                None,
-                            ),
-                        };
-                        Ok(ChildOutcome::Failed(ChildFailure {
-                            child_id: child.task.child_id.clone(),
-                            restore,
-                            stage,
-                            error_type,
-                            error: adapter_error,
-                            isolated: true,
-                            parallel,
-                            risk_assessment: assessment,
-                            trace_end,
-                        }))
-                    }
-                }
-            };
-
+        let run = ChildRun {
+            has_risk,
+            settle,
+            parallel,
+            metrics: &metrics,
+            store: &shared_store,
+            cleanup_failed: &cleanup_failed,
+            unsafe_outcome: &unsafe_outcome,
+        };
+        let execute = |child: &mut Prepared<F::Session, S::Key>| run.run(child);
         let outcomes: Vec<Result<ChildOutcome, ReplayError>> = if parallel {
             run_parallel(&mut prepared, workers, &execute)
         } else {
@@ -713,26 +516,288 @@ where
         if let Some(error) = first_error {
             return Err(fail_group(&mut prepared, error, &mut entry.point));
         }
-        if settle {
-            let failures = results
-                .iter()
-                .filter(|r| matches!(r, ChildOutcome::Failed(_)))
-                .count() as u64;
-            metrics.add(
-                ReplayCount::ChildCandidateSuccess,
-                results.len() as u64 - failures,
-            );
-            metrics.add(ReplayCount::ChildCandidateFailure, failures);
-            metrics.increment(if failures > 0 {
-                ReplayCount::ChildGroupSettled
-            } else {
-                ReplayCount::ChildGroupSuccess
-            });
-        } else {
-            metrics.increment(ReplayCount::ChildGroupSuccess);
-        }
+        count_group_outcome(&results, settle, &metrics);
         Ok(results)
     }
+}
+
+/// What every child of a group runs with: whether the adapter screens
+/// children (`has_risk`), whether failures settle into outcomes, whether
+/// the group runs in parallel, and the group's shared bookkeeping.
+struct ChildRun<'a, 'b, K> {
+    has_risk: bool,
+    settle: bool,
+    parallel: bool,
+    metrics: &'a ReplayMetricLedger,
+    store: &'a Mutex<&'b mut dyn AgentStateRelease<K>>,
+    cleanup_failed: &'a AtomicBool,
+    unsafe_outcome: &'a AtomicBool,
+}
+
+impl<K> ChildRun<'_, '_, K> {
+    /// Run one forked child: screen its intent, restore its agent state, run
+    /// its item, screen the outcome, then release it. A failure is the
+    /// group's error unless the group settles (and no outcome was unsafe),
+    /// when it becomes the child's failed outcome.
+    fn run<S: ChildSession>(
+        &self,
+        child: &mut Prepared<S, K>,
+    ) -> Result<ChildOutcome, ReplayError> {
+        let started = Instant::now();
+        let intent = child.task.intent.clone();
+        let mut intent_assessment = None;
+        let mut outcome_assessment = None;
+        let session = &mut child.lease.session;
+        let ran: Result<Record, ExecutionError> = (|| {
+            if self.has_risk {
+                self.metrics.increment(ReplayCount::ChildIntentAssessment);
+                let assessment = session
+                    .assess_intent(&intent)
+                    .map_err(ExecutionError::Adapter)?;
+                assessment.check().map_err(ExecutionError::Contract)?;
+                intent_assessment = Some(assessment.clone());
+                if assessment.disposition == Disposition::Deny {
+                    self.metrics.increment(ReplayCount::ChildIntentDenied);
+                    return Err(ExecutionError::Denied("intent", assessment));
+                }
+                self.metrics.increment(ReplayCount::ChildIntentAllowed);
+            }
+            if let Some(key) = &child.agent_key {
+                self.store
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .restore(key)
+                    .map_err(ExecutionError::Contract)?;
+            }
+            let outcome = session
+                .run(&child.task.item)
+                .map_err(ExecutionError::Adapter)?;
+            if self.has_risk {
+                self.metrics.increment(ReplayCount::ChildOutcomeAssessment);
+                let assessment = session
+                    .assess_outcome(&intent, &outcome)
+                    .map_err(ExecutionError::Adapter)?;
+                assessment.check().map_err(ExecutionError::Contract)?;
+                outcome_assessment = Some(assessment.clone());
+                if assessment.disposition == Disposition::Deny {
+                    self.metrics.increment(ReplayCount::ChildOutcomeDenied);
+                    self.unsafe_outcome.store(true, Ordering::SeqCst);
+                    return Err(ExecutionError::Denied("outcome", assessment));
+                }
+                self.metrics.increment(ReplayCount::ChildOutcomeAllowed);
+            }
+            Ok(outcome)
+        })();
+        let suffix_minutes = minutes(started);
+        let trace_end = child.lease.session.trace_end();
+        let cleaned = cleanup(child, self.store, self.metrics, self.cleanup_failed);
+        let mut restore = child
+            .restore
+            .clone()
+            .expect("every prepared child was validated");
+        restore.suffix_minutes = suffix_minutes;
+        restore.replay_wall_minutes =
+            restore.restore_minutes + restore.equivalence_minutes + suffix_minutes;
+        match ran {
+            Ok(outcome) => {
+                cleaned?;
+                Ok(ChildOutcome::Succeeded(ChildResult {
+                    child_id: child.task.child_id.clone(),
+                    restore,
+                    outcome,
+                    isolated: true,
+                    parallel: self.parallel,
+                    intent_assessment,
+                    outcome_assessment,
+                    trace_end,
+                }))
+            }
+            Err(error) => {
+                if let Err(cleanup_error) = cleaned {
+                    return Err(error.into_replay_error().also(Some(cleanup_error)));
+                }
+                if !self.settle || self.unsafe_outcome.load(Ordering::SeqCst) {
+                    return Err(error.into_replay_error());
+                }
+                let (stage, error_type, adapter_error, assessment) = error.settled();
+                Ok(ChildOutcome::Failed(ChildFailure {
+                    child_id: child.task.child_id.clone(),
+                    restore,
+                    stage,
+                    error_type,
+                    error: adapter_error,
+                    isolated: true,
+                    parallel: self.parallel,
+                    risk_assessment: assessment,
+                    trace_end,
+                }))
+            }
+        }
+    }
+}
+
+/// Fork the child `task` names from `point` (whose agent state is under
+/// `point_key`), fork its agent state, and hold its restore to the contract:
+/// a unique child key, a worker identity for a process-isolated lease, a
+/// replayable fidelity no better than the point's, and an equivalence
+/// report that passes the contract for the task's minimum. The child joins
+/// `prepared` as soon as it is forked, so a later failure still releases it.
+fn fork_child<F: ChildForker, S: AgentStateStore>(
+    forker: &mut F,
+    store: &mut S,
+    point: &ReplayPoint,
+    point_key: &S::Key,
+    task: ChildTask,
+    prepared: &mut Vec<Prepared<F::Session, S::Key>>,
+    metrics: &ReplayMetricLedger,
+) -> Result<(), ReplayError> {
+    metrics.increment(ReplayCount::ChildSessionForkAttempt);
+    let started = Instant::now();
+    let request = ForkRequest {
+        replay_point_id: point.replay_point_id.clone(),
+        child_id: task.child_id.clone(),
+        target_branch_id: task.target_branch_id.clone(),
+        minimum_fidelity: task.minimum_fidelity,
+    };
+    let lease = forker
+        .fork(&request)
+        .map_err(|error| ReplayError::adapter(ReplayStage::Restore, error))?;
+    let restore_minutes = minutes(started);
+    let duplicate = prepared
+        .iter()
+        .any(|other| other.lease.child_key == lease.child_key);
+    let missing_identity =
+        lease.concurrency == ChildConcurrency::ProcessIsolated && lease.worker_identity.is_none();
+    prepared.push(Prepared {
+        task,
+        lease,
+        agent_key: None,
+        restore: None,
+        cleaned: None,
+    });
+    let current = prepared.last_mut().expect("pushed above");
+    if duplicate {
+        return Err(ReplayError::contract(
+            ReplayStage::Restore,
+            "isolated replay child keys must be unique",
+        ));
+    }
+    if missing_identity {
+        return Err(ReplayError::contract(
+            ReplayStage::Restore,
+            "a process-isolated child lease needs a worker identity",
+        ));
+    }
+    match store.fork_agent_state(point_key, &current.task.child_id) {
+        Ok(key) => current.agent_key = Some(key),
+        Err(message) => {
+            return Err(ReplayError::new(
+                ReplayStage::Restore,
+                ReplayCause::AgentState(message),
+            ));
+        }
+    }
+    let receipt = current.lease.receipt.clone();
+    if receipt.achieved_fidelity == Fidelity::NonReplayable {
+        return Err(ReplayError::contract(
+            ReplayStage::Restore,
+            "an isolated child reported non_replayable",
+        ));
+    }
+    if !point.fidelity.meets(receipt.achieved_fidelity) {
+        return Err(ReplayError::contract(
+            ReplayStage::Restore,
+            format!(
+                "the child's restore claims {} but the point was captured at {}",
+                receipt.achieved_fidelity, point.fidelity
+            ),
+        ));
+    }
+    let equivalence_started = Instant::now();
+    let checked = current
+        .lease
+        .session
+        .validate_equivalence(&receipt)
+        .map_err(|error| ReplayError::adapter(ReplayStage::Equivalence, error))
+        .and_then(|report| {
+            validate_equivalence_contract(point, &receipt, &report, current.task.minimum_fidelity)
+                .map(|eligible| (report, eligible))
+                .map_err(|message| ReplayError::contract(ReplayStage::Equivalence, message))
+        });
+    let (report, promotion_eligible) = checked?;
+    metrics.observe_fidelity(report.achieved_fidelity.as_str());
+    current.restore = Some(ReplayRestoreResult {
+        replay_point_id: point.replay_point_id.clone(),
+        target_branch_id: current.task.target_branch_id.clone(),
+        achieved_fidelity: report.achieved_fidelity,
+        equivalent: report.equivalent,
+        promotion_eligible,
+        prefix_reused: receipt.prefix_reused,
+        report,
+        restore_minutes,
+        equivalence_minutes: minutes(equivalence_started),
+        suffix_minutes: 0.0,
+        replay_wall_minutes: 0.0,
+    });
+    metrics.increment(ReplayCount::ChildSessionForkSuccess);
+    Ok(())
+}
+
+/// Whether a group's children run in parallel: more than one child and
+/// worker asked for it, no child is serial-only, and process-isolated
+/// children have distinct worker identities. Counts the decision.
+fn runs_in_parallel<S, K>(
+    prepared: &[Prepared<S, K>],
+    workers: usize,
+    metrics: &ReplayMetricLedger,
+) -> bool {
+    let requested = workers > 1 && prepared.len() > 1;
+    let identities: Vec<u64> = prepared
+        .iter()
+        .filter(|p| p.lease.concurrency == ChildConcurrency::ProcessIsolated)
+        .filter_map(|p| p.lease.worker_identity)
+        .collect();
+    let distinct = identities
+        .iter()
+        .enumerate()
+        .all(|(index, id)| !identities[..index].contains(id));
+    let parallel = requested
+        && distinct
+        && prepared
+            .iter()
+            .all(|p| p.lease.concurrency != ChildConcurrency::SerialOnly);
+    if parallel {
+        metrics.increment(ReplayCount::ChildParallelGroup);
+        if !identities.is_empty() {
+            metrics.increment(ReplayCount::ChildProcessIsolatedParallelGroup);
+        }
+    } else if requested {
+        metrics.increment(ReplayCount::ChildParallelDowngradeGroup);
+    }
+    parallel
+}
+
+/// Count a finished group: each settled child's success or failure, and the
+/// group as settled (some failed) or succeeded.
+fn count_group_outcome(results: &[ChildOutcome], settle: bool, metrics: &ReplayMetricLedger) {
+    if !settle {
+        metrics.increment(ReplayCount::ChildGroupSuccess);
+        return;
+    }
+    let failures = results
+        .iter()
+        .filter(|r| matches!(r, ChildOutcome::Failed(_)))
+        .count() as u64;
+    metrics.add(
+        ReplayCount::ChildCandidateSuccess,
+        results.len() as u64 - failures,
+    );
+    metrics.add(ReplayCount::ChildCandidateFailure, failures);
+    metrics.increment(if failures > 0 {
+        ReplayCount::ChildGroupSettled
+    } else {
+        ReplayCount::ChildGroupSuccess
+    });
 }
 
 /// A child group run by the serial fallback (reference
