@@ -23,12 +23,14 @@ use crate::replay::offline::{
 };
 use crate::replay::registry::judge_replay_intent;
 use crate::replay::{
-    MemoryAgentStateStore, ReplayMetricLedger, ReplayPointRegistry, RiskAssessment,
+    MemoryAgentStateStore, ReplayError, ReplayMetricLedger, ReplayPoint, ReplayPointRegistry,
+    ReplayRestoreResult, RiskAssessment,
 };
 use crate::sandbox::adapter::{
-    adopt_durable_point, adopt_snapshot_point, screen_adopted_intent, snapshot_replay_adapter,
+    BindingHandle, SnapshotCompileCost, adopt_durable_point, adopt_snapshot_point,
+    screen_adopted_intent, snapshot_replay_adapter,
 };
-use crate::sandbox::{WasmAdapter, load};
+use crate::sandbox::{LoadedAdapter, WasmAdapter, load};
 use crate::trace::TraceLog;
 
 fn input(message: impl Into<String>) -> CliError {
@@ -94,11 +96,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     // two replays of one run never interleave.
     let _lock = lock_for_replay(run)?;
 
-    let RunSource {
-        options,
-        cwd: run_cwd,
-        sha256: run_sha256,
-    } = run_source(run).map_err(CliError::Input)?;
+    let source = run_source(run).map_err(CliError::Input)?;
     let all_points = load_points(run).map_err(|error| input(error.to_string()))?;
     let mut position = find_record(run, &args.item, args.epoch).map_err(CliError::Input)?;
     let ReplayPlan {
@@ -125,52 +123,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         })?;
 
     // The adapter, in the sandbox the run used.
-    let adapter_path = match &args.adapter {
-        Some(path) => path.clone(),
-        None => as_run_saw_it(
-            options
-                .get("adapter")
-                .and_then(Value::as_str)
-                .ok_or_else(|| {
-                    input("manifest.json does not name the run's adapter; give --adapter")
-                })?,
-            run_cwd.as_deref(),
-        ),
-    };
-    let sandbox = sandbox_args(
-        &options,
-        run_cwd.as_deref(),
-        args.cache_dir.clone(),
-        args.no_cache,
-    );
-    let mut config = sandbox_config(&sandbox, 2)?;
-    // As in the run that wrote it: a snapshot is compiled beside the
-    // instrumented component, whose functions it reuses.
-    config.incremental_compilation = state_file.kind == DurableKind::Snapshot;
-    // The directories the run was granted, not what their paths name now.
-    sandloop_core::harness::grant_check::check_unchanged(&run.join(MANIFEST_FILE), &config.dirs)
-        .map_err(CliError::Input)?;
-    let (engine, config) = open_sandbox(config)?;
-    let loaded = Arc::new(load(&adapter_path, engine, config).map_err(|error| match error {
-        crate::sandbox::LoadError::Read { .. } if args.adapter.is_none() => input(format!(
-            "{error}; the run's component moved? give it with --adapter (its sha256 must match the run's)"
-        )),
-        other => other.into(),
-    })?);
-    if loaded.info.sha256 != run_sha256 {
-        return Err(input(format!(
-            "{} is not the component this run used (sha256 {}…, the run's is {}…)",
-            adapter_path.display(),
-            &loaded.info.sha256[..12],
-            &run_sha256[..12.min(run_sha256.len())]
-        )));
-    }
-    if !loaded.protocols.replay {
-        return Err(input(format!(
-            "{} does not export `replay`",
-            adapter_path.display()
-        )));
-    }
+    let loaded = load_run_adapter(&args, &source, state_file.kind)?;
 
     // Everything is checked; the result must have somewhere to go.
     let replays_path = run.join(REPLAYS_FILE);
@@ -186,26 +139,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     let metrics = Arc::new(ReplayMetricLedger::new());
     let mut registry = ReplayPointRegistry::new(MemoryAgentStateStore::new(), Arc::clone(&metrics));
     let import_started = Instant::now();
-    let (mut adapter, snapshot) = match (state_file.kind, state_file.binding_token) {
-        (DurableKind::Snapshot, Some(token)) => {
-            let (adapter, compile) = snapshot_replay_adapter(&loaded, &state, &state_file.sha256)
-                .map_err(|error| {
-                CliError::Failed(format!("cannot load the replay point's snapshot: {error}"))
-            })?;
-            (adapter, Some((token, compile)))
-        }
-        _ => (WasmAdapter::new(Arc::clone(&loaded), "replay", None), None),
-    };
-    let adopted = match snapshot {
-        Some((token, _)) => adopt_snapshot_point(&mut adapter, &mut registry, &line.point, token),
-        None => adopt_durable_point(
-            &mut adapter,
-            &mut registry,
-            &line.point,
-            &line.execution_group_id,
-            &state,
-        ),
-    };
+    let (mut adapter, snapshot, adopted) = adopt_point(&loaded, line, &state, &mut registry)?;
     let import_minutes = import_started.elapsed().as_secs_f64() / 60.0;
     let mut trace = TraceLog::fork(
         &line.point.cursor.trace_id,
@@ -257,18 +191,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         "adapter_error": position.record.get("adapter_error"),
         "accepted": position.record.get("accepted"),
     });
-    let (succeeded, restore, result) = match &outcome {
-        Ok((restore, record)) => (true, Some(restore.to_record()), json!({"record": record})),
-        Err(error) => (
-            false,
-            error.restore.as_ref().map(|restore| restore.to_record()),
-            json!({"error": {
-                "stage": error.stage.as_str(),
-                "type": error.cause.error_type(),
-                "message": error.to_string(),
-            }}),
-        ),
-    };
+    let (succeeded, restore, result) = outcome_fields(&outcome);
     let report = json!({
         "schema_version": "sandloop_replay_v0",
         "item_id": args.item,
@@ -283,7 +206,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         "import_minutes": import_minutes,
         "restored_from": state_file.kind,
         "intent_assessment": intent_assessment.as_ref().map(RiskAssessment::to_record),
-        "snapshot_compile": snapshot.map(|(_, compile)| compile),
+        "snapshot_compile": snapshot,
         "restore": restore,
         "succeeded": succeeded,
         "outcome": result,
@@ -305,6 +228,131 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
             args.item
         ))),
     }
+}
+
+/// Adopt `line`'s durable point into a fresh adapter of `loaded`
+/// registered in `registry`: by importing its exported `state`, or, for a
+/// snapshot point, by resuming its binding in an instance of the snapshot
+/// (`state` is then the snapshot component). Returns the adapter, what
+/// loading the snapshot cost, and the adopted point (or why adoption
+/// failed: the replay's result, not the command's error).
+#[allow(clippy::type_complexity)]
+fn adopt_point(
+    loaded: &Arc<LoadedAdapter>,
+    line: &PointLine,
+    state: &[u8],
+    registry: &mut ReplayPointRegistry<BindingHandle, MemoryAgentStateStore>,
+) -> Result<
+    (
+        WasmAdapter,
+        Option<SnapshotCompileCost>,
+        Result<ReplayPoint, ReplayError>,
+    ),
+    CliError,
+> {
+    let state_file = line
+        .durable_state
+        .as_ref()
+        .expect("a planned point is durable");
+    if let (DurableKind::Snapshot, Some(token)) = (state_file.kind, state_file.binding_token) {
+        let (mut adapter, compile) = snapshot_replay_adapter(loaded, state, &state_file.sha256)
+            .map_err(|error| {
+                CliError::Failed(format!("cannot load the replay point's snapshot: {error}"))
+            })?;
+        let adopted = adopt_snapshot_point(&mut adapter, registry, &line.point, token);
+        return Ok((adapter, Some(compile), adopted));
+    }
+    let mut adapter = WasmAdapter::new(Arc::clone(loaded), "replay", None);
+    let adopted = adopt_durable_point(
+        &mut adapter,
+        registry,
+        &line.point,
+        &line.execution_group_id,
+        state,
+    );
+    Ok((adapter, None, adopted))
+}
+
+/// A replay's `succeeded`, `restore` and `outcome` fields: the record, or
+/// the error with its stage and type, and the restore it ran on.
+fn outcome_fields(
+    outcome: &Result<(ReplayRestoreResult, Record), ReplayError>,
+) -> (bool, Option<Map<String, Value>>, Value) {
+    match outcome {
+        Ok((restore, record)) => (true, Some(restore.to_record()), json!({"record": record})),
+        Err(error) => (
+            false,
+            error.restore.as_ref().map(|restore| restore.to_record()),
+            json!({"error": {
+                "stage": error.stage.as_str(),
+                "type": error.cause.error_type(),
+                "message": error.to_string(),
+            }}),
+        ),
+    }
+}
+
+/// The run's component (its recorded path, or `--adapter`), loaded into the
+/// sandbox the run used — its limits and grants, the grants still the
+/// directories the run was given — and checked to be the run's (same
+/// sha256) and to export `replay`. A durable point of `kind` snapshot is
+/// compiled beside the instrumented component, as in the run.
+fn load_run_adapter(
+    args: &ReplayArgs,
+    source: &RunSource,
+    kind: DurableKind,
+) -> Result<Arc<LoadedAdapter>, CliError> {
+    let adapter_path = match &args.adapter {
+        Some(path) => path.clone(),
+        None => as_run_saw_it(
+            source
+                .options
+                .get("adapter")
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    input("manifest.json does not name the run's adapter; give --adapter")
+                })?,
+            source.cwd.as_deref(),
+        ),
+    };
+    let sandbox = sandbox_args(
+        &source.options,
+        source.cwd.as_deref(),
+        args.cache_dir.clone(),
+        args.no_cache,
+    );
+    let mut config = sandbox_config(&sandbox, 2)?;
+    // As in the run that wrote it: a snapshot is compiled beside the
+    // instrumented component, whose functions it reuses.
+    config.incremental_compilation = kind == DurableKind::Snapshot;
+    // The directories the run was granted, not what their paths name now.
+    sandloop_core::harness::grant_check::check_unchanged(
+        &args.run.join(MANIFEST_FILE),
+        &config.dirs,
+    )
+    .map_err(CliError::Input)?;
+    let (engine, config) = open_sandbox(config)?;
+    let loaded = Arc::new(load(&adapter_path, engine, config).map_err(|error| match error {
+        crate::sandbox::LoadError::Read { .. } if args.adapter.is_none() => input(format!(
+            "{error}; the run's component moved? give it with --adapter (its sha256 must match the run's)"
+        )),
+        other => other.into(),
+    })?);
+    if loaded.info.sha256 != source.sha256 {
+        return Err(input(format!(
+            "{} is not the component this run used (sha256 {}…, the run's is {}…)",
+            adapter_path.display(),
+            &loaded.info.sha256[..12],
+            &source.sha256[..12.min(source.sha256.len())]
+        )));
+    }
+    if !loaded.protocols.replay {
+        return Err(input(format!(
+            "{} does not export `replay`",
+            adapter_path.display()
+        )));
+    }
+    Ok(loaded)
 }
 
 /// Lock the run directory as `sandloop run` does; refuse (exit 2) while a

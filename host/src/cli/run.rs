@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::args::{FailurePolicyArg, ForkArg, RunArgs, SandboxArgs};
 use super::{CliError, open_sandbox, say};
-use crate::episode::adapter::SeedSource;
+use crate::episode::adapter::{Item, SeedSource};
 use crate::episode::policy::FailurePolicy;
 use crate::harness::arm::{ArmEvent, ArmOptions, run_arm};
 use crate::harness::items_file::{FileSeeds, read_items_file};
@@ -25,6 +25,7 @@ use crate::harness::summary::{SummaryAdapter, SummaryHost};
 use crate::harness::{
     ArmConfig, ArmError, ArmSummary, RunDir, RunSummary, VariantCatalog, runtime_signature,
 };
+use crate::replay::Fidelity;
 use crate::replay::ReplayMetricLedger;
 use crate::replay::durable::ReplayStore;
 use crate::replay::metrics::{ReplayCount, ReplayMinutes};
@@ -118,84 +119,9 @@ fn arm_error(error: ArmError) -> CliError {
 
 /// Run the `run` command.
 pub fn run(args: RunArgs) -> Result<(), CliError> {
-    if args.workers == 0 {
-        return Err(CliError::Input("--workers must be at least 1".into()));
-    }
-    if args.epochs == 0 {
-        return Err(CliError::Input("--epochs must be at least 1".into()));
-    }
-    if let Some(budget) = args.budget_minutes
-        && !(budget.is_finite() && budget > 0.0)
-    {
-        return Err(CliError::Input(
-            "--budget-minutes must be a positive number".into(),
-        ));
-    }
-    let replay_minimum = crate::replay::fidelity::parse_minimum(&args.replay_min_fidelity)
-        .map_err(|error| CliError::Input(format!("--replay-min-fidelity: {error}")))?;
-    check_out_dir(&args.out, args.resume).map_err(session_error)?;
-    if args.fork != ForkArg::Auto && (args.no_replay || args.child_workers == 0) {
-        let fork = if args.fork == ForkArg::Snapshot {
-            "snapshot"
-        } else {
-            "state"
-        };
-        return Err(CliError::Input(format!(
-            "--fork {fork} forks children of replay points: it needs replay (no --no-replay) and --child-workers 1 or more"
-        )));
-    }
-
-    // Every input is checked before anything is written.
-    // Each lane may hold a chunk of forked children besides its own
-    // instance.
-    let child_slots = if args.child_workers > 0 {
-        crate::sandbox::adapter::MAX_CHILDREN_PER_FORK as u32
-    } else {
-        0
-    };
-    let slots = (args.workers as u32 + 2) * 2 + args.workers as u32 * child_slots;
-    let mut config = sandbox_config(&args.sandbox, slots)?;
-    // Snapshot forks compile a component per replay point whose functions
-    // are the instrumented component's: keep them for reuse.
-    config.incremental_compilation =
-        args.fork != ForkArg::State && !args.no_replay && args.child_workers > 0;
-    let (engine, config) = open_sandbox(config)?;
-    let loaded = Arc::new(load(&args.adapter, engine, config)?);
-    // A component that cannot start under these limits would fail every
-    // item the same way: say so once, before anything is written.
-    WasmAdapter::check_starts(Arc::clone(&loaded)).map_err(|error| {
-        CliError::Failed(format!(
-            "{} cannot be instantiated under these limits ({}): {}; nothing was run",
-            args.adapter.display(),
-            error.error_type.as_str(),
-            error.message
-        ))
-    })?;
+    let replay_minimum = check_run_args(&args)?;
+    let (loaded, items, mut catalog) = load_inputs(&args)?;
     let protocols = loaded.protocols;
-    let items = args
-        .items
-        .as_deref()
-        .map(read_items_file)
-        .transpose()
-        .map_err(|error| CliError::Input(error.to_string()))?;
-    if items.is_none() && !protocols.seeds {
-        return Err(CliError::Input(format!(
-            "{} does not export `seeds`; give the seed items with --items FILE.jsonl",
-            args.adapter.display()
-        )));
-    }
-    let mut catalog = match &args.variants {
-        None => None,
-        Some(path) => {
-            if !protocols.variants {
-                return Err(CliError::Input(format!(
-                    "--variants given, but {} does not export `variants` to compile them",
-                    args.adapter.display()
-                )));
-            }
-            Some(VariantCatalog::open(path).map_err(|error| CliError::Input(error_chain(&error)))?)
-        }
-    };
 
     let snapshots = snapshot_forks(&args, &loaded)?;
     let lanes_run = snapshots.as_ref().map_or_else(
@@ -336,6 +262,109 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// The flags' own rules, before anything is loaded: counts at least 1, a
+/// positive budget, a known fidelity, an `--out` fit for a fresh run or a
+/// resume, and `--fork` only where children are forked. Returns the
+/// replay's minimum fidelity.
+fn check_run_args(args: &RunArgs) -> Result<Fidelity, CliError> {
+    if args.workers == 0 {
+        return Err(CliError::Input("--workers must be at least 1".into()));
+    }
+    if args.epochs == 0 {
+        return Err(CliError::Input("--epochs must be at least 1".into()));
+    }
+    if let Some(budget) = args.budget_minutes
+        && !(budget.is_finite() && budget > 0.0)
+    {
+        return Err(CliError::Input(
+            "--budget-minutes must be a positive number".into(),
+        ));
+    }
+    let replay_minimum = crate::replay::fidelity::parse_minimum(&args.replay_min_fidelity)
+        .map_err(|error| CliError::Input(format!("--replay-min-fidelity: {error}")))?;
+    check_out_dir(&args.out, args.resume).map_err(session_error)?;
+    if args.fork != ForkArg::Auto && (args.no_replay || args.child_workers == 0) {
+        let fork = if args.fork == ForkArg::Snapshot {
+            "snapshot"
+        } else {
+            "state"
+        };
+        return Err(CliError::Input(format!(
+            "--fork {fork} forks children of replay points: it needs replay (no --no-replay) and --child-workers 1 or more"
+        )));
+    }
+    Ok(replay_minimum)
+}
+
+/// The component, loaded into a sandbox sized for the run's lanes and
+/// children and shown to start under its limits, with the seed items of
+/// `--items` and the variant catalog of `--variants`; each refused (exit 2)
+/// when the component cannot use it.
+#[allow(clippy::type_complexity)]
+fn load_inputs(
+    args: &RunArgs,
+) -> Result<
+    (
+        Arc<LoadedAdapter>,
+        Option<Vec<Item>>,
+        Option<VariantCatalog>,
+    ),
+    CliError,
+> {
+    // Every input is checked before anything is written.
+    // Each lane may hold a chunk of forked children besides its own
+    // instance.
+    let child_slots = if args.child_workers > 0 {
+        crate::sandbox::adapter::MAX_CHILDREN_PER_FORK as u32
+    } else {
+        0
+    };
+    let slots = (args.workers as u32 + 2) * 2 + args.workers as u32 * child_slots;
+    let mut config = sandbox_config(&args.sandbox, slots)?;
+    // Snapshot forks compile a component per replay point whose functions
+    // are the instrumented component's: keep them for reuse.
+    config.incremental_compilation =
+        args.fork != ForkArg::State && !args.no_replay && args.child_workers > 0;
+    let (engine, config) = open_sandbox(config)?;
+    let loaded = Arc::new(load(&args.adapter, engine, config)?);
+    // A component that cannot start under these limits would fail every
+    // item the same way: say so once, before anything is written.
+    WasmAdapter::check_starts(Arc::clone(&loaded)).map_err(|error| {
+        CliError::Failed(format!(
+            "{} cannot be instantiated under these limits ({}): {}; nothing was run",
+            args.adapter.display(),
+            error.error_type.as_str(),
+            error.message
+        ))
+    })?;
+    let protocols = loaded.protocols;
+    let items = args
+        .items
+        .as_deref()
+        .map(read_items_file)
+        .transpose()
+        .map_err(|error| CliError::Input(error.to_string()))?;
+    if items.is_none() && !protocols.seeds {
+        return Err(CliError::Input(format!(
+            "{} does not export `seeds`; give the seed items with --items FILE.jsonl",
+            args.adapter.display()
+        )));
+    }
+    let catalog = match &args.variants {
+        None => None,
+        Some(path) => {
+            if !protocols.variants {
+                return Err(CliError::Input(format!(
+                    "--variants given, but {} does not export `variants` to compile them",
+                    args.adapter.display()
+                )));
+            }
+            Some(VariantCatalog::open(path).map_err(|error| CliError::Input(error_chain(&error)))?)
+        }
+    };
+    Ok((loaded, items, catalog))
 }
 
 /// What the run's side writers (adapter output, traces, replay points)
