@@ -1,7 +1,7 @@
 //! The CLI's diagnostics: what the host crates report through `tracing`
 //! (warnings, progress of a loop) goes to stderr, filtered by `RUST_LOG`
 //! (default `info`; e.g. `RUST_LOG=warn` keeps only warnings,
-//! `RUST_LOG=sandloop_loop=debug` shows the coordinator's details).
+//! `RUST_LOG=info,sandloop_loop=debug` shows the coordinator's details).
 //!
 //! Lines read as the CLI's own messages always have: `warning: …` and
 //! `error: …` for those levels, the message alone for `info`, and the

@@ -279,7 +279,7 @@ impl WorkflowDefinition {
             specs.push(format!("{host}::{rest}"));
         }
         // Opened once here; each step resolves its grants beneath it again
-        // (sandbox::dir_grant), so a symlink planted later cannot lead out.
+        // (`sandloop_core::dir_grant`), so a symlink planted later cannot lead out.
         let root = GrantRoot::open(repo_root).map_err(|error| {
             field_error(
                 "dirs".into(),
