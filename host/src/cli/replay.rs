@@ -184,7 +184,18 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
             |adapter, binding, _| adapter.run_replay_suffix(binding, &item, &ctx, &mut trace),
         )
     });
-    let _ = registry.release(&mut adapter, &line.point.replay_point_id);
+    // The adapter's failure to release is reported, not hidden: the replay
+    // ran, but the component misbehaved.
+    let release_error = registry
+        .release(&mut adapter, &line.point.replay_point_id)
+        .err()
+        .map(|error| {
+            tracing::warn!(
+                "the adapter did not release replay point {}: {error}",
+                line.point.replay_point_id
+            );
+            error_fields(&error)
+        });
 
     let original = json!({
         "execution_status": position.record.get("execution_status"),
@@ -214,6 +225,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         "trace_events": trace.as_ref().map(|log| log.events().to_vec()).unwrap_or_default(),
         "replay_wall_minutes": started.elapsed().as_secs_f64() / 60.0,
         "metrics": metrics.snapshot(),
+        "release_error": release_error,
     });
     append_line(&mut replays, &replays_path, earlier.partial, &report).map_err(CliError::Failed)?;
     if args.json {
@@ -283,13 +295,18 @@ fn outcome_fields(
         Err(error) => (
             false,
             error.restore.as_ref().map(|restore| restore.to_record()),
-            json!({"error": {
-                "stage": error.stage.as_str(),
-                "type": error.cause.error_type(),
-                "message": error.to_string(),
-            }}),
+            json!({ "error": error_fields(error) }),
         ),
     }
+}
+
+/// An error's `stage`, `type` and `message`, as a replay's report holds it.
+fn error_fields(error: &ReplayError) -> Value {
+    json!({
+        "stage": error.stage.as_str(),
+        "type": error.cause.error_type(),
+        "message": error.to_string(),
+    })
 }
 
 /// The run's component (its recorded path, or `--adapter`), loaded into the

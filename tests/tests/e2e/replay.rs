@@ -463,9 +463,42 @@ fn replay_reruns_a_failed_suffix_and_refuses_bad_input_without_writing() {
         ("no-export", &["export_none"]),
         ("finalize-fails", &["finalize_fails"]),
         ("digest-mismatch", &["digest_mismatch"]),
+        ("release-once", &["release_fails_once"]),
     ];
     let (out, _, points) = probe_run(dir.path(), cases);
     let replays = out.join("replays.jsonl");
+
+    // The replay succeeds, but the adapter's failed release is reported, in
+    // the line and on stderr, not swallowed.
+    let output = run(&[
+        "replay",
+        "--run",
+        s(&out),
+        "--item",
+        "release-once",
+        "--json",
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(report["succeeded"], true, "{report}");
+    assert_eq!(report["release_error"]["stage"], "release", "{report}");
+    assert!(
+        report["release_error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("release_fails_once"),
+        "{report}"
+    );
+    assert!(
+        stderr(&output).contains("warning: the adapter did not release replay point"),
+        "{}",
+        stderr(&output)
+    );
+    let honest = run(&["replay", "--run", s(&out), "--item", "honest", "--json"]);
+    assert_eq!(code(&honest), 0, "{}", stderr(&honest));
+    let honest: Value = serde_json::from_str(&stdout(&honest)).unwrap();
+    assert_eq!(honest["release_error"], Value::Null, "{honest}");
+    std::fs::remove_file(&replays).unwrap();
 
     // The failure reproduces from the restored point: exit 1, result kept.
     let output = run(&["replay", "--run", s(&out), "--item", "suffix-fails"]);
