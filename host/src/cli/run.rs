@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -19,12 +19,9 @@ use crate::harness::items_file::{FileSeeds, read_items_file};
 use crate::harness::manifest::{HostInfo, Invocation, ManifestAdapter};
 use crate::harness::queue::branch_id;
 use crate::harness::run_dir::SideWriteCheck;
-use crate::harness::run_files::SUMMARY_FILE;
 use crate::harness::run_session::{RunSession, SessionError, check_out_dir, check_resume};
 use crate::harness::summary::{SummaryAdapter, SummaryHost};
-use crate::harness::{
-    ArmConfig, ArmError, ArmSummary, RunDir, RunSummary, VariantCatalog, runtime_signature,
-};
+use crate::harness::{ArmConfig, ArmError, ArmSummary, RunDir, VariantCatalog, runtime_signature};
 use crate::replay::Fidelity;
 use crate::replay::ReplayMetricLedger;
 use crate::replay::durable::ReplayStore;
@@ -181,6 +178,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         let points = replay.as_ref().and_then(|options| options.store.clone());
         move || lost_writes(&call_log, points.as_deref())
     };
+    let snapshot_totals = Arc::new(OnceLock::new());
     let mut run_dir = RunDir::new(&args.out)
         .with_summary_host(&SummaryHost {
             adapter: SummaryAdapter {
@@ -191,7 +189,13 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             },
             host_version: env!("CARGO_PKG_VERSION").to_owned(),
         })
-        .with_side_write_check(SideWriteCheck(Box::new(side_writes.clone())));
+        .with_side_write_check(SideWriteCheck(Box::new(side_writes.clone())))
+        .with_summary_late(replay_summary(
+            replay.as_ref(),
+            snapshots.is_some(),
+            &args.out,
+            Arc::clone(&snapshot_totals),
+        ));
     let started = Instant::now();
     let observe = |event: &ArmEvent<'_>| progress.on_event(event);
     let result = run_arm(
@@ -214,21 +218,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             .map(|()| summary)
             .map_err(|lost| ArmError::io("writing the run directory", std::io::Error::other(lost)))
     });
-    // Read once, after every lane wrote its points.
-    let snapshot_totals = snapshots
-        .is_some()
-        .then(|| SnapshotTotals::of_run(&args.out));
     let summary = match result {
-        Ok(summary) => {
-            if let Some(options) = &replay {
-                let path = args.out.join(SUMMARY_FILE);
-                RunSummary::add_replay(&path, options.metrics.snapshot(), snapshot_totals.clone())
-                    .map_err(|error| {
-                        CliError::Failed(format!("cannot update {}: {error}", path.display()))
-                    })?;
-            }
-            summary
-        }
+        Ok(summary) => summary,
         Err(error) => {
             let error = arm_error(error);
             if matches!(error, CliError::Input(_)) {
@@ -257,7 +248,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         if let Some(options) = &replay {
             print_replay_summary(&options.metrics, args.resume);
         }
-        if let Some(totals) = &snapshot_totals {
+        if let Some(totals) = snapshot_totals.get() {
             print_snapshot_summary(totals);
         }
     }
@@ -365,6 +356,35 @@ fn load_inputs(
         }
     };
     Ok((loaded, items, catalog))
+}
+
+/// What `summary.json` gains when it is written, after the last epoch: the
+/// replay metric ledger as `replay` (reference
+/// `ReplayPointRegistry.metrics`) and, when children were snapshot-forked,
+/// the run's snapshot totals as `snapshots`, read once from
+/// `replay-points.jsonl` into `totals` (which the closing lines print).
+fn replay_summary(
+    replay: Option<&ReplayOptions>,
+    snapshotting: bool,
+    out: &Path,
+    totals: Arc<OnceLock<SnapshotTotals>>,
+) -> impl Fn() -> serde_json::Map<String, Value> + Send + 'static {
+    let metrics = replay.map(|options| Arc::clone(&options.metrics));
+    let out = out.to_path_buf();
+    move || {
+        let mut late = serde_json::Map::new();
+        if let Some(metrics) = &metrics {
+            late.insert("replay".into(), Value::Object(metrics.snapshot()));
+            if snapshotting {
+                let totals = totals.get_or_init(|| SnapshotTotals::of_run(&out));
+                late.insert(
+                    "snapshots".into(),
+                    serde_json::to_value(totals).expect("totals serialise"),
+                );
+            }
+        }
+        late
+    }
 }
 
 /// What the run's side writers (adapter output, traces, replay points)

@@ -119,7 +119,18 @@ pub struct RunDir {
     flush_interval: Duration,
     line: Vec<u8>,
     summary_extra: Map<String, Value>,
+    summary_late: Option<SummaryLate>,
     side_writes: Option<SideWriteCheck>,
+}
+
+/// Fields of `summary.json` known only when it is written, after the last
+/// epoch (see [`RunDir::with_summary_late`]).
+struct SummaryLate(Box<dyn Fn() -> Map<String, Value> + Send>);
+
+impl std::fmt::Debug for SummaryLate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SummaryLate")
+    }
 }
 
 impl RunDir {
@@ -136,6 +147,7 @@ impl RunDir {
             flush_interval: DEFAULT_FLUSH_INTERVAL,
             line: Vec::with_capacity(4096),
             summary_extra: Map::new(),
+            summary_late: None,
             side_writes: None,
         }
     }
@@ -171,6 +183,18 @@ impl RunDir {
     pub fn with_summary_host(self, host: &SummaryHost) -> Self {
         let extra = serde_json::to_value(host).unwrap_or(Value::Null);
         self.with_summary_extra(extra)
+    }
+
+    /// Adds the fields `late` returns when `summary.json` is written, after
+    /// every epoch (what `sandloop run` knows only then: the replay metric
+    /// ledger, the snapshot totals), beside the arm summary's and the
+    /// [`RunDir::with_summary_extra`] fields; on a name clash those win.
+    pub fn with_summary_late(
+        mut self,
+        late: impl Fn() -> Map<String, Value> + Send + 'static,
+    ) -> Self {
+        self.summary_late = Some(SummaryLate(Box::new(late)));
+        self
     }
 
     /// Sets the longest time records stay buffered; `Duration::ZERO` writes
@@ -377,7 +401,12 @@ impl ArmOutput for RunDir {
     fn write_summary(&mut self, summary: &ArmSummary) -> Result<(), ArmError> {
         self.check_side_writes()?;
         self.flush()?;
-        if self.summary_extra.is_empty() {
+        let late = self
+            .summary_late
+            .as_ref()
+            .map(|late| (late.0)())
+            .unwrap_or_default();
+        if self.summary_extra.is_empty() && late.is_empty() {
             return self.write_json(SUMMARY_FILE, summary);
         }
         let mut value = match serde_json::to_value(summary) {
@@ -390,7 +419,7 @@ impl ArmOutput for RunDir {
                 ));
             }
         };
-        for (key, extra) in &self.summary_extra {
+        for (key, extra) in self.summary_extra.iter().chain(&late) {
             if !value.contains_key(key) {
                 value.insert(key.clone(), extra.clone());
             }
@@ -471,10 +500,18 @@ mod tests {
     #[test]
     fn summary_extra_fields_are_added_without_overriding_the_arm_summary() {
         let dir = tempfile::tempdir().unwrap();
-        let mut run_dir = RunDir::new(dir.path()).with_summary_extra(json!({
-            "host_version": "1.2.3",
-            "record_count": "must not win"
-        }));
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = std::sync::Arc::clone(&calls);
+        let mut run_dir = RunDir::new(dir.path())
+            .with_summary_extra(json!({
+                "host_version": "1.2.3",
+                "record_count": "must not win"
+            }))
+            .with_summary_late(move || {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let late = json!({"replay": {"capture_success_count": 4}, "epoch_count": 9});
+                late.as_object().cloned().unwrap()
+            });
         run_dir.begin_fresh().unwrap();
         let summary: ArmSummary = serde_json::from_value(json!({
             "schema_version": "loopx_explore_harness_arm_v0", "arm_key": "main",
@@ -499,6 +536,11 @@ mod tests {
         assert_eq!(written["host_version"], json!("1.2.3"));
         assert_eq!(written["record_count"], json!(0));
         assert_eq!(written["stop_reason"], json!("max_epochs"));
+        // Late fields are asked for once, when the summary is written, and
+        // never override the arm summary's.
+        assert_eq!(written["replay"]["capture_success_count"], json!(4));
+        assert_eq!(written["epoch_count"], json!(0));
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[test]

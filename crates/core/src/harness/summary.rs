@@ -5,14 +5,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use std::path::Path;
-
 use crate::episode::metrics::ExecutionMetrics;
 use crate::replay::snapshot_totals::SnapshotTotals;
 
 use super::catalog::FrontierAudit;
 use super::queue::LaneSummary;
-use super::run_files::{RunFileError, read_run_file, write_run_file};
 
 /// `schema_version` of epoch and arm summaries (reference
 /// `HARNESS_ARM_SCHEMA_VERSION`).
@@ -250,28 +247,6 @@ pub struct RunSummary {
     /// Snapshot totals; absent unless children were snapshot-forked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshots: Option<SnapshotTotals>,
-}
-
-impl RunSummary {
-    /// Add, once the arm has finished, the replay metric ledger's
-    /// `snapshot` (reference `ReplayPointRegistry.metrics`) as `replay`, and
-    /// the run's snapshot totals as `snapshots` when it forked by snapshot,
-    /// to the `summary.json` at `path`.
-    ///
-    /// # Errors
-    /// The file cannot be read back or written.
-    pub fn add_replay(
-        path: &Path,
-        replay: Map<String, Value>,
-        snapshots: Option<SnapshotTotals>,
-    ) -> Result<(), RunFileError> {
-        let mut summary: RunSummary = read_run_file(path)?;
-        summary.replay = Some(replay);
-        if snapshots.is_some() {
-            summary.snapshots = snapshots;
-        }
-        write_run_file(path, &summary)
-    }
 }
 
 #[cfg(test)]
