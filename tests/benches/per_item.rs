@@ -26,7 +26,7 @@ use std::time::Instant;
 use sandloop::episode::adapter::{
     AdapterError, CallContext, EpisodeAdapter, Item, Prepared, Protocols, Record,
 };
-use sandloop::harness::items_file::{FileSeeds, read_items_file};
+use sandloop::harness::items_file::{FileSeeds, load_items_file};
 use sandloop::harness::{ArmConfig, ArmOptions, RunDir, run_arm};
 use serde_json::json;
 
@@ -98,7 +98,7 @@ fn noop_record() -> Record {
 fn native_run(items: &Path, workers: usize) -> f64 {
     let out = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let seeds = read_items_file(items).unwrap();
+    let seeds = load_items_file(items).unwrap();
     let config = ArmConfig {
         worker_count: workers,
         max_epochs: 1,

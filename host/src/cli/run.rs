@@ -12,10 +12,11 @@ use serde_json::{Value, json};
 
 use super::args::{FailurePolicyArg, ForkArg, RunArgs, SandboxArgs};
 use super::{CliError, open_sandbox, say};
-use crate::episode::adapter::{Item, SeedSource};
+use crate::episode::adapter::SeedSource;
 use crate::episode::policy::FailurePolicy;
+use crate::episode::stored::StoredItems;
 use crate::harness::arm::{ArmEvent, ArmOptions, run_arm};
-use crate::harness::items_file::{FileSeeds, read_items_file};
+use crate::harness::items_file::{FileSeeds, load_items_file};
 use crate::harness::manifest::{HostInfo, Invocation, ManifestAdapter};
 use crate::harness::queue::branch_id;
 use crate::harness::run_dir::SideWriteCheck;
@@ -299,7 +300,7 @@ fn load_inputs(
 ) -> Result<
     (
         Arc<LoadedAdapter>,
-        Option<Vec<Item>>,
+        Option<StoredItems>,
         Option<VariantCatalog>,
     ),
     CliError,
@@ -334,7 +335,7 @@ fn load_inputs(
     let items = args
         .items
         .as_deref()
-        .map(read_items_file)
+        .map(load_items_file)
         .transpose()
         .map_err(|error| CliError::Input(error.to_string()))?;
     if items.is_none() && !protocols.seeds {

@@ -288,6 +288,18 @@ pub trait EpisodeAdapter {
 pub trait SeedSource {
     /// Seeds for `epoch` (reference `list_seed_items`).
     fn list_seed_items(&mut self, arm: &str, epoch: u32) -> Result<Vec<Item>, AdapterError>;
+    /// The same seeds kept on disk, when this source has them that way (an
+    /// items file): the runtime then groups them without holding them and
+    /// reads each group's items when its unit runs. `None`, the default,
+    /// means [`SeedSource::list_seed_items`].
+    fn stored_seed_items(
+        &mut self,
+        arm: &str,
+        epoch: u32,
+    ) -> Option<std::sync::Arc<super::stored::StoredItems>> {
+        let _ = (arm, epoch);
+        None
+    }
     /// Compile a catalog spec against its seed (reference `compile_variant`).
     fn compile_variant(&mut self, spec: &Item, seed: &Item) -> Result<Item, AdapterError>;
 }

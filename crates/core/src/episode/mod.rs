@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod policy;
 pub mod probes;
 pub mod records;
+pub mod stored;
 pub mod units;
 pub mod value;
 

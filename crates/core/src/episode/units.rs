@@ -4,8 +4,11 @@
 //! Mirrors `item_concurrency_keys` and `build_episode_execution_units` in
 //! `episode_runtime.py`.
 
+use std::hash::BuildHasher;
+
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 
@@ -88,6 +91,18 @@ pub struct InvalidUnit {
     pub concurrency_keys: Vec<String>,
 }
 
+impl InvalidUnit {
+    /// `item`, found invalid for `reason`: the reason's message and the
+    /// item's own keys.
+    pub(crate) fn found(item: Item, reason: &InvalidReason) -> Self {
+        Self {
+            reason: reason.message(&item),
+            concurrency_keys: item_concurrency_keys(&item),
+            item,
+        }
+    }
+}
+
 /// One unit of episode-mode work on the queue.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ExecutionUnit {
@@ -115,16 +130,132 @@ impl ExecutionUnit {
     }
 }
 
+/// Why an item cannot be grouped; its text is the reference's exact
+/// `ValueError` message ([`InvalidReason::message`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum InvalidReason {
+    EmptySeedId,
+    DuplicatedSeed(String),
+    EmptyVariantId,
+    CollidesWithSeed(String),
+    DuplicatedVariant(String),
+    AmbiguousSeed(String),
+    UnknownSeed,
+}
+
+impl InvalidReason {
+    /// The reference's message for `item` (the item the reason was found
+    /// on: an unknown seed is reported with the raw `item_id`).
+    pub(crate) fn message(&self, item: &Item) -> String {
+        let repr = |text: &str| py_repr(Some(&Value::String(text.to_owned())));
+        match self {
+            Self::EmptySeedId => {
+                "recoverable episode seed items require a non-empty item_id".to_owned()
+            }
+            Self::DuplicatedSeed(id) => format!(
+                "recoverable episode seed item_id is duplicated: {}",
+                repr(id)
+            ),
+            Self::EmptyVariantId => {
+                "recoverable episode variant items require a non-empty item_id".to_owned()
+            }
+            Self::CollidesWithSeed(id) => format!(
+                "recoverable episode variant item_id collides with a seed item_id: {}",
+                repr(id)
+            ),
+            Self::DuplicatedVariant(id) => format!(
+                "recoverable episode variant item_id is duplicated: {}",
+                repr(id)
+            ),
+            Self::AmbiguousSeed(seed_id) => format!(
+                "recoverable episode variant seed_item_id is ambiguous because the seed \
+                 item_id is duplicated: {}",
+                repr(seed_id)
+            ),
+            Self::UnknownSeed => format!(
+                "recoverable episode variant requires seed_item_id matching an epoch seed: {}",
+                py_repr(item.get("item_id"))
+            ),
+        }
+    }
+}
+
+/// What grouping reads of a queued item: its `item_id` and `seed_item_id`
+/// as text, trimmed, and whether `is_variant` is truthy.
+#[derive(Clone, Debug)]
+pub(crate) struct ItemHead<'a> {
+    pub(crate) item_id: Cow<'a, str>,
+    pub(crate) seed_item_id: Cow<'a, str>,
+    pub(crate) is_variant: bool,
+}
+
+impl<'a> ItemHead<'a> {
+    /// The head of a held item.
+    pub(crate) fn of(item: &'a Item) -> Self {
+        Self {
+            item_id: normalized_id(item, "item_id"),
+            seed_item_id: normalized_id(item, "seed_item_id"),
+            is_variant: truthy(item.get("is_variant")),
+        }
+    }
+}
+
+/// One unit of a queue, as positions in it: what [`build_episode_execution_units`]
+/// and the stored-items grouping both build their units from.
+#[derive(Debug)]
+pub(crate) enum UnitPlan {
+    /// A valid seed (`members[0]`) and its valid variants, in queue order.
+    Group {
+        execution_group_id: String,
+        seed_item_id: String,
+        members: Vec<u32>,
+    },
+    /// An item that cannot be grouped.
+    Invalid { index: u32, reason: InvalidReason },
+}
+
 /// The result of validating a queue: per item, its reason to be invalid, and
 /// for each valid seed the indices of its valid variants.
+/// Invalid items are few, so their reasons are kept by position.
 struct Classification {
-    invalid: Vec<Option<String>>,
-    variants_of: HashMap<usize, Vec<usize>>,
+    invalid: BTreeMap<usize, InvalidReason>,
+    variants_of: HashMap<usize, Vec<u32>>,
 }
 
 impl Classification {
-    fn first_invalid(&self) -> Option<&str> {
-        self.invalid.iter().flatten().next().map(String::as_str)
+    fn first_invalid(&self) -> Option<(usize, &InvalidReason)> {
+        self.invalid
+            .first_key_value()
+            .map(|(index, reason)| (*index, reason))
+    }
+}
+
+/// A queue as grouping reads it: per position, the [`ItemHead`] fields.
+/// Implemented by held items' heads and by
+/// [`crate::episode::stored::StoredItems`], which keeps them compactly.
+pub(crate) trait QueueHeads {
+    /// Items in the queue.
+    fn len(&self) -> usize;
+    /// The trimmed `item_id` text of the item at `index`.
+    fn item_id(&self, index: usize) -> &str;
+    /// The trimmed `seed_item_id` text (read only for variants).
+    fn seed_item_id(&self, index: usize) -> &str;
+    /// Whether `is_variant` is truthy.
+    fn is_variant(&self, index: usize) -> bool;
+}
+
+impl QueueHeads for [ItemHead<'_>] {
+    fn len(&self) -> usize {
+        <[ItemHead<'_>]>::len(self)
+    }
+    fn item_id(&self, index: usize) -> &str {
+        &self[index].item_id
+    }
+    fn seed_item_id(&self, index: usize) -> &str {
+        &self[index].seed_item_id
+    }
+    fn is_variant(&self, index: usize) -> bool {
+        self[index].is_variant
     }
 }
 
@@ -135,83 +266,113 @@ fn normalized_id<'a>(item: &'a Item, key: &str) -> Cow<'a, str> {
     }
 }
 
-fn classify(items: &[Item]) -> Classification {
-    let mut invalid: Vec<Option<String>> = vec![None; items.len()];
-    let mut seeds: HashMap<Cow<'_, str>, usize> = HashMap::with_capacity(items.len());
-    let mut ambiguous: HashSet<Cow<'_, str>> = HashSet::new();
+/// Queue positions keyed by their item's id text: a set of ids (or an id
+/// to position map) at four bytes per entry, the text staying in the
+/// queue's heads. A queue of a million variants is grouped without a
+/// million borrowed strings in a hash set.
+struct IdTable<'h, H: ?Sized> {
+    heads: &'h H,
+    id: fn(&H, usize) -> &str,
+    hasher: foldhash::fast::RandomState,
+    table: hashbrown::HashTable<u32>,
+}
 
-    for (index, item) in items.iter().enumerate() {
-        if truthy(item.get("is_variant")) {
-            continue;
+impl<'h, H: QueueHeads + ?Sized> IdTable<'h, H> {
+    fn new(heads: &'h H, id: fn(&H, usize) -> &str) -> Self {
+        Self {
+            heads,
+            id,
+            hasher: foldhash::fast::RandomState::default(),
+            table: hashbrown::HashTable::new(),
         }
-        let item_id = normalized_id(item, "item_id");
-        if item_id.is_empty() {
-            invalid[index] =
-                Some("recoverable episode seed items require a non-empty item_id".to_owned());
-            continue;
-        }
-        if let Some(&first) = seeds.get(&item_id) {
-            let reason = format!(
-                "recoverable episode seed item_id is duplicated: {}",
-                py_repr(Some(&Value::String(item_id.to_string())))
-            );
-            if invalid[first].is_none() {
-                invalid[first] = Some(reason.clone());
+    }
+
+    /// The position first inserted under `id`.
+    fn get(&self, id: &str) -> Option<usize> {
+        let hash = self.hasher.hash_one(id);
+        self.table
+            .find(hash, |&at| (self.id)(self.heads, at as usize) == id)
+            .map(|&at| at as usize)
+    }
+
+    /// Inserts `index` under its own id unless that id is present; whether
+    /// it was inserted.
+    fn insert(&mut self, index: usize) -> bool {
+        let (heads, id_of, hasher) = (self.heads, self.id, &self.hasher);
+        let id = id_of(heads, index);
+        let hash = hasher.hash_one(id);
+        match self.table.entry(
+            hash,
+            |&at| id_of(heads, at as usize) == id,
+            |&at| hasher.hash_one(id_of(heads, at as usize)),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(_) => false,
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                slot.insert(queue_position(index));
+                true
             }
-            invalid[index] = Some(reason);
+        }
+    }
+}
+
+fn classify<H: QueueHeads + ?Sized>(heads: &H) -> Classification {
+    let mut invalid: BTreeMap<usize, InvalidReason> = BTreeMap::new();
+    let mut seeds = IdTable::new(heads, H::item_id);
+    let mut ambiguous: HashSet<&str> = HashSet::new();
+
+    for index in 0..heads.len() {
+        if heads.is_variant(index) {
+            continue;
+        }
+        let item_id = heads.item_id(index);
+        if item_id.is_empty() {
+            invalid.insert(index, InvalidReason::EmptySeedId);
+            continue;
+        }
+        if let Some(first) = seeds.get(item_id) {
+            let reason = InvalidReason::DuplicatedSeed(item_id.to_owned());
+            invalid.entry(first).or_insert_with(|| reason.clone());
+            invalid.insert(index, reason);
             ambiguous.insert(item_id);
             continue;
         }
-        seeds.insert(item_id, index);
+        seeds.insert(index);
     }
 
-    let mut variants_of: HashMap<usize, Vec<usize>> = HashMap::new();
-    let mut variant_ids: HashSet<Cow<'_, str>> = HashSet::new();
-    for (index, item) in items.iter().enumerate() {
-        if !truthy(item.get("is_variant")) {
+    let mut variants_of: HashMap<usize, Vec<u32>> = HashMap::new();
+    let mut variant_ids = IdTable::new(heads, H::item_id);
+    for index in 0..heads.len() {
+        if !heads.is_variant(index) {
             continue;
         }
-        let item_id = normalized_id(item, "item_id");
+        let item_id = heads.item_id(index);
         if item_id.is_empty() {
-            invalid[index] =
-                Some("recoverable episode variant items require a non-empty item_id".to_owned());
+            invalid.insert(index, InvalidReason::EmptyVariantId);
             continue;
         }
-        let id_repr = || py_repr(Some(&Value::String(item_id.to_string())));
-        if seeds.contains_key(&item_id) {
-            invalid[index] = Some(format!(
-                "recoverable episode variant item_id collides with a seed item_id: {}",
-                id_repr()
-            ));
-            variant_ids.insert(item_id);
+        if seeds.get(item_id).is_some() {
+            invalid.insert(index, InvalidReason::CollidesWithSeed(item_id.to_owned()));
+            variant_ids.insert(index);
             continue;
         }
-        if variant_ids.contains(&item_id) {
-            invalid[index] = Some(format!(
-                "recoverable episode variant item_id is duplicated: {}",
-                id_repr()
-            ));
+        if !variant_ids.insert(index) {
+            invalid.insert(index, InvalidReason::DuplicatedVariant(item_id.to_owned()));
             continue;
         }
-        variant_ids.insert(item_id);
-        let seed_item_id = normalized_id(item, "seed_item_id");
-        if ambiguous.contains(&seed_item_id) {
-            invalid[index] = Some(format!(
-                "recoverable episode variant seed_item_id is ambiguous because the seed \
-                 item_id is duplicated: {}",
-                py_repr(Some(&Value::String(seed_item_id.into_owned())))
-            ));
+        let seed_item_id = heads.seed_item_id(index);
+        if ambiguous.contains(seed_item_id) {
+            invalid.insert(index, InvalidReason::AmbiguousSeed(seed_item_id.to_owned()));
             continue;
         }
-        match seeds.get(&seed_item_id) {
-            Some(&seed_index) if !seed_item_id.is_empty() => {
-                variants_of.entry(seed_index).or_default().push(index);
+        match seeds.get(seed_item_id) {
+            Some(seed_index) if !seed_item_id.is_empty() => {
+                variants_of
+                    .entry(seed_index)
+                    .or_default()
+                    .push(queue_position(index));
             }
             _ => {
-                invalid[index] = Some(format!(
-                    "recoverable episode variant requires seed_item_id matching an epoch seed: {}",
-                    py_repr(item.get("item_id"))
-                ));
+                invalid.insert(index, InvalidReason::UnknownSeed);
             }
         }
     }
@@ -221,12 +382,83 @@ fn classify(items: &[Item]) -> Classification {
     }
 }
 
+/// A queue position as stored in a [`UnitPlan`].
+fn queue_position(index: usize) -> u32 {
+    u32::try_from(index).expect("a queue holds fewer than 2^32 items")
+}
+
+/// Plans the units of a queue whose items have `heads` (reference
+/// `build_episode_execution_units`): `Err((index, reason))` with the
+/// lowest-index invalid item when `fatal_preflight`, else every unit in
+/// queue order — each valid seed's group where the seed was, each invalid
+/// item where it was.
+pub(crate) fn plan_units<H: QueueHeads + ?Sized>(
+    heads: &H,
+    arm: &str,
+    epoch: u32,
+    fatal_preflight: bool,
+) -> Result<Vec<UnitPlan>, (usize, InvalidReason)> {
+    let mut classification = classify(heads);
+    if fatal_preflight && let Some((index, reason)) = classification.first_invalid() {
+        return Err((index, reason.clone()));
+    }
+    let mut plans = Vec::new();
+    let mut group_index = 0u32;
+    for index in 0..heads.len() {
+        if let Some(reason) = classification.invalid.remove(&index) {
+            plans.push(UnitPlan::Invalid {
+                index: queue_position(index),
+                reason,
+            });
+            continue;
+        }
+        if heads.is_variant(index) {
+            continue; // scheduled inside its seed's group
+        }
+        group_index += 1;
+        let variants = classification
+            .variants_of
+            .remove(&index)
+            .unwrap_or_default();
+        let mut members = Vec::with_capacity(1 + variants.len());
+        members.push(queue_position(index));
+        members.extend(variants);
+        plans.push(UnitPlan::Group {
+            execution_group_id: GroupId::new(arm, epoch, group_index).to_string(),
+            seed_item_id: heads.item_id(index).to_owned(),
+            members,
+        });
+    }
+    Ok(plans)
+}
+
+/// The union of the members' keys, in first-seen order.
+pub(crate) fn union_keys<I, K>(members: I) -> Vec<String>
+where
+    I: IntoIterator<Item = K>,
+    K: IntoIterator<Item = String>,
+{
+    let mut union: Vec<String> = Vec::new();
+    for keys in members {
+        for key in keys {
+            if !union.contains(&key) {
+                union.push(key);
+            }
+        }
+    }
+    union
+}
+
 /// The reference's `fatal_preflight=True` check: `Err` with the reason of
 /// the lowest-index invalid item ([`ErrorType::InvalidItem`]), `Ok` when
 /// every item can be grouped. Makes no adapter call.
 pub fn fatal_preflight(items: &[Item]) -> Result<(), AdapterError> {
-    match classify(items).first_invalid() {
-        Some(reason) => Err(AdapterError::new(ErrorType::InvalidItem, reason)),
+    let heads: Vec<ItemHead<'_>> = items.iter().map(ItemHead::of).collect();
+    match classify(heads.as_slice()).first_invalid() {
+        Some((index, reason)) => Err(AdapterError::new(
+            ErrorType::InvalidItem,
+            reason.message(&items[index]),
+        )),
         None => Ok(()),
     }
 }
@@ -250,8 +482,10 @@ pub fn build_episode_execution_units(
     arm: &str,
     epoch: u32,
 ) -> Vec<ExecutionUnit> {
-    let classification = classify(&items);
-    assemble(items, classification, arm, epoch)
+    match build_units(items, arm, epoch, false) {
+        Ok(units) => units,
+        Err(_) => unreachable!("only a fatal preflight refuses a queue"),
+    }
 }
 
 /// [`build_episode_execution_units`] with the reference's
@@ -262,73 +496,49 @@ pub fn build_episode_execution_units_checked(
     arm: &str,
     epoch: u32,
 ) -> Result<Vec<ExecutionUnit>, AdapterError> {
-    let classification = classify(&items);
-    if let Some(reason) = classification.first_invalid() {
-        return Err(AdapterError::new(ErrorType::InvalidItem, reason));
-    }
-    Ok(assemble(items, classification, arm, epoch))
+    build_units(items, arm, epoch, true)
 }
 
-fn assemble(
+fn build_units(
     items: Vec<Item>,
-    mut classification: Classification,
     arm: &str,
     epoch: u32,
-) -> Vec<ExecutionUnit> {
-    let is_variant: Vec<bool> = items
-        .iter()
-        .map(|item| truthy(item.get("is_variant")))
-        .collect();
+    fatal_preflight: bool,
+) -> Result<Vec<ExecutionUnit>, AdapterError> {
+    let plans = {
+        let heads: Vec<ItemHead<'_>> = items.iter().map(ItemHead::of).collect();
+        plan_units(heads.as_slice(), arm, epoch, fatal_preflight).map_err(|(index, reason)| {
+            AdapterError::new(ErrorType::InvalidItem, reason.message(&items[index]))
+        })?
+    };
     let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
-    let mut units = Vec::with_capacity(slots.len());
-    let mut group_index = 0u32;
-    for index in 0..slots.len() {
-        if let Some(reason) = classification.invalid[index].take() {
-            let item = slots[index].take().expect("each item is placed once");
-            let concurrency_keys = item_concurrency_keys(&item);
-            units.push(ExecutionUnit::Invalid(InvalidUnit {
-                item,
-                reason,
-                concurrency_keys,
-            }));
-            continue;
-        }
-        if is_variant[index] {
-            continue; // scheduled inside its seed's group
-        }
-        let seed = slots[index].take().expect("each item is placed once");
-        group_index += 1;
-        let execution_group_id = GroupId::new(arm, epoch, group_index).to_string();
-        let seed_item_id = normalized_id(&seed, "item_id").into_owned();
-        let variant_indices = classification
-            .variants_of
-            .remove(&index)
-            .unwrap_or_default();
-        let mut group_items = Vec::with_capacity(1 + variant_indices.len());
-        group_items.push(seed);
-        for variant_index in variant_indices {
-            group_items.push(
-                slots[variant_index]
-                    .take()
-                    .expect("each item is placed once"),
-            );
-        }
-        let mut concurrency_keys: Vec<String> = Vec::new();
-        for item in &group_items {
-            for key in item_concurrency_keys(item) {
-                if !concurrency_keys.contains(&key) {
-                    concurrency_keys.push(key);
-                }
+    let mut take = |index: u32| {
+        slots[index as usize]
+            .take()
+            .expect("each item is placed once")
+    };
+    Ok(plans
+        .into_iter()
+        .map(|plan| match plan {
+            UnitPlan::Invalid { index, reason } => {
+                ExecutionUnit::Invalid(InvalidUnit::found(take(index), &reason))
             }
-        }
-        units.push(ExecutionUnit::Group(EpisodeGroup {
-            execution_group_id,
-            seed_item_id,
-            items: group_items,
-            concurrency_keys,
-        }));
-    }
-    units
+            UnitPlan::Group {
+                execution_group_id,
+                seed_item_id,
+                members,
+            } => {
+                let items: Vec<Item> = members.into_iter().map(&mut take).collect();
+                let concurrency_keys = union_keys(items.iter().map(item_concurrency_keys));
+                ExecutionUnit::Group(EpisodeGroup {
+                    execution_group_id,
+                    seed_item_id,
+                    items,
+                    concurrency_keys,
+                })
+            }
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 //! - `duration_minutes` is host-measured (see [`crate::episode::group`]).
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -27,8 +27,10 @@ use crate::episode::clock::{Clock, SystemClock};
 use crate::episode::metrics::{ExecutionMetrics, MetricsAccumulator, combine_execution_metrics};
 use crate::episode::policy::{FailurePolicy, FatalError};
 use crate::episode::records::set_field;
+use crate::episode::stored::{StoredItems, StoredUnit, StoredUnitsError};
 use crate::episode::units::{
-    build_episode_execution_units, build_episode_execution_units_checked, fatal_preflight,
+    ExecutionUnit, build_episode_execution_units, build_episode_execution_units_checked,
+    fatal_preflight,
 };
 use crate::episode::value::{json_f64, round_to, str_or_empty, truthy};
 
@@ -293,29 +295,43 @@ where
             stop_reason = reason;
             break;
         }
-        let seed_items = seeds.list_seed_items(arm, epoch).map_err(ArmError::Seeds)?;
-        if seed_items.is_empty() {
-            stop_reason = StopReason::SeedQueueEmpty;
-            break;
-        }
-        if episode_mode.is_some() && policy.is_fatal() {
-            // Variant compilation calls adapter code: malformed seeds must
-            // be rejected before it can cause effects.
-            fatal_preflight(&seed_items).map_err(|e| ArmError::Fatal(FatalError::new(e)))?;
-        }
-        let work = epoch_work(
-            seed_items,
-            catalog.as_deref_mut(),
-            seeds,
-            epoch,
-            config,
-            observer,
-            clock,
-        )?;
-        let queue_size = work.queue.len();
+        // Seeds kept on disk are grouped where they lie when nothing needs
+        // them held: no catalog to select variants against them, and
+        // episode groups to read them into.
+        let stored = match seeds.stored_seed_items(arm, epoch) {
+            Some(stored) if catalog.is_none() && episode_mode.is_some() => Some(stored),
+            _ => None,
+        };
+        let (queue_size, units, work) = if let Some(stored) = stored {
+            let units = stored_work_units(&stored, policy, arm, epoch)?;
+            (stored.len(), units, EpochWork::default())
+        } else {
+            let seed_items = seeds.list_seed_items(arm, epoch).map_err(ArmError::Seeds)?;
+            if seed_items.is_empty() {
+                stop_reason = StopReason::SeedQueueEmpty;
+                break;
+            }
+            if episode_mode.is_some() && policy.is_fatal() {
+                // Variant compilation calls adapter code: malformed seeds
+                // must be rejected before it can cause effects.
+                fatal_preflight(&seed_items).map_err(|e| ArmError::Fatal(FatalError::new(e)))?;
+            }
+            let mut work = epoch_work(
+                seed_items,
+                catalog.as_deref_mut(),
+                seeds,
+                epoch,
+                config,
+                observer,
+                clock,
+            )?;
+            let queue = std::mem::take(&mut work.queue);
+            let queue_size = queue.len();
+            let units = work_units(queue, episode_mode.is_some(), policy, arm, epoch)?;
+            (queue_size, units, work)
+        };
 
         let epoch_start = clock.now();
-        let units = work_units(work.queue, episode_mode.is_some(), policy, arm, epoch)?;
         let unit_count = units.len();
         observer.on_event(&ArmEvent::EpochStarted {
             epoch,
@@ -426,6 +442,7 @@ struct EpochTotals {
 
 /// The items of an epoch: its seeds, then the catalog's variants, with the
 /// frontier's audit and the records of variants that failed to compile.
+#[derive(Default)]
 struct EpochWork {
     queue: Vec<Item>,
     frontier: Option<FrontierAudit>,
@@ -689,6 +706,32 @@ fn epoch_work<S: SeedSource + ?Sized>(
     })
 }
 
+/// The epoch's work units from seeds kept on disk: each group stays there
+/// until a lane runs it (the fatal policy rejects the first invalid item
+/// before dispatch, as [`work_units`] does).
+fn stored_work_units(
+    stored: &Arc<StoredItems>,
+    policy: FailurePolicy,
+    arm: &str,
+    epoch: u32,
+) -> Result<Vec<WorkUnit>, ArmError> {
+    let units = stored
+        .units(arm, epoch, policy.is_fatal())
+        .map_err(|error| match error {
+            StoredUnitsError::Invalid(error) => ArmError::Fatal(FatalError::new(error)),
+            StoredUnitsError::Read(source) => {
+                ArmError::io(format!("cannot read {}", stored.path().display()), source)
+            }
+        })?;
+    Ok(units
+        .into_iter()
+        .map(|unit| match unit {
+            StoredUnit::Group(group) => WorkUnit::Stored(group),
+            StoredUnit::Invalid(invalid) => WorkUnit::Episode(ExecutionUnit::Invalid(invalid)),
+        })
+        .collect())
+}
+
 /// The epoch's work units: episode units (the fatal policy rejects the
 /// first invalid item before dispatch), or one standalone unit per item.
 fn work_units(
@@ -867,7 +910,7 @@ mod tests {
         fn run(
             &self,
             config: &ArmConfig,
-            seeds: &mut ScriptedSeeds,
+            seeds: &mut dyn SeedSource,
             output: &mut impl ArmOutput,
             catalog: Option<&mut VariantCatalog>,
             clock: &dyn Clock,
@@ -999,6 +1042,61 @@ mod tests {
         assert_eq!(written, serde_json::to_value(&summary).unwrap());
         assert_eq!(written["stop_reason"], json!("max_epochs"));
         assert_eq!(*harness.adapter.open_handles.lock().unwrap(), 0);
+    }
+
+    /// Seeds from an items file stay on disk until their group runs; the
+    /// run they make is the one the same items make held in memory.
+    #[test]
+    fn seeds_kept_on_disk_run_exactly_as_held_seeds() {
+        let mut items = Vec::new();
+        for s in 0..4 {
+            items.push(seed(&format!("s{s}"), &format!("fam{}", s % 2)));
+            for v in 0..3 {
+                items.push(obj(json!({
+                    "item_id": format!("s{s}~v{v}"), "family": format!("fam{}", s % 2),
+                    "is_variant": true, "seed_item_id": format!("s{s}"),
+                    "variant_spec": {"spec_id": format!("v{v}")},
+                })));
+            }
+        }
+        // Invalid items are recorded the same way too.
+        items.push(obj(
+            json!({"item_id": "orphan", "is_variant": true, "seed_item_id": "gone"}),
+        ));
+        items.push(seed("s0", "dup"));
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        for item in &items {
+            writeln!(file, "{}", Value::Object(item.clone())).unwrap();
+        }
+
+        // One directory, emptied between the runs: the summary names it.
+        let dir = tempfile::tempdir().unwrap();
+        let run = |seeds: &mut dyn SeedSource| {
+            let _ = fs::remove_dir_all(dir.path().join("run"));
+            let mut run_dir = RunDir::new(dir.path().join("run"));
+            let summary = Harness::new(Script::episode())
+                .run(&config(2), seeds, &mut run_dir, None, &ManualClock::new())
+                .unwrap();
+            (
+                fs::read_to_string(run_dir.records_path()).unwrap(),
+                fs::read_to_string(run_dir.epochs_path()).unwrap(),
+                serde_json::to_value(&summary).unwrap(),
+            )
+        };
+        let stored = crate::harness::items_file::load_items_file(file.path()).unwrap();
+        let mut on_disk = crate::harness::items_file::FileSeeds::new(stored, 2, None);
+        assert!(on_disk.stored_seed_items("main", 1).is_some());
+        let (records, epochs, summary) = run(&mut on_disk);
+        let mut held = ScriptedSeeds::new(vec![items.clone(), items, Vec::new()]);
+        let expected = run(&mut held);
+        assert_eq!(records, expected.0);
+        assert_eq!(epochs, expected.1);
+        assert_eq!(summary, expected.2);
+        // Per epoch: three groups of a prefix and four items; the seed
+        // `s0` given twice makes both copies and its three variants
+        // invalid, and the orphan is invalid: 15 + 6.
+        assert_eq!(records.lines().count(), 2 * (3 * 5 + 6));
+        assert!(records.contains("variant requires seed_item_id matching an epoch seed"));
     }
 
     #[test]

@@ -59,6 +59,15 @@ impl From<FatalError> for ArmError {
     }
 }
 
+impl From<super::work::UnitError> for ArmError {
+    fn from(error: super::work::UnitError) -> Self {
+        match error {
+            super::work::UnitError::Fatal(error) => ArmError::Fatal(error),
+            super::work::UnitError::Read { context, source } => ArmError::Io { context, source },
+        }
+    }
+}
+
 impl ArmError {
     /// An [`ArmError::Io`] with `context`.
     pub fn io(context: impl Into<String>, source: io::Error) -> Self {

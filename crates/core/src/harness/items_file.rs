@@ -1,10 +1,14 @@
 //! Reading `--items FILE.jsonl`: one JSON object per line. Errors name the
 //! file, the 1-based line and the field.
 
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
 use std::path::Path;
+use std::sync::Arc;
 
+use super::item_line::check_line;
 use crate::episode::adapter::{AdapterError, ErrorType, Item, SeedSource};
-use crate::episode::value::{MAX_INPUT_NESTING, nesting_depth};
+use crate::episode::stored::StoredItems;
 
 /// Why an items file could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -38,114 +42,109 @@ pub enum ItemsFileError {
 /// Read every non-blank line of `path` as one item. Blank lines are
 /// skipped. `item_id`, when present, must be a string or a number;
 /// `is_variant` a boolean; `seed_item_id` a string; `concurrency_keys` an
-/// array; no field may nest arrays and objects past [`MAX_INPUT_NESTING`]
-/// levels (counting the item's own). Text that is not UTF-8 is an error
-/// naming its line. Shape rules beyond types (empty or duplicate ids,
-/// unknown seeds) are the episode runtime's to judge under the failure
-/// policy.
-pub fn read_items_file(path: &Path) -> Result<Vec<Item>, ItemsFileError> {
+/// array; no field may nest arrays and objects past
+/// [`crate::episode::value::MAX_INPUT_NESTING`] levels (counting the
+/// item's own). Text that is not UTF-8 is an error naming its line. Shape
+/// rules beyond types (empty or duplicate ids, unknown seeds) are the
+/// episode runtime's to judge under the failure policy.
+///
+/// The items are checked as they are read, a line at a time, and kept
+/// compactly ([`StoredItems`]: where each line is, plus the fields grouping
+/// reads); the first error found, by line, is the one reported.
+pub fn load_items_file(path: &Path) -> Result<StoredItems, ItemsFileError> {
     let shown = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| ItemsFileError::Read {
+    let read_error = |source| ItemsFileError::Read {
         path: shown.clone(),
         source,
-    })?;
-    let text = String::from_utf8(bytes).map_err(|error| {
-        let valid = &error.as_bytes()[..error.utf8_error().valid_up_to()];
-        let line_start = valid
-            .iter()
-            .rposition(|b| *b == b'\n')
-            .map_or(0, |at| at + 1);
-        ItemsFileError::Line {
-            path: shown.clone(),
-            line: valid.iter().filter(|b| **b == b'\n').count() + 1,
-            message: format!("not valid UTF-8 (byte {})", valid.len() - line_start + 1),
+    };
+    let file = File::open(path).map_err(read_error)?;
+    let mut reader = BufReader::with_capacity(1 << 20, file.try_clone().map_err(read_error)?);
+    let mut stored = StoredItems::new(path, file);
+    // Sized once from the line count, so a large file is not copied as its
+    // store grows.
+    stored.reserve(count_lines(&mut reader).map_err(read_error)?);
+    let mut buffer = Vec::new();
+    let mut offset = 0u64;
+    let mut line_no = 0usize;
+    loop {
+        buffer.clear();
+        let read = reader.read_until(b'\n', &mut buffer).map_err(read_error)?;
+        if read == 0 {
+            break;
         }
-    })?;
-    let mut items = Vec::new();
-    // A UTF-8 byte-order mark some editors write is not part of the data.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    for (index, line) in text.lines().enumerate() {
-        let line_no = index + 1;
-        let trimmed = line.trim();
-        if trimmed.is_empty() {
-            continue;
-        }
+        line_no += 1;
+        let line_start = offset;
+        offset += read as u64;
         let fail = |message: String| ItemsFileError::Line {
             path: shown.clone(),
             line: line_no,
             message,
         };
-        let value: serde_json::Value = serde_json::from_str(trimmed)
-            .map_err(|error| fail(format!("not valid JSON: {error}")))?;
-        let serde_json::Value::Object(item) = value else {
-            return Err(fail("each line must be one JSON object".to_string()));
+        let text = std::str::from_utf8(&buffer).map_err(|error| {
+            fail(format!(
+                "not valid UTF-8 (byte {})",
+                error.valid_up_to() + 1
+            ))
+        })?;
+        // A UTF-8 byte-order mark some editors write is not part of the data.
+        let text = if line_no == 1 {
+            text.strip_prefix('\u{feff}').unwrap_or(text)
+        } else {
+            text
         };
-        if let Some((field, depth)) = item
-            .iter()
-            .map(|(field, value)| (field, nesting_depth(value) + 1))
-            .find(|(_, depth)| *depth > MAX_INPUT_NESTING)
-        {
-            return Err(fail(format!(
-                "field `{field}` nests arrays and objects {depth} levels deep, over the limit of {MAX_INPUT_NESTING}"
-            )));
+        let trimmed = text.trim();
+        if trimmed.is_empty() {
+            continue;
         }
-        check_field(
-            &item,
-            "item_id",
-            |v| v.is_string() || v.is_number() || v.is_null(),
-            "a string",
-        )
-        .map_err(&fail)?;
-        check_field(
-            &item,
-            "is_variant",
-            |v| v.is_boolean() || v.is_null(),
-            "true or false",
-        )
-        .map_err(&fail)?;
-        check_field(
-            &item,
-            "seed_item_id",
-            |v| v.is_string() || v.is_null(),
-            "a string",
-        )
-        .map_err(&fail)?;
-        check_field(
-            &item,
-            "concurrency_keys",
-            |v| v.is_array() || v.is_null(),
-            "an array of strings",
-        )
-        .map_err(&fail)?;
-        items.push(item);
+        let fields = check_line(trimmed).map_err(&fail)?;
+        let at = line_start + (trimmed.as_ptr() as usize - buffer.as_ptr() as usize) as u64;
+        stored
+            .push(at, trimmed.as_bytes(), &fields)
+            .map_err(|error| fail(error.to_string()))?;
     }
-    if items.is_empty() {
+    if stored.is_empty() {
         return Err(ItemsFileError::Empty { path: shown });
     }
-    Ok(items)
+    stored.shrink_to_fit();
+    Ok(stored)
 }
 
-fn check_field(
-    item: &Item,
-    field: &str,
-    ok: impl Fn(&serde_json::Value) -> bool,
-    expected: &str,
-) -> Result<(), String> {
-    match item.get(field) {
-        Some(value) if !ok(value) => {
-            Err(format!("field `{field}` must be {expected}, got {value}"))
-        }
-        _ => Ok(()),
+/// The lines of what `reader` holds (a last line without a newline
+/// counts), leaving it at its start.
+fn count_lines(reader: &mut BufReader<File>) -> io::Result<usize> {
+    let mut lines = 0;
+    let mut last = b'\n';
+    loop {
+        let chunk = reader.fill_buf()?;
+        let Some(&end) = chunk.last() else { break };
+        lines += chunk.iter().filter(|&&b| b == b'\n').count();
+        last = end;
+        let consumed = chunk.len();
+        reader.consume(consumed);
     }
+    reader.seek(SeekFrom::Start(0))?;
+    Ok(lines + usize::from(last != b'\n'))
+}
+
+/// [`load_items_file`], every item read back and parsed: for callers that
+/// need the items themselves rather than a run's queue.
+pub fn read_items_file(path: &Path) -> Result<Vec<Item>, ItemsFileError> {
+    load_items_file(path)?
+        .read_all()
+        .map_err(|source| ItemsFileError::Read {
+            path: path.display().to_string(),
+            source,
+        })
 }
 
 /// A [`SeedSource`] whose seeds are an items file's items, offered again
 /// every epoch up to `epochs` (after that, none: the run ends with
 /// `seed_queue_empty`), and whose variants are compiled by another source
-/// (the adapter's control instance), when there is one. The last epoch
-/// takes the items without copying them.
+/// (the adapter's control instance), when there is one. The items stay on
+/// disk ([`SeedSource::stored_seed_items`]); [`SeedSource::list_seed_items`]
+/// reads them back for callers that need them held.
 pub struct FileSeeds<'a> {
-    items: Vec<Item>,
+    items: Arc<StoredItems>,
     epochs: u32,
     compiler: Option<&'a mut dyn SeedSource>,
 }
@@ -153,9 +152,9 @@ pub struct FileSeeds<'a> {
 impl<'a> FileSeeds<'a> {
     /// Seeds `items` for epochs `1..=epochs`; `compiler` compiles catalog
     /// specs.
-    pub fn new(items: Vec<Item>, epochs: u32, compiler: Option<&'a mut dyn SeedSource>) -> Self {
+    pub fn new(items: StoredItems, epochs: u32, compiler: Option<&'a mut dyn SeedSource>) -> Self {
         Self {
-            items,
+            items: Arc::new(items),
             epochs,
             compiler,
         }
@@ -164,13 +163,19 @@ impl<'a> FileSeeds<'a> {
 
 impl SeedSource for FileSeeds<'_> {
     fn list_seed_items(&mut self, _arm: &str, epoch: u32) -> Result<Vec<Item>, AdapterError> {
-        Ok(if epoch < self.epochs {
-            self.items.clone()
-        } else if epoch == self.epochs {
-            std::mem::take(&mut self.items)
-        } else {
-            Vec::new()
+        if epoch > self.epochs {
+            return Ok(Vec::new());
+        }
+        self.items.read_all().map_err(|error| {
+            AdapterError::new(
+                ErrorType::AdapterError,
+                format!("cannot read {}: {error}", self.items.path().display()),
+            )
         })
+    }
+
+    fn stored_seed_items(&mut self, _arm: &str, epoch: u32) -> Option<Arc<StoredItems>> {
+        (epoch <= self.epochs).then(|| Arc::clone(&self.items))
     }
 
     fn compile_variant(&mut self, spec: &Item, seed: &Item) -> Result<Item, AdapterError> {

@@ -30,7 +30,7 @@
 //! specs and frontier selection), [`checkpoint`], [`run_dir`] (outputs),
 //! [`run_files`] (the run directory's file names, `failure.json`),
 //! [`manifest`] (`manifest.json`), [`summary`] (JSON shapes), [`config`], [`error`], [`items_file`] (seeds
-//! from a JSONL file, for the CLI).
+//! from a JSONL file, for the CLI, each line checked by `item_line`).
 
 pub mod arm;
 pub mod atomic;
@@ -39,7 +39,9 @@ pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod grant_check;
+mod item_line;
 pub mod items_file;
+pub mod json_list;
 pub mod manifest;
 pub mod novelty;
 pub mod queue;

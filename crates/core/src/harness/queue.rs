@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use foldhash::{HashMap, HashMapExt};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
+use super::json_list::JsonList;
 use crate::episode::adapter::{AdapterError, CallContext, ErrorType, Record};
 use crate::episode::clock::Clock;
 use crate::episode::policy::FatalError;
@@ -67,12 +67,12 @@ pub struct LaneSummary {
     pub record_count: usize,
     /// `item_id` of each record, in production order. Omitted when empty
     /// and from checkpoints (they are in `epochs.jsonl`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub item_ids: Vec<Value>,
+    #[serde(default, skip_serializing_if = "JsonList::is_empty")]
+    pub item_ids: JsonList,
     /// `family` of each record, in production order. Omitted when empty
     /// and from checkpoints.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub families: Vec<Value>,
+    #[serde(default, skip_serializing_if = "JsonList::is_empty")]
+    pub families: JsonList,
 }
 
 impl LaneSummary {
@@ -84,8 +84,8 @@ impl LaneSummary {
             wall_minutes: self.wall_minutes,
             unit_count: self.unit_count,
             record_count: self.record_count,
-            item_ids: Vec::new(),
-            families: Vec::new(),
+            item_ids: JsonList::new(),
+            families: JsonList::new(),
         }
     }
 }
@@ -245,8 +245,8 @@ where
         wall_minutes: 0.0,
         unit_count: 0,
         record_count: 0,
-        item_ids: Vec::new(),
-        families: Vec::new(),
+        item_ids: JsonList::new(),
+        families: JsonList::new(),
     };
     if lane_index > 0 && !config.stagger.is_zero() {
         let delay = config
@@ -293,12 +293,8 @@ where
             summary.unit_count += 1;
             summary.record_count += records.len();
             for record in &records {
-                summary
-                    .item_ids
-                    .push(record.get("item_id").cloned().unwrap_or(Value::Null));
-                summary
-                    .families
-                    .push(record.get("family").cloned().unwrap_or(Value::Null));
+                summary.item_ids.push(record.get("item_id"));
+                summary.families.push(record.get("family"));
             }
             let done = UnitDone {
                 lane_index,
@@ -557,7 +553,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
     use crate::episode::clock::SystemClock;
@@ -868,10 +864,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(seen.into_inner().unwrap(), vec!["a", "b"]);
-        let mut ids: Vec<Value> = lanes.iter().flat_map(|l| l.item_ids.clone()).collect();
+        let mut ids: Vec<Value> = lanes.iter().flat_map(|l| l.item_ids.values()).collect();
         ids.sort_by_key(|v| v.to_string());
         assert_eq!(ids, vec![json!("a"), json!("b")]);
-        let families: Vec<Value> = lanes.iter().flat_map(|l| l.families.clone()).collect();
+        let families: Vec<Value> = lanes.iter().flat_map(|l| l.families.values()).collect();
         assert_eq!(families.len(), 2);
     }
 

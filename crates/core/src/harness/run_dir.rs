@@ -117,7 +117,6 @@ pub struct RunDir {
     /// Serialised records not yet written.
     pending: Vec<u8>,
     flush_interval: Duration,
-    line: Vec<u8>,
     summary_extra: Map<String, Value>,
     summary_late: Option<SummaryLate>,
     side_writes: Option<SideWriteCheck>,
@@ -145,7 +144,6 @@ impl RunDir {
             offsets: OutputOffsets::default(),
             pending: Vec::with_capacity(64 * 1024),
             flush_interval: DEFAULT_FLUSH_INTERVAL,
-            line: Vec::with_capacity(4096),
             summary_extra: Map::new(),
             summary_late: None,
             side_writes: None,
@@ -374,14 +372,29 @@ impl ArmOutput for RunDir {
         (!self.flush_interval.is_zero()).then_some(self.flush_interval)
     }
 
+    /// Streams the summary into `epochs.jsonl` rather than building its
+    /// line first: an epoch of a million records lists a million item ids.
     fn append_epoch(&mut self, epoch: &EpochSummary) -> Result<(), ArmError> {
-        self.line.clear();
-        serde_json::to_writer(&mut self.line, epoch)
-            .map_err(|e| ArmError::io("serialising an epoch summary", io::Error::other(e)))?;
-        self.line.push(b'\n');
-        let root = &self.root;
-        Self::append(&mut self.epochs, &self.line, || root.join(EPOCHS_FILE))?;
-        self.offsets.epochs_jsonl_bytes += self.line.len() as u64;
+        let failed = |root: &Path, e| {
+            ArmError::io(format!("writing {}", root.join(EPOCHS_FILE).display()), e)
+        };
+        let Some(file) = self.epochs.as_mut() else {
+            return Err(failed(
+                &self.root,
+                io::Error::other("the run was not begun"),
+            ));
+        };
+        let mut writer = CountingWriter {
+            inner: io::BufWriter::with_capacity(1 << 16, file),
+            written: 0,
+        };
+        let streamed = serde_json::to_writer(&mut writer, epoch)
+            .map_err(io::Error::other)
+            .and_then(|()| writer.write_all(b"\n"))
+            .and_then(|()| writer.flush());
+        let written = writer.written;
+        streamed.map_err(|e| failed(&self.root, e))?;
+        self.offsets.epochs_jsonl_bytes += written;
         Ok(())
     }
 
@@ -440,6 +453,24 @@ impl Drop for RunDir {
     /// Writes out buffered records (best effort).
     fn drop(&mut self) {
         let _ = self.flush();
+    }
+}
+
+/// A writer that counts the bytes it passed on.
+struct CountingWriter<W> {
+    inner: W,
+    written: u64,
+}
+
+impl<W: Write> Write for CountingWriter<W> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(bytes)?;
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
     }
 }
 

@@ -9,6 +9,7 @@ use crate::episode::clock::Clock;
 use crate::episode::group::execute_episode_group;
 use crate::episode::policy::{FailurePolicy, FatalError};
 use crate::episode::records::{adapter_error_record, set_field};
+use crate::episode::stored::StoredGroup;
 use crate::episode::units::{ExecutionUnit, item_concurrency_keys};
 use crate::episode::value::{json_f64, truthy};
 
@@ -36,10 +37,13 @@ impl StandaloneItem {
 }
 
 /// One unit of an epoch's queue.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug)]
 pub enum WorkUnit {
     /// An episode group or invalid unit (episode mode).
     Episode(ExecutionUnit),
+    /// An episode group whose items are still in their items file: read
+    /// when a lane runs it (episode mode, seeds from `--items`).
+    Stored(StoredGroup),
     /// A plain item (standalone mode).
     Standalone(StandaloneItem),
 }
@@ -48,6 +52,7 @@ impl QueueUnit for WorkUnit {
     fn concurrency_keys(&self) -> &[String] {
         match self {
             WorkUnit::Episode(unit) => unit.concurrency_keys(),
+            WorkUnit::Stored(group) => &group.concurrency_keys,
             WorkUnit::Standalone(item) => &item.concurrency_keys,
         }
     }
@@ -113,21 +118,56 @@ fn set_if_missing(record: &mut Record, key: &str, value: Option<&Value>) {
 }
 
 /// Runs one queue unit on a lane's adapter: episode units through
-/// [`execute_episode_group`], plain items through
-/// [`execute_standalone_item`].
+/// [`execute_episode_group`] (a stored group's items read first), plain
+/// items through [`execute_standalone_item`].
+///
+/// # Errors
+/// [`UnitError::Fatal`] as the runtime decides under `policy`;
+/// [`UnitError::Read`] when a stored group's items cannot be read back
+/// (the items file was changed or removed under the run).
 pub fn execute_work_unit<A: EpisodeAdapter + ?Sized>(
     adapter: &mut A,
     unit: &WorkUnit,
     ctx: &CallContext,
     policy: FailurePolicy,
     clock: &dyn Clock,
-) -> Result<Vec<Record>, FatalError> {
-    match unit {
-        WorkUnit::Episode(unit) => execute_episode_group(adapter, unit, ctx, policy, clock),
-        WorkUnit::Standalone(item) => {
-            execute_standalone_item(adapter, &item.item, ctx, policy, clock).map(|r| vec![r])
+) -> Result<Vec<Record>, UnitError> {
+    Ok(match unit {
+        WorkUnit::Episode(unit) => execute_episode_group(adapter, unit, ctx, policy, clock)?,
+        WorkUnit::Stored(group) => {
+            let unit = group.load().map_err(|source| UnitError::Read {
+                context: format!(
+                    "cannot read the items of {} from {}",
+                    group.execution_group_id,
+                    group.path().display()
+                ),
+                source,
+            })?;
+            execute_episode_group(adapter, &unit, ctx, policy, clock)?
         }
-    }
+        WorkUnit::Standalone(item) => {
+            vec![execute_standalone_item(
+                adapter, &item.item, ctx, policy, clock,
+            )?]
+        }
+    })
+}
+
+/// Why a lane could not run a unit.
+#[derive(Debug, thiserror::Error)]
+pub enum UnitError {
+    /// The failure policy stopped the arm.
+    #[error(transparent)]
+    Fatal(#[from] FatalError),
+    /// A stored group's items could not be read back.
+    #[error("{context}: {source}")]
+    Read {
+        /// What was being read.
+        context: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 #[cfg(test)]

@@ -1,0 +1,547 @@
+//! A queue's items kept on disk: where each item's line is in its file and
+//! the few fields grouping reads, so that an epoch of a million items costs
+//! tens of bytes per item instead of a parsed JSON map each.
+//!
+//! A [`StoredItems`] is filled once by the items-file reader
+//! ([`crate::harness::items_file::load_items_file`]), which has already
+//! checked every line. Each epoch groups it by its heads alone
+//! ([`StoredItems::units`]); a queue lane reads and parses a group's items
+//! only when it runs that group ([`StoredGroup::load`]), and drops them with
+//! its records.
+//!
+//! The grouping rules are the held items' ones ([`super::units`]); only the
+//! item's storage differs.
+
+use std::fs::File;
+use std::hash::BuildHasher;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::adapter::{AdapterError, ErrorType, Item};
+use super::units::{
+    EpisodeGroup, ExecutionUnit, InvalidUnit, ItemHead, QueueHeads, UnitPlan,
+    item_concurrency_keys, plan_units, union_keys,
+};
+
+/// Text in [`StoredItems`]' arena: `len` bytes from `start`.
+#[derive(Clone, Copy, Debug, Default)]
+struct TextRef {
+    start: u32,
+    len: u32,
+}
+
+/// One stored item: its line's place in the file, a hash of its bytes (to
+/// notice a file changed under the run), and its grouping fields. 40 bytes.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    offset: u64,
+    len: u32,
+    hash: u32,
+    item_id: TextRef,
+    seed_item_id: TextRef,
+    keys_start: u32,
+    /// The number of concurrency keys, and [`VARIANT_FLAG`] when
+    /// `is_variant` is truthy.
+    keys_len_and_flag: u32,
+}
+
+/// The bit of [`Entry::keys_len_and_flag`] that marks a variant.
+const VARIANT_FLAG: u32 = 1 << 31;
+
+impl Entry {
+    fn is_variant(&self) -> bool {
+        self.keys_len_and_flag & VARIANT_FLAG != 0
+    }
+
+    fn keys_len(&self) -> u32 {
+        self.keys_len_and_flag & !VARIANT_FLAG
+    }
+}
+
+/// Why an item could not be added to a [`StoredItems`].
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The ids and keys of the file's items outgrow the 4 GiB the store
+    /// addresses, or a line is longer than 4 GiB.
+    #[error("the items file is too large to hold compactly ({what} over 4 GiB)")]
+    TooLarge {
+        /// What overflowed.
+        what: &'static str,
+    },
+}
+
+/// The items of one items file, kept as positions in it plus their grouping
+/// fields (`item_id`, `seed_item_id`, `is_variant`, their
+/// [`item_concurrency_keys`]). About 60 bytes per item plus its ids' text.
+///
+/// The file stays open; items are read back with positioned reads, so no
+/// cursor is shared between the lanes that read it.
+#[derive(Debug)]
+pub struct StoredItems {
+    path: PathBuf,
+    file: File,
+    entries: Vec<Entry>,
+    text: String,
+    keys: Vec<TextRef>,
+}
+
+/// The hash of a stored line (fixed seed: the same bytes always hash
+/// alike), folded to 32 bits.
+fn line_hash(bytes: &[u8]) -> u32 {
+    let hash = foldhash::fast::FixedState::with_seed(0x5a4d_1005).hash_one(bytes);
+    (hash ^ (hash >> 32)) as u32
+}
+
+impl StoredItems {
+    /// An empty store of the items in `file`, read from `path` (named in
+    /// errors).
+    pub fn new(path: impl Into<PathBuf>, file: File) -> Self {
+        Self {
+            path: path.into(),
+            file,
+            entries: Vec::new(),
+            text: String::new(),
+            keys: Vec::new(),
+        }
+    }
+
+    /// Adds the item whose JSON text is `bytes`, at byte `offset` of the
+    /// file. `fields` holds (at least) the item's
+    /// grouping fields — `item_id`, `is_variant`, `seed_item_id`,
+    /// `concurrency_keys`, `concurrency_key`, `family` — as parsed from
+    /// that text; nothing else is read from it.
+    ///
+    /// # Errors
+    /// [`StoreError::TooLarge`] when the store's text passes 4 GiB.
+    pub fn push(&mut self, offset: u64, bytes: &[u8], fields: &Item) -> Result<(), StoreError> {
+        let head = ItemHead::of(fields);
+        let len =
+            u32::try_from(bytes.len()).map_err(|_| StoreError::TooLarge { what: "a line" })?;
+        let item_id = self.intern(&head.item_id)?;
+        let seed_item_id = if head.is_variant {
+            self.intern(&head.seed_item_id)?
+        } else {
+            TextRef::default()
+        };
+        let keys_start = self.keys.len();
+        for key in item_concurrency_keys(fields) {
+            let key = self.intern(&key)?;
+            self.keys.push(key);
+        }
+        let too_many = || StoreError::TooLarge { what: "the keys" };
+        let keys_start = u32::try_from(keys_start).map_err(|_| too_many())?;
+        let keys_len = u32::try_from(self.keys.len()).map_err(|_| too_many())? - keys_start;
+        if keys_len >= VARIANT_FLAG {
+            return Err(too_many());
+        }
+        self.entries.push(Entry {
+            offset,
+            len,
+            hash: line_hash(bytes),
+            item_id,
+            seed_item_id,
+            keys_start,
+            keys_len_and_flag: keys_len | if head.is_variant { VARIANT_FLAG } else { 0 },
+        });
+        Ok(())
+    }
+
+    fn intern(&mut self, text: &str) -> Result<TextRef, StoreError> {
+        let too_large = || StoreError::TooLarge { what: "the ids" };
+        let start = u32::try_from(self.text.len()).map_err(|_| too_large())?;
+        let len = u32::try_from(text.len()).map_err(|_| too_large())?;
+        start.checked_add(len).ok_or_else(too_large)?;
+        self.text.push_str(text);
+        Ok(TextRef { start, len })
+    }
+
+    fn text(&self, at: TextRef) -> &str {
+        &self.text[at.start as usize..(at.start + at.len) as usize]
+    }
+
+    /// Makes room for `items` more items (one concurrency key each).
+    pub fn reserve(&mut self, items: usize) {
+        self.entries.reserve_exact(items);
+        self.keys.reserve_exact(items);
+    }
+
+    /// Sheds spare capacity worth the copy (over a quarter of what is
+    /// used), once filling is done.
+    pub fn shrink_to_fit(&mut self) {
+        fn shrink<T>(vec: &mut Vec<T>) {
+            if vec.capacity() - vec.len() > vec.len() / 4 {
+                vec.shrink_to_fit();
+            }
+        }
+        shrink(&mut self.entries);
+        shrink(&mut self.keys);
+        if self.text.capacity() - self.text.len() > self.text.len() / 4 {
+            self.text.shrink_to_fit();
+        }
+    }
+
+    /// The items file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How many items the file holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the file holds no items.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The concurrency keys of the item at `index`.
+    fn keys_of(&self, index: usize) -> impl Iterator<Item = String> + '_ {
+        let entry = &self.entries[index];
+        let start = entry.keys_start as usize;
+        let keys = &self.keys[start..start + entry.keys_len() as usize];
+        keys.iter().map(|key| self.text(*key).to_owned())
+    }
+
+    /// Reads and parses the item at `index`.
+    ///
+    /// # Errors
+    /// The read's I/O error, or [`io::ErrorKind::InvalidData`] when the
+    /// file no longer holds the line it held when it was loaded.
+    pub fn read(&self, index: usize) -> io::Result<Item> {
+        let entry = &self.entries[index];
+        let mut bytes = vec![0; entry.len as usize];
+        self.file.read_exact_at(&mut bytes, entry.offset)?;
+        self.parse(entry, &bytes)
+    }
+
+    /// Reads every item, in file order (the held form, for callers that
+    /// need the items themselves).
+    ///
+    /// # Errors
+    /// As [`StoredItems::read`].
+    pub fn read_all(&self) -> io::Result<Vec<Item>> {
+        let members: Vec<u32> = (0..self.len())
+            .map(|index| u32::try_from(index).expect("a store holds fewer than 2^32 items"))
+            .collect();
+        self.read_members(&members)
+    }
+
+    /// Reads the items at `members`: one read for members lying close
+    /// together in the file (a seed and its variants usually do), one per
+    /// item otherwise.
+    fn read_members(&self, members: &[u32]) -> io::Result<Vec<Item>> {
+        let entries = members.iter().map(|&index| &self.entries[index as usize]);
+        let (Some(start), Some(end)) = (
+            entries.clone().map(|entry| entry.offset).min(),
+            entries
+                .clone()
+                .map(|entry| entry.offset + u64::from(entry.len))
+                .max(),
+        ) else {
+            return Ok(Vec::new());
+        };
+        let needed: u64 = entries.clone().map(|entry| u64::from(entry.len)).sum();
+        let span = end - start;
+        if span > needed.saturating_mul(2).saturating_add(4096) {
+            return members
+                .iter()
+                .map(|&index| self.read(index as usize))
+                .collect();
+        }
+        let span = usize::try_from(span)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "span too large"))?;
+        let mut bytes = vec![0; span];
+        self.file.read_exact_at(&mut bytes, start)?;
+        entries
+            .map(|entry| {
+                let at = (entry.offset - start) as usize;
+                self.parse(entry, &bytes[at..at + entry.len as usize])
+            })
+            .collect()
+    }
+
+    fn parse(&self, entry: &Entry, bytes: &[u8]) -> io::Result<Item> {
+        let changed = || {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: the items file changed while the run was using it (the item at byte {} is no longer the one read there)",
+                    self.path.display(),
+                    entry.offset
+                ),
+            )
+        };
+        if line_hash(bytes) != entry.hash {
+            return Err(changed());
+        }
+        serde_json::from_slice(bytes).map_err(|_| changed())
+    }
+
+    /// The epoch's units (reference `build_episode_execution_units`), by
+    /// the same rules as [`super::units::build_episode_execution_units`]:
+    /// groups stay on disk ([`StoredGroup`]) until a lane runs them;
+    /// invalid items, which are few, are read now.
+    ///
+    /// # Errors
+    /// [`StoredUnitsError::Invalid`] with the lowest-index reason when
+    /// `fatal_preflight` and an item cannot be grouped;
+    /// [`StoredUnitsError::Read`] when an invalid item cannot be read back.
+    pub fn units(
+        self: &Arc<Self>,
+        arm: &str,
+        epoch: u32,
+        fatal_preflight: bool,
+    ) -> Result<Vec<StoredUnit>, StoredUnitsError> {
+        let plans = match plan_units(&**self, arm, epoch, fatal_preflight) {
+            Ok(plans) => plans,
+            Err((index, reason)) => {
+                let item = self.read(index)?;
+                return Err(StoredUnitsError::Invalid(AdapterError::new(
+                    ErrorType::InvalidItem,
+                    reason.message(&item),
+                )));
+            }
+        };
+        plans
+            .into_iter()
+            .map(|plan| match plan {
+                UnitPlan::Invalid { index, reason } => Ok(StoredUnit::Invalid(InvalidUnit::found(
+                    self.read(index as usize)?,
+                    &reason,
+                ))),
+                UnitPlan::Group {
+                    execution_group_id,
+                    seed_item_id,
+                    mut members,
+                } => {
+                    members.shrink_to_fit();
+                    let concurrency_keys = union_keys(
+                        members
+                            .iter()
+                            .map(|&index| self.keys_of(index as usize).collect::<Vec<_>>()),
+                    );
+                    Ok(StoredUnit::Group(StoredGroup {
+                        items: Arc::clone(self),
+                        execution_group_id,
+                        seed_item_id,
+                        members,
+                        concurrency_keys,
+                    }))
+                }
+            })
+            .collect()
+    }
+}
+
+impl QueueHeads for StoredItems {
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+    fn item_id(&self, index: usize) -> &str {
+        self.text(self.entries[index].item_id)
+    }
+    fn seed_item_id(&self, index: usize) -> &str {
+        self.text(self.entries[index].seed_item_id)
+    }
+    fn is_variant(&self, index: usize) -> bool {
+        self.entries[index].is_variant()
+    }
+}
+
+/// Why a stored queue could not be grouped.
+#[derive(Debug, thiserror::Error)]
+pub enum StoredUnitsError {
+    /// The fatal preflight found an item that cannot be grouped.
+    #[error("{0}")]
+    Invalid(AdapterError),
+    /// An item could not be read back from the file.
+    #[error(transparent)]
+    Read(#[from] io::Error),
+}
+
+/// One unit of a stored queue.
+#[derive(Debug)]
+pub enum StoredUnit {
+    /// A valid seed with its variants, still on disk.
+    Group(StoredGroup),
+    /// A malformed item, read back (its reason quotes it).
+    Invalid(InvalidUnit),
+}
+
+/// A seed and its variants as positions in a [`StoredItems`]: an
+/// [`EpisodeGroup`] whose items are read when it runs.
+#[derive(Debug)]
+pub struct StoredGroup {
+    items: Arc<StoredItems>,
+    /// As [`EpisodeGroup::execution_group_id`].
+    pub execution_group_id: String,
+    /// As [`EpisodeGroup::seed_item_id`].
+    pub seed_item_id: String,
+    members: Vec<u32>,
+    /// As [`EpisodeGroup::concurrency_keys`].
+    pub concurrency_keys: Vec<String>,
+}
+
+impl StoredGroup {
+    /// How many items the group holds (the seed and its variants).
+    pub fn item_count(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Reads the group's items: the [`EpisodeGroup`] a lane runs.
+    ///
+    /// # Errors
+    /// As [`StoredItems::read`].
+    pub fn load(&self) -> io::Result<ExecutionUnit> {
+        Ok(ExecutionUnit::Group(EpisodeGroup {
+            execution_group_id: self.execution_group_id.clone(),
+            seed_item_id: self.seed_item_id.clone(),
+            items: self.items.read_members(&self.members)?,
+            concurrency_keys: self.concurrency_keys.clone(),
+        }))
+    }
+
+    /// The items file the group is read from.
+    pub fn path(&self) -> &Path {
+        self.items.path()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::episode::units::build_episode_execution_units;
+    use crate::harness::items_file::load_items_file;
+
+    fn file(lines: &[Value]) -> tempfile::NamedTempFile {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        for line in lines {
+            writeln!(file, "{line}").unwrap();
+        }
+        file
+    }
+
+    fn held(lines: &[Value]) -> Vec<Item> {
+        lines
+            .iter()
+            .map(|line| line.as_object().unwrap().clone())
+            .collect()
+    }
+
+    /// Stored units, each read back, as the held units they stand for.
+    fn loaded_units(stored: StoredItems, epoch: u32) -> Vec<ExecutionUnit> {
+        Arc::new(stored)
+            .units("main", epoch, false)
+            .unwrap()
+            .into_iter()
+            .map(|unit| match unit {
+                StoredUnit::Group(group) => group.load().unwrap(),
+                StoredUnit::Invalid(invalid) => ExecutionUnit::Invalid(invalid),
+            })
+            .collect()
+    }
+
+    /// A queue exercising every grouping rule: variants before and after
+    /// their seed, ids with spaces and numbers, concurrency keys of every
+    /// kind, and each invalid reason.
+    fn every_rule() -> Vec<Value> {
+        vec![
+            json!({"item_id": "v0", "is_variant": true, "seed_item_id": "s1", "family": "f"}),
+            json!({"item_id": " s1 ", "family": "f", "text": "x".repeat(200)}),
+            json!({"item_id": "v1", "is_variant": true, "seed_item_id": "s1",
+                   "concurrency_keys": [" a ", null, "", 7, "a"], "family": "f"}),
+            json!({"item_id": 5, "family": "g", "concurrency_key": "ck"}),
+            json!({"item_id": "v2", "is_variant": true, "seed_item_id": "5"}),
+            json!({"item_id": "", "family": "h"}),
+            json!({"item_id": "dup", "family": "d"}),
+            json!({"item_id": "dup", "family": "d"}),
+            json!({"item_id": "vd", "is_variant": true, "seed_item_id": "dup"}),
+            json!({"item_id": "s1", "is_variant": true, "seed_item_id": "5"}),
+            json!({"item_id": "v1", "is_variant": true, "seed_item_id": "5"}),
+            json!({"item_id": " v9", "is_variant": true, "seed_item_id": "nowhere"}),
+            json!({"item_id": null, "is_variant": true}),
+            json!({"item_id": "lone", "nested": {"a": [1, {"b": 2}]}}),
+        ]
+    }
+
+    #[test]
+    fn stored_units_equal_the_held_units_of_the_same_items() {
+        let lines = every_rule();
+        let f = file(&lines);
+        let stored = load_items_file(f.path()).unwrap();
+        assert_eq!(stored.len(), lines.len());
+        let expected = build_episode_execution_units(held(&lines), "main", 4);
+        assert!(
+            expected
+                .iter()
+                .any(|unit| matches!(unit, ExecutionUnit::Invalid(_))),
+            "the queue exercises invalid items"
+        );
+        assert_eq!(loaded_units(stored, 4), expected);
+    }
+
+    #[test]
+    fn the_fatal_preflight_names_the_lowest_invalid_item() {
+        let lines = every_rule();
+        let f = file(&lines);
+        let stored = Arc::new(load_items_file(f.path()).unwrap());
+        let Err(StoredUnitsError::Invalid(error)) = stored.units("main", 1, true) else {
+            panic!("a queue with invalid items is refused");
+        };
+        let expected = crate::episode::units::fatal_preflight(&held(&lines)).unwrap_err();
+        assert_eq!(error.message, expected.message);
+        assert_eq!(error.error_type, ErrorType::InvalidItem);
+    }
+
+    #[test]
+    fn items_far_apart_in_the_file_are_read_one_by_one() {
+        let mut lines = vec![json!({"item_id": "s", "family": "f"})];
+        lines.extend(
+            (0..50).map(|n| json!({"item_id": format!("other{n}"), "pad": "p".repeat(200)})),
+        );
+        lines.push(json!({"item_id": "v", "is_variant": true, "seed_item_id": "s"}));
+        let f = file(&lines);
+        let units = loaded_units(load_items_file(f.path()).unwrap(), 1);
+        let ExecutionUnit::Group(group) = &units[0] else {
+            panic!("a group first")
+        };
+        assert_eq!(group.items, held(&[lines[0].clone(), lines[51].clone()]));
+    }
+
+    #[test]
+    fn a_file_changed_under_the_run_is_an_error_naming_the_item() {
+        let lines = vec![
+            json!({"item_id": "s", "family": "f"}),
+            json!({"item_id": "v", "is_variant": true, "seed_item_id": "s"}),
+        ];
+        let f = file(&lines);
+        let stored = Arc::new(load_items_file(f.path()).unwrap());
+        let units = stored.units("main", 1, false).unwrap();
+        // The same length, other bytes: only the hash can tell.
+        let changed = std::fs::read_to_string(f.path())
+            .unwrap()
+            .replace("\"v\"", "\"w\"");
+        std::fs::write(f.path(), changed).unwrap();
+        let StoredUnit::Group(group) = &units[0] else {
+            panic!("a group")
+        };
+        let error = group.load().unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        let expected = format!(
+            "{}: the items file changed while the run was using it (the item at byte {}",
+            f.path().display(),
+            std::fs::read_to_string(f.path())
+                .unwrap()
+                .find("{\"is_variant")
+                .unwrap()
+        );
+        assert!(error.to_string().starts_with(&expected), "{error}");
+    }
+}

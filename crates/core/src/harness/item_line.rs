@@ -1,0 +1,302 @@
+//! Checking one line of an items file without building its JSON map: the
+//! line is parsed in full (so any JSON error is found), but only the fields
+//! the runtime reads are kept; every other field is measured for its
+//! nesting depth and dropped.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+use crate::episode::adapter::Item;
+use crate::episode::value::{MAX_INPUT_NESTING, nesting_depth};
+
+/// The fields of an item the runtime reads before its unit runs: grouping
+/// (`item_id`, `is_variant`, `seed_item_id`) and exclusion
+/// (`concurrency_keys`, `concurrency_key`, `family`).
+const KEPT_FIELDS: [&str; 6] = [
+    "item_id",
+    "is_variant",
+    "seed_item_id",
+    "concurrency_keys",
+    "concurrency_key",
+    "family",
+];
+
+/// Checks one trimmed, non-blank line: `Ok` with the item's
+/// [`KEPT_FIELDS`], or the message naming what is wrong (without the
+/// file and line, which the caller adds). The rules and their order are
+/// the items file's: JSON syntax anywhere in the line first, then one
+/// object per line, then no field nesting past [`MAX_INPUT_NESTING`]
+/// levels (the first such field in key order), then the kept fields'
+/// types. When a key repeats, its last value is the one read.
+pub(crate) fn check_line(text: &str) -> Result<Item, String> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let scanned = deserializer
+        .deserialize_any(LineVisitor)
+        .and_then(|line| deserializer.end().map(|()| line))
+        .map_err(|error| format!("not valid JSON: {error}"))?;
+    let Scanned::Object { fields, too_deep } = scanned else {
+        return Err("each line must be one JSON object".to_string());
+    };
+    if let Some((field, depth)) = too_deep.into_iter().min() {
+        return Err(format!(
+            "field `{field}` nests arrays and objects {depth} levels deep, over the limit of {MAX_INPUT_NESTING}"
+        ));
+    }
+    check_field(
+        &fields,
+        "item_id",
+        |v| v.is_string() || v.is_number() || v.is_null(),
+        "a string",
+    )?;
+    check_field(
+        &fields,
+        "is_variant",
+        |v| v.is_boolean() || v.is_null(),
+        "true or false",
+    )?;
+    check_field(
+        &fields,
+        "seed_item_id",
+        |v| v.is_string() || v.is_null(),
+        "a string",
+    )?;
+    check_field(
+        &fields,
+        "concurrency_keys",
+        |v| v.is_array() || v.is_null(),
+        "an array of strings",
+    )?;
+    Ok(fields)
+}
+
+fn check_field(
+    item: &Item,
+    field: &str,
+    ok: impl Fn(&Value) -> bool,
+    expected: &str,
+) -> Result<(), String> {
+    match item.get(field) {
+        Some(value) if !ok(value) => {
+            Err(format!("field `{field}` must be {expected}, got {value}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A scanned line: an object's kept fields and its fields nested too deep
+/// (name, levels counting the field's own), or something else.
+enum Scanned {
+    Object {
+        fields: Item,
+        too_deep: Vec<(String, usize)>,
+    },
+    Other,
+}
+
+struct LineVisitor;
+
+impl<'de> Visitor<'de> for LineVisitor {
+    type Value = Scanned;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scanned, A::Error> {
+        let mut fields = Item::new();
+        let mut too_deep: Vec<(String, usize)> = Vec::new();
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let depth = if KEPT_FIELDS.contains(&key.as_ref()) {
+                let value: Value = map.next_value()?;
+                let depth = nesting_depth(&value) + 1;
+                fields.insert(key.clone().into_owned(), value);
+                depth
+            } else {
+                map.next_value_seed(DepthSeed)? + 1
+            };
+            // A repeated key: its last value is the one that counts.
+            too_deep.retain(|(field, _)| *field != key);
+            if depth > MAX_INPUT_NESTING {
+                too_deep.push((key.into_owned(), depth));
+            }
+        }
+        Ok(Scanned::Object { fields, too_deep })
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scanned, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Scanned::Other)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Scanned, E> {
+        Ok(Scanned::Other)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Scanned, E> {
+        Ok(Scanned::Other)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Scanned, E> {
+        Ok(Scanned::Other)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Scanned, E> {
+        Ok(Scanned::Other)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Scanned, E> {
+        Ok(Scanned::Other)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Scanned, E> {
+        Ok(Scanned::Other)
+    }
+}
+
+/// A map key, borrowed from the line when it has no escapes.
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(KeySeed)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a string key")
+    }
+    fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(text))
+    }
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(text.to_owned()))
+    }
+}
+
+/// Skips a value, returning its levels of arrays and objects (as
+/// [`nesting_depth`]: 0 for a scalar, 1 for `[]`).
+struct DepthSeed;
+
+impl<'de> DeserializeSeed<'de> for DepthSeed {
+    type Value = usize;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<usize, D::Error> {
+        deserializer.deserialize_any(DepthSeed)
+    }
+}
+
+impl<'de> Visitor<'de> for DepthSeed {
+    type Value = usize;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+        let mut deepest = 0;
+        while let Some(depth) = seq.next_element_seed(DepthSeed)? {
+            deepest = deepest.max(depth);
+        }
+        Ok(deepest + 1)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
+        let mut deepest = 0;
+        while map.next_key::<IgnoredAny>()?.is_some() {
+            deepest = deepest.max(map.next_value_seed(DepthSeed)?);
+        }
+        Ok(deepest + 1)
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<usize, E> {
+        Ok(0)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<usize, E> {
+        Ok(0)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<usize, E> {
+        Ok(0)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<usize, E> {
+        Ok(0)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<usize, E> {
+        Ok(0)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<usize, E> {
+        Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The line's verdict through a full parse, as the items file judged it
+    /// before lines were scanned (the reference for these tests).
+    fn by_full_parse(text: &str) -> Result<(), String> {
+        let value: Value =
+            serde_json::from_str(text).map_err(|error| format!("not valid JSON: {error}"))?;
+        let Value::Object(item) = value else {
+            return Err("each line must be one JSON object".to_string());
+        };
+        if let Some((field, depth)) = item
+            .iter()
+            .map(|(field, value)| (field, nesting_depth(value) + 1))
+            .find(|(_, depth)| *depth > MAX_INPUT_NESTING)
+        {
+            return Err(format!(
+                "field `{field}` nests arrays and objects {depth} levels deep, over the limit of {MAX_INPUT_NESTING}"
+            ));
+        }
+        Ok(())
+    }
+
+    fn nested(levels: usize) -> String {
+        format!("{}{}", "[".repeat(levels), "]".repeat(levels))
+    }
+
+    #[test]
+    fn keeps_only_the_fields_the_runtime_reads() {
+        let fields = check_line(
+            r#"{"item_id":"a","text":"long","family":"f","nested":{"x":[1,2]},"is_variant":false}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::Value::Object(fields),
+            json!({"item_id": "a", "family": "f", "is_variant": false})
+        );
+    }
+
+    #[test]
+    fn depth_and_syntax_verdicts_match_a_full_parse() {
+        let lines = [
+            format!(r#"{{"a":{}}}"#, nested(99)),
+            format!(r#"{{"a":{}}}"#, nested(100)),
+            format!(r#"{{"zz":{},"b":{}}}"#, nested(101), nested(120)),
+            format!(r#"{{"item_id":{}}}"#, nested(100)),
+            format!(r#"{{"a":{}}}"#, nested(130)),
+            r#"{"a":1,"a":[[1]]}"#.to_owned(),
+            r#"{"a":1} x"#.to_owned(),
+            r#"[1,{"a":2}]"#.to_owned(),
+            r#""text""#.to_owned(),
+            r#"{"a":"\u00e9\n","b\"":{"c":[true,null,1.5e3]}}"#.to_owned(),
+            r#"{"a":}"#.to_owned(),
+        ];
+        for line in &lines {
+            let scanned = check_line(line).map(|_| ());
+            assert_eq!(scanned, by_full_parse(line), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_repeated_key_is_judged_by_its_last_value() {
+        let deep_then_flat = format!(r#"{{"a":{},"a":1}}"#, nested(101));
+        assert!(check_line(&deep_then_flat).is_ok());
+        let fields = check_line(r#"{"item_id":"x","item_id":"y"}"#).unwrap();
+        assert_eq!(fields["item_id"], "y");
+        let error = check_line(r#"{"is_variant":true,"is_variant":"yes"}"#).unwrap_err();
+        assert!(error.contains("field `is_variant` must be"), "{error}");
+    }
+}
