@@ -34,6 +34,11 @@ pub enum Command {
     /// Scaffold a new project (`sandloop new adapter NAME`).
     #[command(subcommand)]
     New(NewCommand),
+    /// Print a shell completion script for bash, zsh or fish to stdout.
+    Completions(super::manual::CompletionsArgs),
+    /// Print the man page (roff) to stdout, or write one page per command
+    /// into a directory with `--out DIR`.
+    Man(super::manual::ManArgs),
 }
 
 /// `sandloop new` commands.
