@@ -4,9 +4,15 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// sandloop — run sandboxed WebAssembly exploration adapters.
+/// sandloop — run sandboxed WebAssembly exploration adapters. The `about`
+/// line is also the man page's NAME line (`sandloop man`).
 #[derive(Debug, Parser)]
-#[command(name = "sandloop", version, about, long_about = None)]
+#[command(
+    name = "sandloop",
+    version,
+    about = "Run sandboxed WebAssembly exploration adapters, and loops of workflow plugins",
+    long_about = None
+)]
 pub struct Cli {
     /// The command to run.
     #[command(subcommand)]

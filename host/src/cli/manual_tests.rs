@@ -54,6 +54,10 @@ fn the_man_page_has_name_synopsis_and_subcommands_sections() {
     let page = String::from_utf8(man_page().unwrap()).unwrap();
     assert!(page.starts_with(".ie \\n(.g .ds Aq"), "not roff: {page}");
     assert!(page.contains(".TH sandloop 1"), "{page}");
+    assert!(
+        page.contains(".SH NAME\nsandloop \\- Run sandboxed WebAssembly exploration adapters"),
+        "{page}"
+    );
     for section in ["NAME", "SYNOPSIS", "DESCRIPTION", "SUBCOMMANDS", "VERSION"] {
         assert!(
             page.contains(&format!(".SH {section}")),
