@@ -2,7 +2,9 @@
 //! --lib docs_`: every relative link and image of README.md,
 //! ARCHITECTURE.md, the book (`docs/src/`) and the examples' READMEs names
 //! a file or directory that exists, every `#anchor` a heading of its target
-//! page, and every page of the book is listed in `docs/src/SUMMARY.md`.
+//! page, no page of the book links to a Markdown file outside the book
+//! (mdBook would render it as a missing `.html` page), and every page of the
+//! book is listed in `docs/src/SUMMARY.md`.
 //! mdBook 0.4 does not fail on a broken link by itself; this does.
 //!
 //! Headings become anchors as mdBook and GitHub make them: the heading's
@@ -18,6 +20,10 @@ use std::path::{Component, Path, PathBuf};
 /// missing one is not reported; once it exists the check fails until it is
 /// removed from this list, so the list never outlives its reason.
 const PENDING_FILES: &[&str] = &["docs/src/images/report.png"];
+
+/// The book's sources: mdBook turns their links to `.md` files into links
+/// to `.html` files, which exist only for pages of the book.
+const BOOK_SRC: &str = "docs/src";
 
 /// A link found in a Markdown file, with its 1-based line.
 #[derive(Debug, PartialEq)]
@@ -204,6 +210,17 @@ fn broken_links(root: &Path, files: &[PathBuf], pending: &[&str]) -> Vec<String>
                 normalize(&file.parent().unwrap_or(Path::new("")).join(path_part))
             };
             let at = format!("{}:{}", file.display(), link.line);
+            if file.starts_with(BOOK_SRC)
+                && !resolved.starts_with(BOOK_SRC)
+                && resolved.extension().is_some_and(|ext| ext == "md")
+            {
+                problems.push(format!(
+                    "{at}: `{target}`: mdBook renders a link to a page outside {BOOK_SRC} \
+                     as a missing .html file; name the file without a link, or move the page \
+                     into the book"
+                ));
+                continue;
+            }
             if !root.join(&resolved).exists() {
                 if !pending.iter().any(|p| Path::new(p) == resolved) {
                     problems.push(format!(
@@ -260,7 +277,7 @@ fn repo_root() -> PathBuf {
 /// The files whose links are checked.
 fn checked_files(root: &Path) -> Vec<PathBuf> {
     let mut files = vec![PathBuf::from("README.md"), PathBuf::from("ARCHITECTURE.md")];
-    files.extend(markdown_under(root, Path::new("docs/src")));
+    files.extend(markdown_under(root, Path::new(BOOK_SRC)));
     for dir in ["examples", "guest-sdk"] {
         files.extend(
             markdown_under(root, Path::new(dir))
@@ -341,5 +358,27 @@ fn docs_check_finds_broken_files_and_anchors_and_skips_code() {
     assert_eq!(
         anchors("# A\n## `run` and *more*\n## A\n"),
         vec!["a", "run-and-more", "a-1"]
+    );
+}
+
+#[test]
+fn docs_check_refuses_book_links_to_pages_outside_the_book() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::create_dir_all(root.join("docs/src")).unwrap();
+    fs::create_dir_all(root.join("examples/demo")).unwrap();
+    fs::write(root.join("README.md"), "# Readme\n").unwrap();
+    fs::write(root.join("examples/demo/lib.rs"), "").unwrap();
+    fs::write(
+        root.join("docs/src/page.md"),
+        "[readme](../../README.md#readme), [demo](../../examples/demo/), \
+         [code](../../examples/demo/lib.rs)\n",
+    )
+    .unwrap();
+    let problems = broken_links(root, &[PathBuf::from("docs/src/page.md")], &[]);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].starts_with("docs/src/page.md:1: `../../README.md#readme`: mdBook renders"),
+        "{problems:?}"
     );
 }
