@@ -14,6 +14,9 @@
 
 pub mod cli;
 
+#[cfg(test)]
+mod docs_check;
+
 pub use sandloop_core::{digest, dir_grant, episode, harness, replay, step, trace};
 pub use sandloop_loop as coordinator;
 pub use sandloop_sandbox as sandbox;

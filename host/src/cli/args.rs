@@ -4,9 +4,15 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// sandloop — run sandboxed WebAssembly exploration adapters.
+/// sandloop — run sandboxed WebAssembly exploration adapters. The `about`
+/// line is also the man page's NAME line (`sandloop man`).
 #[derive(Debug, Parser)]
-#[command(name = "sandloop", version, about, long_about = None)]
+#[command(
+    name = "sandloop",
+    version,
+    about = "Run sandboxed WebAssembly exploration adapters, and loops of workflow plugins",
+    long_about = None
+)]
 pub struct Cli {
     /// The command to run.
     #[command(subcommand)]
@@ -34,6 +40,11 @@ pub enum Command {
     /// Scaffold a new project (`sandloop new adapter NAME`).
     #[command(subcommand)]
     New(NewCommand),
+    /// Print a shell completion script for bash, zsh or fish to stdout.
+    Completions(super::manual::CompletionsArgs),
+    /// Print the man page (roff) to stdout, or write one page per command
+    /// into a directory with `--out DIR`.
+    Man(super::manual::ManArgs),
 }
 
 /// `sandloop new` commands.

@@ -6,6 +6,7 @@ pub mod diagnostics;
 pub mod inspect;
 pub mod loop_cmd;
 pub mod loop_templates;
+pub mod manual;
 pub mod new_cmd;
 pub mod plan;
 pub mod replay;
@@ -105,6 +106,8 @@ pub fn main() -> i32 {
         args::Command::Plan(args) => plan::plan(args),
         args::Command::Loop(command) => loop_cmd::run(command),
         args::Command::New(command) => new_cmd::run(command),
+        args::Command::Completions(args) => manual::completions(&args),
+        args::Command::Man(args) => manual::man(&args),
     };
     match result {
         Ok(()) => 0,

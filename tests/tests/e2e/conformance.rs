@@ -23,8 +23,7 @@ use serde_json::{Value, json};
 use crate::support::*;
 use sandloop_tests::{HELLO_ADAPTER, MARKDOWN_EXPLORER, js_adapter, python_adapter};
 
-/// Every `adapter_error.type` the host writes (see "Error records" in the
-/// README).
+/// Every `adapter_error.type` the host writes (see `docs/src/error-records.md`).
 const ERROR_TYPES: &[&str] = &[
     "adapter_error",
     "invalid_item",

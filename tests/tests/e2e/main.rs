@@ -10,6 +10,7 @@ mod llm_loop;
 mod loops;
 mod loops_child_crashes;
 mod loops_loopy_worker;
+mod manual;
 mod new_adapter;
 mod replay;
 mod resume;

@@ -1,0 +1,151 @@
+//! `sandloop completions` and `sandloop man`: a shell completion script and
+//! roff man pages, both generated from the clap definition in
+//! [`super::args`], so they always list the commands and flags the binary
+//! accepts. The book's command-line reference (`docs/src/cli.md`) is
+//! generated from the same definition by a test of this module, which
+//! fails when the file is stale and names the command that rewrites it.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, CommandFactory, ValueEnum};
+
+use super::CliError;
+use super::args::Cli;
+
+/// A shell `sandloop completions` writes a script for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    /// bash (source it, or put it in `~/.local/share/bash-completion/completions/sandloop`).
+    Bash,
+    /// zsh (put it as `_sandloop` in a directory of `$fpath`).
+    Zsh,
+    /// fish (put it in `~/.config/fish/completions/sandloop.fish`).
+    Fish,
+}
+
+/// Arguments of `sandloop completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: Shell,
+}
+
+/// Arguments of `sandloop man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write `sandloop.1` and one page per subcommand (`sandloop-run.1`,
+    /// `sandloop-loop-run.1`, …) into DIR, created if missing, instead of
+    /// printing the top-level page.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// The completion script of `shell` for the `sandloop` binary.
+pub fn completion_script(shell: Shell) -> Vec<u8> {
+    use clap_complete::aot::{Bash, Fish, Zsh};
+    let mut command = Cli::command();
+    let mut script = Vec::new();
+    match shell {
+        Shell::Bash => clap_complete::generate(Bash, &mut command, "sandloop", &mut script),
+        Shell::Zsh => clap_complete::generate(Zsh, &mut command, "sandloop", &mut script),
+        Shell::Fish => clap_complete::generate(Fish, &mut command, "sandloop", &mut script),
+    }
+    script
+}
+
+/// The top-level man page (`sandloop.1`) as roff.
+///
+/// # Errors
+/// Only a failure of the writer, which a `Vec` never has.
+pub fn man_page() -> std::io::Result<Vec<u8>> {
+    let mut page = Vec::new();
+    clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+    Ok(page)
+}
+
+/// Write `sandloop.1` and one page per (visible) subcommand at any depth
+/// into `dir`, creating it; returns the paths written, parents first.
+///
+/// # Errors
+/// The directory or a page that could not be written, naming its path.
+pub fn write_man_pages(dir: &Path) -> Result<Vec<PathBuf>, CliError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|error| CliError::Input(format!("cannot create {}: {error}", dir.display())))?;
+    let mut command = Cli::command().disable_help_subcommand(true);
+    command.build();
+    let mut written = Vec::new();
+    write_pages(command, dir, &mut written)?;
+    Ok(written)
+}
+
+/// One page for `command`, then its subcommands' (clap_mangen names each
+/// page after the command's display name, `sandloop-loop-run.1`).
+fn write_pages(
+    command: clap::Command,
+    dir: &Path,
+    written: &mut Vec<PathBuf>,
+) -> Result<(), CliError> {
+    let subcommands: Vec<clap::Command> = command
+        .get_subcommands()
+        .filter(|sub| !sub.is_hide_set())
+        .cloned()
+        .collect();
+    let man = clap_mangen::Man::new(command);
+    let path = dir.join(man.get_filename());
+    man.generate_to(dir)
+        .map_err(|error| CliError::Failed(format!("cannot write {}: {error}", path.display())))?;
+    written.push(path);
+    for sub in subcommands {
+        write_pages(sub, dir, written)?;
+    }
+    Ok(())
+}
+
+/// `sandloop completions SHELL`: print the script to stdout.
+///
+/// # Errors
+/// None in practice; a closed stdout ends the process quietly.
+pub fn completions(args: &CompletionsArgs) -> Result<(), CliError> {
+    print_bytes(&completion_script(args.shell));
+    Ok(())
+}
+
+/// `sandloop man [--out DIR]`: print `sandloop.1` to stdout, or write
+/// every page into DIR and print each path written.
+///
+/// # Errors
+/// [`CliError::Input`] when DIR cannot be created, [`CliError::Failed`]
+/// when a page cannot be written.
+pub fn man(args: &ManArgs) -> Result<(), CliError> {
+    match &args.out {
+        None => {
+            let page = man_page().map_err(|error| CliError::Failed(error.to_string()))?;
+            print_bytes(&page);
+        }
+        Some(dir) => {
+            for path in write_man_pages(dir)? {
+                super::say(&path.display().to_string());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Write `bytes` to stdout; a closed pipe ends the process quietly, as
+/// [`super::say`] does.
+fn print_bytes(bytes: &[u8]) {
+    let mut stdout = std::io::stdout().lock();
+    if stdout
+        .write_all(bytes)
+        .and_then(|()| stdout.flush())
+        .is_err()
+    {
+        std::process::exit(0);
+    }
+}
+
+#[cfg(test)]
+#[path = "manual_tests.rs"]
+mod tests;
