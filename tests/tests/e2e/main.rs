@@ -12,6 +12,7 @@ mod loops_child_crashes;
 mod loops_loopy_worker;
 mod new_adapter;
 mod replay;
+mod report;
 mod resume;
 mod run;
 mod snapshot;
