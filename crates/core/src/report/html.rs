@@ -107,6 +107,22 @@ pub(super) fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     out.push_str("</table>\n");
 }
 
+/// A table of `items`, one row each made by `row`, or the sentence `empty`
+/// when there are none.
+pub(super) fn table_of<T>(
+    out: &mut String,
+    items: &[T],
+    empty: &str,
+    header: &[&str],
+    row: impl Fn(&T) -> Vec<String>,
+) {
+    if items.is_empty() {
+        none(out, empty);
+    } else {
+        table(out, header, &items.iter().map(row).collect::<Vec<_>>());
+    }
+}
+
 /// A paragraph saying there is nothing to show.
 pub(super) fn none(out: &mut String, text: &str) {
     let _ = writeln!(out, "<p class=\"none\">{}</p>", escape(text));

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::RunReport;
-use super::html::{bars, escape, json_text, none, num, raw_novel_bars, section, table};
+use super::html::{bars, escape, json_text, none, num, raw_novel_bars, section, table, table_of};
 use super::svg::{COLORS, Series, line_chart};
 
 /// Minutes as milliseconds, for durations far below a minute.
@@ -99,28 +99,10 @@ pub(super) fn families(out: &mut String, run: &RunReport) {
             "Specs the frontier took from the catalog per seed family, and what their variant records earned."
         )
     );
-    if run.spec_yield.is_empty() {
-        none(out, "no variant catalog in this run");
-        return;
-    }
-    let rows: Vec<Vec<String>> = run
-        .spec_yield
-        .iter()
-        .map(|y| {
-            vec![
-                escape(&y.family),
-                y.specs_taken.to_string(),
-                y.compile_errors.to_string(),
-                y.variant_records.to_string(),
-                y.variant_errors.to_string(),
-                num(y.raw_value),
-                num(y.novel_value),
-                num(y.novel_per_spec()),
-            ]
-        })
-        .collect();
-    table(
+    table_of(
         out,
+        &run.spec_yield,
+        "no variant catalog in this run",
         &[
             "seed family",
             "#specs taken",
@@ -131,7 +113,18 @@ pub(super) fn families(out: &mut String, run: &RunReport) {
             "#novel value",
             "#novel per spec",
         ],
-        &rows,
+        |y| {
+            vec![
+                escape(&y.family),
+                y.specs_taken.to_string(),
+                y.compile_errors.to_string(),
+                y.variant_records.to_string(),
+                y.variant_errors.to_string(),
+                num(y.raw_value),
+                num(y.novel_value),
+                num(y.novel_per_spec()),
+            ]
+        },
     );
 }
 
@@ -225,14 +218,13 @@ pub(super) fn errors(out: &mut String, run: &RunReport) {
         "Errors by class",
         "Failed records by adapter_error.type, with the first examples' item ids and messages.",
     );
-    if run.errors.is_empty() {
-        none(out, "no failed records in this run");
-        return;
-    }
-    let rows: Vec<Vec<String>> = run
-        .errors
-        .iter()
-        .map(|class| {
+    let header = ["class", "#records", "first examples"];
+    table_of(
+        out,
+        &run.errors,
+        "no failed records in this run",
+        &header,
+        |class| {
             let examples: Vec<String> = class
                 .examples
                 .iter()
@@ -255,9 +247,8 @@ pub(super) fn errors(out: &mut String, run: &RunReport) {
                 class.count.to_string(),
                 examples.join("<br>"),
             ]
-        })
-        .collect();
-    table(out, &["class", "#records", "first examples"], &rows);
+        },
+    );
 }
 
 /// Replay points, children, snapshots and offline replays.
@@ -271,80 +262,25 @@ pub(super) fn replay(out: &mut String, run: &RunReport) {
     let figures = &run.replay;
     match &figures.points {
         None => none(out, "no replay points in this run"),
-        Some(points) => {
-            let _ = write!(
-                out,
-                "<h3>Replay points: {} ({} durable)</h3>",
-                points.total, points.durable
-            );
-            let rows: Vec<Vec<String>> = points
-                .by_fidelity_lifecycle
-                .iter()
-                .map(|((fidelity, lifecycle), n)| {
-                    vec![escape(fidelity), escape(lifecycle), n.to_string()]
-                })
-                .collect();
-            table(out, &["fidelity", "final lifecycle", "#points"], &rows);
-            out.push_str("<h3>Quarantines</h3>");
-            if points.quarantines.is_empty() {
-                none(out, "no point was quarantined");
-            } else {
-                let rows: Vec<Vec<String>> = points
-                    .quarantines
-                    .iter()
-                    .map(|q| {
-                        vec![
-                            format!("<code>{}</code>", escape(&q.replay_point_id)),
-                            format!("<code>{}</code>", escape(&q.seed_item_id)),
-                            escape(&q.lifecycle),
-                            escape(&q.why),
-                        ]
-                    })
-                    .collect();
-                table(out, &["point", "seed item", "lifecycle", "why"], &rows);
-            }
-            let s = &points.snapshots;
-            out.push_str("<h3>Snapshot costs</h3>");
-            if s.taken == 0 && s.failed == 0 {
-                none(
-                    out,
-                    "no point was snapshotted (children forked by exported state, or none)",
-                );
-            } else {
-                table(
-                    out,
-                    &[
-                        "#taken",
-                        "#failed",
-                        "#snapshot ms",
-                        "#compile ms",
-                        "#bytes",
-                        "#durable bytes",
-                        "first error",
-                    ],
-                    &[vec![
-                        s.taken.to_string(),
-                        s.failed.to_string(),
-                        num(s.snapshot_ms),
-                        num(s.compile_ms),
-                        s.bytes.to_string(),
-                        s.durable_bytes.to_string(),
-                        escape(s.first_error.as_deref().unwrap_or("")),
-                    ]],
-                );
-            }
-        }
+        Some(points) => replay_points(out, points),
     }
     children(out, run);
     out.push_str("<h3>sandloop replay outcomes (replays.jsonl)</h3>");
-    if figures.replays.is_empty() {
-        none(out, "this run was never replayed");
-        return;
-    }
-    let rows: Vec<Vec<String>> = figures
-        .replays
-        .iter()
-        .map(|r| {
+    let header = [
+        "item",
+        "outcome",
+        "point",
+        "fidelity",
+        "restored from",
+        "#wall",
+        "error",
+    ];
+    table_of(
+        out,
+        &figures.replays,
+        "this run was never replayed",
+        &header,
+        |r| {
             vec![
                 format!("<code>{}</code>", escape(&r.item_id)),
                 if r.succeeded { "succeeded" } else { "failed" }.to_owned(),
@@ -354,21 +290,69 @@ pub(super) fn replay(out: &mut String, run: &RunReport) {
                 ms(r.wall_minutes),
                 escape(r.message.as_deref().unwrap_or("")),
             ]
-        })
-        .collect();
-    table(
-        out,
-        &[
-            "item",
-            "outcome",
-            "point",
-            "fidelity",
-            "restored from",
-            "#wall",
-            "error",
-        ],
-        &rows,
+        },
     );
+}
+
+/// Replay points by fidelity and lifecycle, quarantines, snapshot costs.
+fn replay_points(out: &mut String, points: &super::replay::PointFigures) {
+    let _ = write!(
+        out,
+        "<h3>Replay points: {} ({} durable)</h3>",
+        points.total, points.durable
+    );
+    let rows: Vec<Vec<String>> = points
+        .by_fidelity_lifecycle
+        .iter()
+        .map(|((fidelity, lifecycle), n)| vec![escape(fidelity), escape(lifecycle), n.to_string()])
+        .collect();
+    table(out, &["fidelity", "final lifecycle", "#points"], &rows);
+    out.push_str("<h3>Quarantines</h3>");
+    let header = ["point", "seed item", "lifecycle", "why"];
+    table_of(
+        out,
+        &points.quarantines,
+        "no point was quarantined",
+        &header,
+        |q| {
+            vec![
+                format!("<code>{}</code>", escape(&q.replay_point_id)),
+                format!("<code>{}</code>", escape(&q.seed_item_id)),
+                escape(&q.lifecycle),
+                escape(&q.why),
+            ]
+        },
+    );
+    let s = &points.snapshots;
+    out.push_str("<h3>Snapshot costs</h3>");
+    if s.taken == 0 && s.failed == 0 {
+        none(
+            out,
+            "no point was snapshotted (children forked by exported state, or none)",
+        );
+    } else {
+        table(
+            out,
+            &[
+                "#taken",
+                "#failed",
+                "#snapshot ms",
+                "#compile ms",
+                "#bytes",
+                "#durable bytes",
+                "first error",
+            ],
+            &[vec![
+                s.taken.to_string(),
+                s.failed.to_string(),
+                num(s.snapshot_ms),
+                num(s.compile_ms),
+                s.bytes.to_string(),
+                s.durable_bytes.to_string(),
+                escape(s.first_error.as_deref().unwrap_or("")),
+            ]],
+        );
+    }
 }
 
 /// Isolated children by how they ended.
