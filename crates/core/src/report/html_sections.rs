@@ -6,6 +6,25 @@ use super::RunReport;
 use super::html::{bars, escape, json_text, none, num, raw_novel_bars, section, table, table_of};
 use super::svg::{COLORS, Series, line_chart};
 
+/// How many rows (or chart bars) a list shows at most; the rest is
+/// counted in a note, so a huge run still makes a small page.
+pub(super) const MAX_ROWS: usize = 40;
+
+/// The first [`MAX_ROWS`] of `items`.
+fn first<T>(items: &[T]) -> &[T] {
+    &items[..items.len().min(MAX_ROWS)]
+}
+
+/// The note under a list cut to [`MAX_ROWS`] of `total` `what`.
+fn more(out: &mut String, total: usize, what: &str) {
+    if total > MAX_ROWS {
+        none(
+            out,
+            &format!("the first {MAX_ROWS} of {total} {what} are shown"),
+        );
+    }
+}
+
 /// Minutes as milliseconds, for durations far below a minute.
 fn ms(minutes: f64) -> String {
     format!("{} ms", num(minutes * 60_000.0))
@@ -74,8 +93,8 @@ pub(super) fn families(out: &mut String, run: &RunReport) {
     if run.families.is_empty() {
         none(out, "no records in this run");
     } else {
-        let labels: Vec<String> = run
-            .families
+        let shown = first(&run.families);
+        let labels: Vec<String> = shown
             .iter()
             .map(|f| {
                 if f.family.is_empty() {
@@ -88,9 +107,10 @@ pub(super) fn families(out: &mut String, run: &RunReport) {
         out.push_str(&raw_novel_bars(
             "raw and novel value per family",
             &labels,
-            run.families.iter().map(|f| f.raw_value).collect(),
-            run.families.iter().map(|f| f.novel_value).collect(),
+            shown.iter().map(|f| f.raw_value).collect(),
+            shown.iter().map(|f| f.novel_value).collect(),
         ));
+        more(out, run.families.len(), "families, by novel value,");
     }
     let _ = write!(
         out,
@@ -277,7 +297,7 @@ pub(super) fn replay(out: &mut String, run: &RunReport) {
     ];
     table_of(
         out,
-        &figures.replays,
+        first(&figures.replays),
         "this run was never replayed",
         &header,
         |r| {
@@ -292,6 +312,7 @@ pub(super) fn replay(out: &mut String, run: &RunReport) {
             ]
         },
     );
+    more(out, figures.replays.len(), "replays");
 }
 
 /// Replay points by fidelity and lifecycle, quarantines, snapshot costs.
@@ -311,7 +332,7 @@ fn replay_points(out: &mut String, points: &super::replay::PointFigures) {
     let header = ["point", "seed item", "lifecycle", "why"];
     table_of(
         out,
-        &points.quarantines,
+        first(&points.quarantines),
         "no point was quarantined",
         &header,
         |q| {
@@ -323,6 +344,7 @@ fn replay_points(out: &mut String, points: &super::replay::PointFigures) {
             ]
         },
     );
+    more(out, points.quarantines.len(), "quarantined points");
     let s = &points.snapshots;
     out.push_str("<h3>Snapshot costs</h3>");
     if s.taken == 0 && s.failed == 0 {

@@ -537,3 +537,21 @@ fn damaged_or_missing_files_are_named_with_line_and_field() {
     let text = message(&run);
     assert!(text.contains("summary.json"), "{text}");
 }
+
+#[test]
+fn long_lists_are_cut_with_a_note_so_a_huge_run_makes_a_small_page() {
+    let (dir, _) = tiny(false);
+    let run = dir.path().join("run");
+    let mut records = tiny_records();
+    records.extend((0..45).map(|i| {
+        json!({"item_id": format!("x{i}"), "family": format!("f{i:02}"), "duration_minutes": 0.1})
+    }));
+    write_lines(&run.join("records.jsonl"), &records);
+    let report = RunReport::load(&run).unwrap();
+    assert_eq!(report.families.len(), 47);
+    let page = html::render_run(&report);
+    // readme and license (by novel value), then f00..f37 by name.
+    assert!(page.contains("the first 40 of 47 families, by novel value, are shown"));
+    assert!(page.contains("f37 novel value: 0"));
+    assert!(!page.contains("f38 novel value"));
+}
