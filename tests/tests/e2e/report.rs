@@ -10,11 +10,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::*;
+use sandloop::report::RunReport;
 use sandloop::report::html::RUN_SECTIONS;
 
 /// The markdown-explorer main job, small; returns the run's stdout.
 fn main_job(out: &Path) -> String {
-    let output = run_markdown_explorer(out, &["--epochs", "3", "--workers", "2"]);
+    let output = run_markdown_explorer(out, &["--epochs", "3", "--workers", "2"], &[]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     stdout(&output)
 }
@@ -212,4 +213,59 @@ fn a_report_of_a_missing_run_is_bad_input_naming_the_file() {
     );
     let several = run(&["report", s(&missing), s(&missing)]);
     assert_exit(&several, 2, &["summary.json"]);
+}
+
+/// The figures of a report that do not depend on timing: values, counts,
+/// classes and the curve's values, as text.
+fn untimed_figures(report: &RunReport) -> String {
+    let curve: Vec<_> = report
+        .novelty
+        .points
+        .iter()
+        .map(|p| {
+            (
+                p.epoch,
+                p.novel_value_cum,
+                p.raw_value_cum,
+                p.coverage_cum,
+                p.variant_records_cum,
+                p.variants_admitted,
+            )
+        })
+        .collect();
+    let errors: Vec<_> = report.errors.iter().map(|c| (&c.class, c.count)).collect();
+    let points = report.replay.points.as_ref().map(|p| {
+        (
+            p.total,
+            p.durable,
+            &p.by_fidelity_lifecycle,
+            p.quarantines.len(),
+        )
+    });
+    format!(
+        "curve {curve:?}\nfamilies {:?}\nyield {:?}\nerrors {errors:?}\npoints {points:?}\nchildren {:?}",
+        report.families, report.spec_yield, report.replay.children
+    )
+}
+
+#[test]
+fn the_report_of_a_resumed_run_shows_the_figures_of_an_uninterrupted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    // One seed document per epoch, so the run spans its epochs.
+    let page = [("MARKDOWN_PAGE_SIZE", "1")];
+    let stepped = dir.path().join("stepped");
+    let first = run_markdown_explorer(&stepped, &["--epochs", "1"], &page);
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    let resumed = run_markdown_explorer(&stepped, &["--epochs", "3", "--resume"], &page);
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+    let straight = dir.path().join("straight");
+    let whole = run_markdown_explorer(&straight, &["--epochs", "3"], &page);
+    assert_eq!(code(&whole), 0, "{}", stderr(&whole));
+
+    let stepped = RunReport::load(&stepped).unwrap();
+    let straight = RunReport::load(&straight).unwrap();
+    assert_eq!(stepped.novelty.points.len(), 3);
+    assert!(!stepped.families.is_empty() && !stepped.spec_yield.is_empty());
+    assert_eq!(untimed_figures(&stepped), untimed_figures(&straight));
+    assert_eq!(stepped.manifest.invocations.len(), 2);
 }

@@ -80,8 +80,9 @@ pub fn write_items(dir: &Path, name: &str, lines: &[Value]) -> PathBuf {
 
 /// `sandloop run` of the markdown-explorer example over its sample
 /// documents (granted read-only at `/docs`) with its variant catalog, into
-/// `out`, plus `extra` flags.
-pub fn run_markdown_explorer(out: &Path, extra: &[&str]) -> Output {
+/// `out`, plus `extra` flags and the environment variables `env` (passed to
+/// the adapter with `--env`).
+pub fn run_markdown_explorer(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
     let docs = workspace_file("examples/markdown-explorer/sample-docs");
     let catalog = workspace_file("examples/markdown-explorer/catalog.json");
     let grant = format!("{}::/docs:ro", s(&docs));
@@ -97,7 +98,14 @@ pub fn run_markdown_explorer(out: &Path, extra: &[&str]) -> Output {
         s(out),
     ];
     args.extend_from_slice(extra);
-    run(&args)
+    for (name, _) in env {
+        args.extend(["--env", name]);
+    }
+    sandloop()
+        .args(&args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("spawn sandloop")
 }
 
 /// `path` as &str.
