@@ -259,7 +259,7 @@ fn x_axis_numeric(out: &mut String, frame: &Frame, x_label: &str) {
 
 /// Vertical bars, one slot per `categories` entry: the series side by side
 /// (`stacked = false`) or on top of each other. Category labels are thinned
-/// to at most 20.
+/// to at most 10.
 pub fn bar_chart(
     title: &str,
     y_label: &str,
@@ -287,7 +287,7 @@ pub fn bar_chart(
     let mut out = String::new();
     open(&mut out, &frame, title, y_label);
     let slot = (frame.plot_right() - frame.plot_left()) / categories.len().max(1) as f64;
-    let every = categories.len().div_ceil(20).max(1);
+    let every = categories.len().div_ceil(10).max(1);
     for (i, category) in categories.iter().enumerate() {
         let left = frame.x(i as f64) + slot * 0.1;
         let width = slot * 0.8;
@@ -414,5 +414,20 @@ mod tests {
         assert_eq!(nice_max(0.052), 0.1);
         assert_eq!(nice_max(307.5), 500.0);
         assert_eq!(nice_max(0.0), 1.0);
+    }
+
+    #[test]
+    fn bars_are_paths_and_at_most_ten_category_labels_are_written() {
+        let categories: Vec<String> = (0..16).map(|i| format!("c{i}")).collect();
+        let series = Series {
+            label: "n".into(),
+            color: COLORS[0],
+            points: (0..16).map(|i| (0.0, f64::from(i))).collect(),
+        };
+        let svg = bar_chart("t", "y", &categories, &[series], false);
+        // Category 0 has value 0: no bar; the other 15 are drawn.
+        assert_eq!(svg.matches("<path class=\"bar\" d=\"M").count(), 15);
+        assert!(svg.contains(">c0<") && svg.contains(">c2<") && svg.contains(">c14<"));
+        assert!(!svg.contains(">c1<") && !svg.contains(">c15<"));
     }
 }
