@@ -16,11 +16,6 @@ use std::collections::HashMap;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-/// Files another branch of the work adds, linked to before they land: a
-/// missing one is not reported; once it exists the check fails until it is
-/// removed from this list, so the list never outlives its reason.
-const PENDING_FILES: &[&str] = &["docs/src/images/report.png"];
-
 /// The book's sources: mdBook turns their links to `.md` files into links
 /// to `.html` files, which exist only for pages of the book.
 const BOOK_SRC: &str = "docs/src";
@@ -187,7 +182,7 @@ fn normalize(path: &Path) -> PathBuf {
 
 /// Every broken link of `files` (paths relative to `root`), as
 /// `FILE:LINE: message`.
-fn broken_links(root: &Path, files: &[PathBuf], pending: &[&str]) -> Vec<String> {
+fn broken_links(root: &Path, files: &[PathBuf]) -> Vec<String> {
     let mut problems = Vec::new();
     let mut anchor_cache: HashMap<PathBuf, Vec<String>> = HashMap::new();
     for file in files {
@@ -222,12 +217,10 @@ fn broken_links(root: &Path, files: &[PathBuf], pending: &[&str]) -> Vec<String>
                 continue;
             }
             if !root.join(&resolved).exists() {
-                if !pending.iter().any(|p| Path::new(p) == resolved) {
-                    problems.push(format!(
-                        "{at}: `{target}`: no such file {}",
-                        resolved.display()
-                    ));
-                }
+                problems.push(format!(
+                    "{at}: `{target}`: no such file {}",
+                    resolved.display()
+                ));
                 continue;
             }
             let Some(anchor) = anchor else { continue };
@@ -293,23 +286,12 @@ fn checked_files(root: &Path) -> Vec<PathBuf> {
 #[test]
 fn docs_links_resolve() {
     let root = repo_root();
-    let problems = broken_links(&root, &checked_files(&root), PENDING_FILES);
+    let problems = broken_links(&root, &checked_files(&root));
     assert!(
         problems.is_empty(),
         "broken links:\n{}",
         problems.join("\n")
     );
-}
-
-#[test]
-fn docs_pending_files_are_still_missing() {
-    let root = repo_root();
-    for pending in PENDING_FILES {
-        assert!(
-            !root.join(pending).exists(),
-            "{pending} exists now: remove it from PENDING_FILES in host/src/docs_check.rs"
-        );
-    }
 }
 
 #[test]
@@ -342,11 +324,12 @@ fn docs_check_finds_broken_files_and_anchors_and_skips_code() {
         "# Title\n\n## `run` and *more*\n\n## Title\n\nSee [b](b.md#part-two), [self](#title-1),\n\
          [gone](missing.md), ![img](img.png), [bad](#nowhere) and [web](https://x.invalid/y).\n\
          `[not a link](nowhere.md)`\n```\n[in code](nowhere.md)\n```\n\
-         [ref]: ../book/b.md#part-one\n<img src=\"pending.png\">\n",
+         [ref]: ../book/b.md#part-one\n<img src=\"there.png\">\n",
     )
     .unwrap();
     fs::write(root.join("book/b.md"), "# Part one\n## Part two\n").unwrap();
-    let problems = broken_links(root, &[PathBuf::from("book/a.md")], &["book/pending.png"]);
+    fs::write(root.join("book/there.png"), b"png").unwrap();
+    let problems = broken_links(root, &[PathBuf::from("book/a.md")]);
     assert_eq!(
         problems,
         vec![
@@ -375,7 +358,7 @@ fn docs_check_refuses_book_links_to_pages_outside_the_book() {
          [code](../../examples/demo/lib.rs)\n",
     )
     .unwrap();
-    let problems = broken_links(root, &[PathBuf::from("docs/src/page.md")], &[]);
+    let problems = broken_links(root, &[PathBuf::from("docs/src/page.md")]);
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(
         problems[0].starts_with("docs/src/page.md:1: `../../README.md#readme`: mdBook renders"),

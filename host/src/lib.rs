@@ -4,8 +4,9 @@
 //! host crates and prints. The rules live below it:
 //!
 //! - [`sandloop_contract`]: the protocol types and names shared with guests;
-//! - [`sandloop_core`] ([`episode`], [`harness`], [`replay`], [`trace`]): the
-//!   runtimes, written against small adapter traits, with no sandbox;
+//! - [`sandloop_core`] ([`episode`], [`harness`], [`replay`], [`trace`],
+//!   [`report`]): the runtimes, written against small adapter traits, with no
+//!   sandbox, and the run report's figures;
 //! - [`sandloop_sandbox`] ([`sandbox`]): wasmtime, and the components'
 //!   implementation of the core's traits;
 //! - [`sandloop_loop`] ([`coordinator`]): the loop coordinator.
@@ -17,6 +18,6 @@ pub mod cli;
 #[cfg(test)]
 mod docs_check;
 
-pub use sandloop_core::{digest, dir_grant, episode, harness, replay, step, trace};
+pub use sandloop_core::{digest, dir_grant, episode, harness, replay, report, step, trace};
 pub use sandloop_loop as coordinator;
 pub use sandloop_sandbox as sandbox;

@@ -3,8 +3,10 @@
 //! The episode runtime ([`episode`]) and the arm harness ([`harness`]) are
 //! written against the small traits in [`episode::adapter`]; replay points
 //! ([`replay`]) bind adapter state to [`trace`] positions so a suffix can run
-//! again from a point, and the planner and child groups build on them. A loop
-//! step runs through the traits of [`step`]. `sandloop-sandbox` implements
+//! again from a point, and the planner and child groups build on them.
+//! A loop step runs through the traits of [`step`]; [`report`] reads a
+//! finished run directory into the figures of `sandloop report`.
+//! `sandloop-sandbox` implements
 //! all of these traits for WebAssembly components; the tests here implement
 //! them natively.
 //!
@@ -21,5 +23,6 @@ pub mod harness;
 #[doc(hidden)]
 pub mod hostile_inputs;
 pub mod replay;
+pub mod report;
 pub mod step;
 pub mod trace;

@@ -34,6 +34,11 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Rank trace positions where new replay points would save the most replay time.
     Plan(PlanArgs),
+    /// Write a run's report as one self-contained HTML file (charts inline,
+    /// nothing fetched): novelty curve, value by family, economics, errors,
+    /// replay, durations, manifest; several run directories are compared as
+    /// arms.
+    Report(ReportArgs),
     /// Drive a goal-directed loop of sandboxed workflow plugins.
     #[command(subcommand)]
     Loop(LoopCommand),
@@ -229,6 +234,23 @@ pub struct ReplayArgs {
     /// Compile the component in memory only.
     #[arg(long)]
     pub no_cache: bool,
+}
+
+/// Options of `sandloop report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Run directories (`--out` of `sandloop run`); two or more are compared
+    /// as arms side by side.
+    #[arg(value_name = "RUN_DIR", required = true)]
+    pub runs: Vec<PathBuf>,
+    /// The HTML file to write; default: RUN_DIR/report.html for one run,
+    /// ./report.html for several.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Open the report with xdg-open once written (prints its path when
+    /// xdg-open is unavailable).
+    #[arg(long)]
+    pub open: bool,
 }
 
 /// Options of `sandloop plan`: a run directory, or explicit JSON inputs.

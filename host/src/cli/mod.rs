@@ -10,6 +10,7 @@ pub mod manual;
 pub mod new_cmd;
 pub mod plan;
 pub mod replay;
+pub mod report;
 pub mod run;
 
 use std::sync::Arc;
@@ -104,6 +105,7 @@ pub fn main() -> i32 {
         args::Command::Inspect(args) => inspect::inspect(args),
         args::Command::Replay(args) => replay::replay(args),
         args::Command::Plan(args) => plan::plan(args),
+        args::Command::Report(args) => report::report(args),
         args::Command::Loop(command) => loop_cmd::run(command),
         args::Command::New(command) => new_cmd::run(command),
         args::Command::Completions(args) => manual::completions(&args),

@@ -252,8 +252,23 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         if let Some(totals) = snapshot_totals.get() {
             print_snapshot_summary(totals);
         }
+        say(&report_line(&args.out));
     }
     Ok(())
+}
+
+/// The closing line naming the command that draws the run's report.
+fn report_line(out: &std::path::Path) -> String {
+    let shown = out.display().to_string();
+    let quoted = if shown
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+:@,=".contains(c))
+    {
+        shown
+    } else {
+        format!("'{}'", shown.replace('\'', r"'\''"))
+    };
+    format!("  report     sandloop report {quoted}")
 }
 
 /// The flags' own rules, before anything is loaded: counts at least 1, a
@@ -786,6 +801,18 @@ mod tests {
     use clap::Parser;
 
     use super::*;
+
+    #[test]
+    fn the_closing_line_names_the_report_command_quoting_odd_paths() {
+        assert_eq!(
+            report_line(std::path::Path::new("runs/markdown-1")),
+            "  report     sandloop report runs/markdown-1"
+        );
+        assert_eq!(
+            report_line(std::path::Path::new("my runs/it's")),
+            r"  report     sandloop report 'my runs/it'\''s'"
+        );
+    }
     use crate::cli::args::{Cli, Command};
 
     /// The first invocation of `harness/golden/manifest.json` in

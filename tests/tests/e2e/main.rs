@@ -13,6 +13,7 @@ mod loops_loopy_worker;
 mod manual;
 mod new_adapter;
 mod replay;
+mod report;
 mod resume;
 mod run;
 mod snapshot;

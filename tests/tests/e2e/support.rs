@@ -78,6 +78,36 @@ pub fn write_items(dir: &Path, name: &str, lines: &[Value]) -> PathBuf {
     path
 }
 
+/// `sandloop run` of the markdown-explorer example over its sample
+/// documents (granted read-only at `/docs`) with its variant catalog, into
+/// `out`, plus `extra` flags and the environment variables `env` (passed to
+/// the adapter with `--env`).
+pub fn run_markdown_explorer(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
+    let docs = workspace_file("examples/markdown-explorer/sample-docs");
+    let catalog = workspace_file("examples/markdown-explorer/catalog.json");
+    let grant = format!("{}::/docs:ro", s(&docs));
+    let mut args = vec![
+        "run",
+        "--adapter",
+        sandloop_tests::MARKDOWN_EXPLORER,
+        "--dir",
+        &grant,
+        "--variants",
+        s(&catalog),
+        "--out",
+        s(out),
+    ];
+    args.extend_from_slice(extra);
+    for (name, _) in env {
+        args.extend(["--env", name]);
+    }
+    sandloop()
+        .args(&args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("spawn sandloop")
+}
+
 /// `path` as &str.
 pub fn s(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")

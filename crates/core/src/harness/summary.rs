@@ -247,6 +247,10 @@ pub struct RunSummary {
     /// Snapshot totals; absent unless children were snapshot-forked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshots: Option<SnapshotTotals>,
+    /// Units per worker of a distributed run. No run writes it yet; it is
+    /// read (and kept) when present so reports can show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distributed: Option<Map<String, Value>>,
 }
 
 #[cfg(test)]
@@ -267,5 +271,6 @@ mod tests {
         let replay = summary.replay.expect("the adapter replays");
         assert_eq!(replay["capture_success_count"], Value::from(0));
         assert_eq!(summary.snapshots, None);
+        assert_eq!(summary.distributed, None);
     }
 }

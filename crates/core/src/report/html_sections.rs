@@ -1,0 +1,529 @@
+//! The sections of one run's report page, in page order.
+
+use std::fmt::Write;
+
+use super::RunReport;
+use super::html::{bars, escape, json_text, none, num, raw_novel_bars, section, table, table_of};
+use super::svg::{COLORS, Series, line_chart};
+
+/// How many rows (or chart bars) a list shows at most; the rest is
+/// counted in a note, so a huge run still makes a small page.
+pub(super) const MAX_ROWS: usize = 40;
+
+/// The first [`MAX_ROWS`] of `items`.
+fn first<T>(items: &[T]) -> &[T] {
+    &items[..items.len().min(MAX_ROWS)]
+}
+
+/// The note under a list cut to [`MAX_ROWS`] of `total` `what`.
+fn more(out: &mut String, total: usize, what: &str) {
+    if total > MAX_ROWS {
+        none(
+            out,
+            &format!("the first {MAX_ROWS} of {total} {what} are shown"),
+        );
+    }
+}
+
+/// Minutes as milliseconds, for durations far below a minute.
+fn ms(minutes: f64) -> String {
+    format!("{} ms", num(minutes * 60_000.0))
+}
+
+/// The novelty curve.
+pub(super) fn novelty(out: &mut String, run: &RunReport) {
+    section(
+        out,
+        "novelty",
+        "Novelty curve",
+        "Cumulative novel value (observation keys seen for the first time), families covered and variant records after each epoch; dashed lines mark the epochs in which the variant catalog admitted variants.",
+    );
+    let points = &run.novelty.points;
+    if points.is_empty() {
+        none(out, "no epoch completed in this run");
+        return;
+    }
+    let markers: Vec<f64> = run
+        .novelty
+        .variant_epochs()
+        .into_iter()
+        .map(f64::from)
+        .collect();
+    let series = |label: &str, color, value: &dyn Fn(&super::novelty::CurvePoint) -> f64| Series {
+        label: label.to_owned(),
+        color,
+        points: points
+            .iter()
+            .map(|p| (f64::from(p.epoch), value(p)))
+            .collect(),
+    };
+    out.push_str("<div class=\"grid2\">");
+    out.push_str(&line_chart(
+        "cumulative novel value per epoch",
+        "epoch",
+        "novel value",
+        &[series("novel value", COLORS[0], &|p| p.novel_value_cum)],
+        &markers,
+        "variants entered in epoch",
+    ));
+    out.push_str(&line_chart(
+        "families covered and variant records per epoch",
+        "epoch",
+        "count",
+        &[
+            series("families covered", COLORS[2], &|p| p.coverage_cum as f64),
+            series("variant records", COLORS[3], &|p| {
+                p.variant_records_cum as f64
+            }),
+        ],
+        &markers,
+        "variants entered in epoch",
+    ));
+    out.push_str("</div>\n");
+}
+
+/// Value by family and the catalog's yield.
+pub(super) fn families(out: &mut String, run: &RunReport) {
+    section(
+        out,
+        "families",
+        "Value by family",
+        "Raw value (every observation key) against novel value (first-seen keys only) of each family's records.",
+    );
+    if run.families.is_empty() {
+        none(out, "no records in this run");
+    } else {
+        let shown = first(&run.families);
+        let labels: Vec<String> = shown
+            .iter()
+            .map(|f| {
+                if f.family.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    f.family.clone()
+                }
+            })
+            .collect();
+        out.push_str(&raw_novel_bars(
+            "raw and novel value per family",
+            &labels,
+            shown.iter().map(|f| f.raw_value).collect(),
+            shown.iter().map(|f| f.novel_value).collect(),
+        ));
+        more(out, run.families.len(), "families, by novel value,");
+    }
+    let _ = write!(
+        out,
+        "<h3>Variant catalog yield per spec family</h3><p class=\"explain\">{}</p>",
+        escape(
+            "Specs the frontier took from the catalog per seed family, and what their variant records earned."
+        )
+    );
+    table_of(
+        out,
+        &run.spec_yield,
+        "no variant catalog in this run",
+        &[
+            "seed family",
+            "#specs taken",
+            "#compile errors",
+            "#variant records",
+            "#failed",
+            "#raw value",
+            "#novel value",
+            "#novel per spec",
+        ],
+        |y| {
+            vec![
+                escape(&y.family),
+                y.specs_taken.to_string(),
+                y.compile_errors.to_string(),
+                y.variant_records.to_string(),
+                y.variant_errors.to_string(),
+                num(y.raw_value),
+                num(y.novel_value),
+                num(y.novel_per_spec()),
+            ]
+        },
+    );
+}
+
+/// Execution economics per epoch.
+pub(super) fn economics(out: &mut String, run: &RunReport) {
+    section(
+        out,
+        "economics",
+        "Execution economics",
+        "Compute minutes per epoch by kind (shared prefixes prepared once, suffixes run on them, standalone items) and the prefix recomputation the groups avoided.",
+    );
+    if run.economics.is_empty() {
+        none(out, "no epoch completed in this run");
+        return;
+    }
+    let categories: Vec<String> = run.economics.iter().map(|e| e.epoch.to_string()).collect();
+    let column =
+        |f: fn(&super::EpochEconomics) -> f64| run.economics.iter().map(f).collect::<Vec<f64>>();
+    out.push_str(&bars(
+        "compute minutes per epoch",
+        "minutes",
+        &categories,
+        vec![
+            (
+                "shared prefix",
+                column(|e| e.metrics.shared_prefix_compute_minutes),
+            ),
+            (
+                "suffix",
+                column(|e| e.metrics.episode_suffix_compute_minutes),
+            ),
+            (
+                "standalone",
+                column(|e| e.metrics.standalone_compute_minutes),
+            ),
+        ],
+        true,
+    ));
+    let m = &run.summary.arm.execution_metrics;
+    let mut rows: Vec<Vec<String>> = run
+        .economics
+        .iter()
+        .map(|e| {
+            let m = &e.metrics;
+            vec![
+                e.epoch.to_string(),
+                num(e.wall_minutes),
+                num(m.effective_compute_minutes),
+                num(m.shared_prefix_compute_minutes),
+                num(m.episode_suffix_compute_minutes),
+                num(m.standalone_compute_minutes),
+                num(m.avoided_recompute_minutes),
+                num(m.successful_avoided_recompute_minutes),
+                m.episode_group_count.to_string(),
+            ]
+        })
+        .collect();
+    rows.push(vec![
+        "<b>total</b>".to_owned(),
+        num(run.summary.arm.elapsed_minutes),
+        num(m.effective_compute_minutes),
+        num(m.shared_prefix_compute_minutes),
+        num(m.episode_suffix_compute_minutes),
+        num(m.standalone_compute_minutes),
+        num(m.avoided_recompute_minutes),
+        num(m.successful_avoided_recompute_minutes),
+        m.episode_group_count.to_string(),
+    ]);
+    table(
+        out,
+        &[
+            "epoch",
+            "#wall min",
+            "#effective min",
+            "#shared prefix min",
+            "#suffix min",
+            "#standalone min",
+            "#avoided min",
+            "#avoided by successes",
+            "#groups",
+        ],
+        &rows,
+    );
+}
+
+/// Errors by class.
+pub(super) fn errors(out: &mut String, run: &RunReport) {
+    section(
+        out,
+        "errors",
+        "Errors by class",
+        "Failed records by adapter_error.type, with the first examples' item ids and messages.",
+    );
+    let header = ["class", "#records", "first examples"];
+    table_of(
+        out,
+        &run.errors,
+        "no failed records in this run",
+        &header,
+        |class| {
+            let examples: Vec<String> = class
+                .examples
+                .iter()
+                .map(|e| {
+                    let kind = e
+                        .kind
+                        .as_deref()
+                        .map(|k| format!(" [{}]", escape(k)))
+                        .unwrap_or_default();
+                    format!(
+                        "<code>{}</code> (epoch {}){kind}: {}",
+                        escape(&e.item_id),
+                        e.epoch,
+                        escape(&e.message)
+                    )
+                })
+                .collect();
+            vec![
+                escape(&class.class),
+                class.count.to_string(),
+                examples.join("<br>"),
+            ]
+        },
+    );
+}
+
+/// Replay points, children, snapshots and offline replays.
+pub(super) fn replay(out: &mut String, run: &RunReport) {
+    section(
+        out,
+        "replay",
+        "Replay",
+        "Replay points by fidelity and final lifecycle, quarantined points and why, isolated children by how they ended, snapshot costs, and the outcomes of sandloop replay.",
+    );
+    let figures = &run.replay;
+    match &figures.points {
+        None => none(out, "no replay points in this run"),
+        Some(points) => replay_points(out, points),
+    }
+    children(out, run);
+    out.push_str("<h3>sandloop replay outcomes (replays.jsonl)</h3>");
+    let header = [
+        "item",
+        "outcome",
+        "point",
+        "fidelity",
+        "restored from",
+        "#wall",
+        "error",
+    ];
+    table_of(
+        out,
+        first(&figures.replays),
+        "this run was never replayed",
+        &header,
+        |r| {
+            vec![
+                format!("<code>{}</code>", escape(&r.item_id)),
+                if r.succeeded { "succeeded" } else { "failed" }.to_owned(),
+                format!("<code>{}</code>", escape(&r.replay_point_id)),
+                escape(&r.fidelity),
+                escape(&r.restored_from),
+                ms(r.wall_minutes),
+                escape(r.message.as_deref().unwrap_or("")),
+            ]
+        },
+    );
+    more(out, figures.replays.len(), "replays");
+}
+
+/// Replay points by fidelity and lifecycle, quarantines, snapshot costs.
+fn replay_points(out: &mut String, points: &super::replay::PointFigures) {
+    let _ = write!(
+        out,
+        "<h3>Replay points: {} ({} durable)</h3>",
+        points.total, points.durable
+    );
+    let rows: Vec<Vec<String>> = points
+        .by_fidelity_lifecycle
+        .iter()
+        .map(|((fidelity, lifecycle), n)| vec![escape(fidelity), escape(lifecycle), n.to_string()])
+        .collect();
+    table(out, &["fidelity", "final lifecycle", "#points"], &rows);
+    out.push_str("<h3>Quarantines</h3>");
+    let header = ["point", "seed item", "lifecycle", "why"];
+    table_of(
+        out,
+        first(&points.quarantines),
+        "no point was quarantined",
+        &header,
+        |q| {
+            vec![
+                format!("<code>{}</code>", escape(&q.replay_point_id)),
+                format!("<code>{}</code>", escape(&q.seed_item_id)),
+                escape(&q.lifecycle),
+                escape(&q.why),
+            ]
+        },
+    );
+    more(out, points.quarantines.len(), "quarantined points");
+    let s = &points.snapshots;
+    out.push_str("<h3>Snapshot costs</h3>");
+    if s.taken == 0 && s.failed == 0 {
+        none(
+            out,
+            "no point was snapshotted (children forked by exported state, or none)",
+        );
+    } else {
+        table(
+            out,
+            &[
+                "#taken",
+                "#failed",
+                "#snapshot ms",
+                "#compile ms",
+                "#bytes",
+                "#durable bytes",
+                "first error",
+            ],
+            &[vec![
+                s.taken.to_string(),
+                s.failed.to_string(),
+                num(s.snapshot_ms),
+                num(s.compile_ms),
+                s.bytes.to_string(),
+                s.durable_bytes.to_string(),
+                escape(s.first_error.as_deref().unwrap_or("")),
+            ]],
+        );
+    }
+}
+
+/// Isolated children by how they ended.
+fn children(out: &mut String, run: &RunReport) {
+    let c = &run.replay.children;
+    let _ = write!(out, "<h3>Children: {} forked</h3>", c.forked);
+    if c.forked == 0 {
+        none(out, "no isolated children in this run");
+        return;
+    }
+    let mut rows = vec![vec![
+        "succeeded".to_owned(),
+        String::new(),
+        c.succeeded.to_string(),
+    ]];
+    for ((stage, policy), n) in &c.denied {
+        rows.push(vec![
+            format!("denied by {}", escape(stage)),
+            escape(policy),
+            n.to_string(),
+        ]);
+    }
+    for (stage, n) in &c.failed {
+        rows.push(vec![
+            format!("failed at {}", escape(stage)),
+            String::new(),
+            n.to_string(),
+        ]);
+    }
+    table(out, &["outcome", "policy", "#children"], &rows);
+}
+
+/// Duration histograms.
+pub(super) fn durations(out: &mut String, run: &RunReport) {
+    section(
+        out,
+        "durations",
+        "Durations",
+        "How long each kind of record took (host-measured duration_minutes, shown in ms); bins are logarithmic when durations span more than a factor of 20.",
+    );
+    if run.durations.is_empty() {
+        none(out, "no records in this run");
+        return;
+    }
+    out.push_str("<div class=\"grid2\">");
+    for h in &run.durations {
+        let categories: Vec<String> = h.bins.iter().map(|b| num(b.lo * 60_000.0)).collect();
+        let _ = write!(
+            out,
+            "<div><h3>{}: {} records, min {}, median {}, max {}</h3>",
+            escape(&h.label),
+            h.count,
+            ms(h.min),
+            ms(h.median),
+            ms(h.max)
+        );
+        out.push_str(&bars(
+            &format!("{} durations", h.label),
+            "records",
+            &categories,
+            vec![(
+                &format!("{} (bin start, ms)", h.label),
+                h.bins.iter().map(|b| b.count as f64).collect(),
+            )],
+            false,
+        ));
+        out.push_str("</div>");
+    }
+    out.push_str("</div>\n");
+}
+
+/// The `distributed` block, when a summary has one.
+pub(super) fn distributed(out: &mut String, run: &RunReport) {
+    let Some(block) = &run.distributed else {
+        return;
+    };
+    section(
+        out,
+        "distributed",
+        "Distributed run",
+        "The summary's distributed block (units per worker), as written.",
+    );
+    let rows: Vec<Vec<String>> = block
+        .iter()
+        .map(|(key, value)| vec![escape(key), json_text(value)])
+        .collect();
+    table(out, &["field", "value"], &rows);
+}
+
+/// The manifest, at the bottom.
+pub(super) fn manifest(out: &mut String, run: &RunReport) {
+    section(
+        out,
+        "manifest",
+        "Manifest",
+        "Which host and adapter made this run, and every invocation's options (manifest.json).",
+    );
+    let m = &run.manifest;
+    table(
+        out,
+        &["field", "value"],
+        &[
+            vec![
+                "host".into(),
+                escape(&format!("{} {}", m.host.name, m.host.version)),
+            ],
+            vec!["WIT".into(), escape(&m.wit)],
+            vec!["adapter".into(), escape(&m.adapter.path)],
+            vec![
+                "adapter sha256".into(),
+                format!("<code>{}</code>", escape(&m.adapter.sha256)),
+            ],
+            vec![
+                "adapter size".into(),
+                format!("{} bytes", m.adapter.size_bytes),
+            ],
+            vec!["protocols".into(), escape(&m.adapter.protocols.join(", "))],
+        ],
+    );
+    for (i, invocation) in m.invocations.iter().enumerate() {
+        let _ = write!(
+            out,
+            "<h3>Invocation {}{}</h3>",
+            i + 1,
+            if invocation.resume { " (resume)" } else { "" }
+        );
+        let mut rows = vec![vec![
+            "cwd".to_owned(),
+            invocation
+                .cwd
+                .as_ref()
+                .map(|cwd| escape(&cwd.display().to_string()))
+                .unwrap_or_default(),
+        ]];
+        rows.extend(invocation.options.iter().map(|(key, value)| {
+            vec![
+                escape(key),
+                format!("<span class=\"mono\">{}</span>", json_text(value)),
+            ]
+        }));
+        table(out, &["option", "value"], &rows);
+    }
+    if !m.grants.is_empty() {
+        out.push_str("<h3>Directory grants</h3>");
+        let rows: Vec<Vec<String>> = m
+            .grants
+            .iter()
+            .map(|(guest, grant)| vec![escape(guest), escape(&grant.host)])
+            .collect();
+        table(out, &["guest path", "host directory"], &rows);
+    }
+}

@@ -1,0 +1,363 @@
+//! Reading a run directory into typed facts: `summary.json`,
+//! `manifest.json` and `epochs.jsonl` as their host types, the host-owned
+//! fields of every line of `records.jsonl`, and — when the run has them —
+//! `replay-points.jsonl` and `replays.jsonl`.
+//!
+//! Records are adapter-defined in part: only the fields the host writes
+//! (`item_id`, `family`, `is_variant`, `variant_spec_id`, `raw_value`,
+//! `novel_value`, `duration_minutes`, `record_kind`, `execution_status`,
+//! `adapter_error`, `replay`) are read, each leniently as the host reads
+//! them, except that a value the host always writes as a number must be
+//! one.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::episode::adapter::Record;
+use crate::episode::records::{RECORD_KIND_EPISODE_SUFFIX, RECORD_KIND_SHARED_PREFIX};
+use crate::episode::value::{py_str, str_or_empty, truthy};
+use crate::harness::run_files::{
+    EPOCHS_FILE, MANIFEST_FILE, RECORDS_FILE, SUMMARY_FILE, read_run_file,
+};
+use crate::harness::{EpochSummary, RunManifest, RunSummary};
+use crate::replay::durable::{POINTS_FILE, PointLine, load_points, read_jsonl};
+use crate::replay::offline::REPLAYS_FILE;
+use crate::replay::point::field_error;
+
+use super::error::ReportError;
+
+/// How a record ran, from its `record_kind` and `replay` block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RecordKind {
+    /// `record_kind: shared_prefix`: a group's prepared prefix.
+    Prefix,
+    /// `record_kind: episode_suffix` run in the group's own instance.
+    Suffix,
+    /// An `episode_suffix` forked as an isolated child (`replay.isolated`).
+    Child,
+    /// Anything else (`standalone`, or no `record_kind`).
+    Standalone,
+}
+
+impl RecordKind {
+    /// The label the report shows.
+    pub fn label(self) -> &'static str {
+        match self {
+            RecordKind::Prefix => "prefix",
+            RecordKind::Suffix => "suffix",
+            RecordKind::Child => "child",
+            RecordKind::Standalone => "standalone",
+        }
+    }
+}
+
+/// `adapter_error` of a failed record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ErrorFacts {
+    /// `adapter_error.type` (`deadline`, `memory_limit`, `trap`, ...).
+    pub error_type: String,
+    /// `adapter_error.kind`, the adapter's own class, when declared.
+    pub kind: Option<String>,
+    /// `adapter_error.message` (already folded to 240 characters).
+    pub message: String,
+}
+
+/// How an isolated child ended (a record whose `replay.isolated` is true).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ChildEnd {
+    /// It ran and its outcome was allowed.
+    Succeeded,
+    /// A risk assessment denied it: `stage` is `intent` or `outcome`,
+    /// `policy` the assessment's `policy_id`.
+    Denied {
+        /// `intent` or `outcome`.
+        stage: String,
+        /// The denying policy (`""` when not named).
+        policy: String,
+    },
+    /// It failed at `stage` (`fork`, `restore`, `suffix`, ...).
+    Failed {
+        /// The stage that failed.
+        stage: String,
+    },
+}
+
+/// The host-owned facts of one line of `records.jsonl`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordFacts {
+    /// The epoch the record belongs to (by its position in the file
+    /// against the epochs' `record_count`s).
+    pub epoch: u32,
+    /// `item_id` as text.
+    pub item_id: String,
+    /// `family` as text (`""` when absent).
+    pub family: String,
+    /// `is_variant`, truthy.
+    pub is_variant: bool,
+    /// `variant_spec_id` as text, for a variant.
+    pub variant_spec_id: Option<String>,
+    /// `raw_value` (0 when absent).
+    pub raw_value: f64,
+    /// `novel_value` (0 when absent).
+    pub novel_value: f64,
+    /// `duration_minutes` (0 when absent).
+    pub duration_minutes: f64,
+    /// How it ran.
+    pub kind: RecordKind,
+    /// The error, when `execution_status` is `adapter_error`.
+    pub error: Option<ErrorFacts>,
+    /// How the child ended, for an isolated child.
+    pub child: Option<ChildEnd>,
+    /// `replay.replay_point_id`, when the record ran from a point.
+    pub replay_point_id: Option<String>,
+    /// `replay.error.message` when that error quarantined the point.
+    pub quarantine_reason: Option<String>,
+}
+
+/// One line of `replays.jsonl`: what one `sandloop replay` of the run did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplayLine {
+    /// `item_id` replayed.
+    pub item_id: String,
+    /// `succeeded`.
+    pub succeeded: bool,
+    /// `replay_point.replay_point_id`.
+    pub replay_point_id: String,
+    /// `replay_point.fidelity`.
+    pub fidelity: String,
+    /// `restored_from` (`state` or `snapshot`).
+    pub restored_from: String,
+    /// `outcome.error.message` of a failed replay, or the release error's.
+    pub message: Option<String>,
+    /// `replay_wall_minutes`.
+    pub wall_minutes: f64,
+}
+
+/// Everything the report reads from one run directory.
+#[derive(Clone, Debug)]
+pub struct RunFiles {
+    /// The run directory.
+    pub dir: PathBuf,
+    /// `summary.json`.
+    pub summary: RunSummary,
+    /// `manifest.json`.
+    pub manifest: RunManifest,
+    /// `epochs.jsonl`, in order.
+    pub epochs: Vec<EpochSummary>,
+    /// `records.jsonl`, in order.
+    pub records: Vec<RecordFacts>,
+    /// `replay-points.jsonl` (last line of each id), when the run has one.
+    pub points: Option<Vec<PointLine>>,
+    /// `replays.jsonl`, empty when the run has none.
+    pub replays: Vec<ReplayLine>,
+}
+
+/// Reads the run directory `dir`.
+///
+/// Errors: `summary.json`, `manifest.json`, `epochs.jsonl` or
+/// `records.jsonl` missing or damaged, a damaged `replay-points.jsonl` or
+/// `replays.jsonl`; each names the file, the line (JSONL) and the field.
+pub fn load_run(dir: &Path) -> Result<RunFiles, ReportError> {
+    let summary_path = dir.join(SUMMARY_FILE);
+    let summary: RunSummary = read_run_file(&summary_path)
+        .map_err(|error| ReportError::run_file(&summary_path, error))?;
+    let manifest_path = dir.join(MANIFEST_FILE);
+    let manifest: RunManifest = read_run_file(&manifest_path)
+        .map_err(|error| ReportError::run_file(&manifest_path, error))?;
+    let epochs = read_epochs(&dir.join(EPOCHS_FILE))?;
+    let records = read_records(&dir.join(RECORDS_FILE), &epochs)?;
+    let points = if dir.join(POINTS_FILE).exists() {
+        Some(load_points(dir).map_err(|error| ReportError::jsonl(dir.join(POINTS_FILE), error))?)
+    } else {
+        None
+    };
+    let replays_path = dir.join(REPLAYS_FILE);
+    let replays = if replays_path.exists() {
+        read_replays(&replays_path)?
+    } else {
+        Vec::new()
+    };
+    Ok(RunFiles {
+        dir: dir.to_owned(),
+        summary,
+        manifest,
+        epochs,
+        records,
+        points,
+        replays,
+    })
+}
+
+/// Every line of `epochs.jsonl` as an [`EpochSummary`].
+fn read_epochs(path: &Path) -> Result<Vec<EpochSummary>, ReportError> {
+    let mut epochs = Vec::new();
+    read_jsonl(path, |line| {
+        let epoch: EpochSummary =
+            serde_path_to_error::deserialize(Value::Object(line)).map_err(field_error)?;
+        epochs.push(epoch);
+        Ok(())
+    })
+    .map_err(|error| ReportError::jsonl(path, error))?;
+    Ok(epochs)
+}
+
+/// Every line of `records.jsonl`, each given the epoch whose
+/// `record_count` range holds its position (records past the last epoch's
+/// belong to the epoch after it).
+fn read_records(path: &Path, epochs: &[EpochSummary]) -> Result<Vec<RecordFacts>, ReportError> {
+    let mut bounds = Vec::with_capacity(epochs.len());
+    let mut total = 0u64;
+    for epoch in epochs {
+        total += epoch.record_count;
+        bounds.push((total, epoch.epoch));
+    }
+    let after_last = epochs.last().map_or(1, |epoch| epoch.epoch + 1);
+    let mut records = Vec::new();
+    read_jsonl(path, |line| {
+        let position = records.len() as u64;
+        let epoch = bounds
+            .iter()
+            .find(|(end, _)| position < *end)
+            .map_or(after_last, |(_, epoch)| *epoch);
+        records.push(record_facts(&line, epoch)?);
+        Ok(())
+    })
+    .map_err(|error| ReportError::jsonl(path, error))?;
+    Ok(records)
+}
+
+/// `record[key]` as a number: 0 when absent or `null`, an error naming the
+/// field when it is anything else.
+fn number(record: &Record, key: &str) -> Result<f64, String> {
+    match record.get(key) {
+        None | Some(Value::Null) => Ok(0.0),
+        Some(Value::Number(n)) => Ok(n.as_f64().unwrap_or(0.0)),
+        Some(other) => Err(format!("{key}: expected a number, found {other}")),
+    }
+}
+
+/// `map[key]` as text when it is a non-empty string.
+fn text(map: &Map<String, Value>, key: &str) -> Option<String> {
+    map.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+/// The facts of one record (see [`RecordFacts`]).
+fn record_facts(record: &Record, epoch: u32) -> Result<RecordFacts, String> {
+    let empty = Map::new();
+    let replay = record
+        .get("replay")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let error = (str_or_empty(record.get("execution_status")) == "adapter_error").then(|| {
+        let block = record
+            .get("adapter_error")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        ErrorFacts {
+            error_type: text(block, "type").unwrap_or_else(|| "adapter_error".to_owned()),
+            kind: text(block, "kind"),
+            message: block
+                .get("message")
+                .map(py_str)
+                .unwrap_or_default()
+                .into_owned(),
+        }
+    });
+    let child = truthy(replay.get("isolated")).then(|| child_end(replay, error.is_some()));
+    let kind_field = str_or_empty(record.get("record_kind"));
+    let kind = if child.is_some() {
+        RecordKind::Child
+    } else if kind_field == RECORD_KIND_SHARED_PREFIX {
+        RecordKind::Prefix
+    } else if kind_field == RECORD_KIND_EPISODE_SUFFIX {
+        RecordKind::Suffix
+    } else {
+        RecordKind::Standalone
+    };
+    let replay_error = replay.get("error").and_then(Value::as_object);
+    let quarantine_reason = replay_error
+        .filter(|block| truthy(block.get("quarantined")))
+        .map(|block| text(block, "message").unwrap_or_default());
+    let is_variant = truthy(record.get("is_variant"));
+    Ok(RecordFacts {
+        epoch,
+        item_id: record
+            .get("item_id")
+            .map(py_str)
+            .unwrap_or_default()
+            .into_owned(),
+        family: str_or_empty(record.get("family")).into_owned(),
+        is_variant,
+        variant_spec_id: is_variant
+            .then(|| str_or_empty(record.get("variant_spec_id")).into_owned())
+            .filter(|id| !id.is_empty()),
+        raw_value: number(record, "raw_value")?,
+        novel_value: number(record, "novel_value")?,
+        duration_minutes: number(record, "duration_minutes")?.max(0.0),
+        kind,
+        error,
+        child,
+        replay_point_id: text(replay, "replay_point_id"),
+        quarantine_reason,
+    })
+}
+
+/// How a child ended, from its record's `replay` block: denied when the
+/// failure is `replay_risk_denied` (stage `intent` or `outcome`, the
+/// `risk_assessment`'s policy), failed at `stage` (or `error.stage`)
+/// otherwise, succeeded without an error.
+fn child_end(replay: &Map<String, Value>, failed: bool) -> ChildEnd {
+    if !failed {
+        return ChildEnd::Succeeded;
+    }
+    let error = replay.get("error").and_then(Value::as_object);
+    let stage = text(replay, "stage")
+        .or_else(|| error.and_then(|e| text(e, "stage")))
+        .unwrap_or_else(|| "unknown".to_owned());
+    let error_type = text(replay, "error_type").or_else(|| error.and_then(|e| text(e, "type")));
+    if error_type.as_deref() == Some("replay_risk_denied") {
+        let policy = replay
+            .get("risk_assessment")
+            .and_then(Value::as_object)
+            .and_then(|a| text(a, "policy_id"))
+            .unwrap_or_default();
+        ChildEnd::Denied { stage, policy }
+    } else {
+        ChildEnd::Failed { stage }
+    }
+}
+
+/// Every line of `replays.jsonl`.
+fn read_replays(path: &Path) -> Result<Vec<ReplayLine>, ReportError> {
+    let mut lines = Vec::new();
+    read_jsonl(path, |line| {
+        let empty = Map::new();
+        let object = |key: &str| line.get(key).and_then(Value::as_object).unwrap_or(&empty);
+        let point = object("replay_point");
+        let outcome_error = object("outcome").get("error").and_then(Value::as_object);
+        let release_error = line.get("release_error").and_then(Value::as_object);
+        let message = outcome_error
+            .or(release_error)
+            .and_then(|error| text(error, "message"));
+        lines.push(ReplayLine {
+            item_id: line
+                .get("item_id")
+                .map(py_str)
+                .unwrap_or_default()
+                .into_owned(),
+            succeeded: truthy(line.get("succeeded")),
+            replay_point_id: text(point, "replay_point_id").unwrap_or_default(),
+            fidelity: text(point, "fidelity").unwrap_or_default(),
+            restored_from: text(&line, "restored_from").unwrap_or_default(),
+            message,
+            wall_minutes: number(&line, "replay_wall_minutes")?,
+        });
+        Ok(())
+    })
+    .map_err(|error| ReportError::jsonl(path, error))?;
+    Ok(lines)
+}

@@ -1,0 +1,111 @@
+//! `sandloop report`'s model: a run directory read into typed figures
+//! (the novelty curve, value by family and the catalog's yield, execution
+//! economics, errors by class, replay, duration distributions, the
+//! manifest), and several runs compared as arms. Pure functions over the
+//! run's files; [`html`] renders them as one self-contained page.
+//!
+//! Every figure comes from the run directory's files alone
+//! (`summary.json`, `manifest.json`, `epochs.jsonl`, `records.jsonl`,
+//! `replay-points.jsonl`, `replays.jsonl`), so the report of a resumed run
+//! is the report of the same run made in one go.
+//!
+//! ```no_run
+//! # use sandloop_core::report::*;
+//! let run = RunReport::load(std::path::Path::new("runs/main"))?;
+//! std::fs::write("runs/main/report.html", html::render_run(&run))?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod arms;
+pub mod durations;
+pub mod economics;
+pub mod error;
+pub mod errors;
+pub mod families;
+pub mod html;
+mod html_sections;
+pub mod load;
+pub mod novelty;
+pub mod replay;
+pub mod svg;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::harness::{RunManifest, RunSummary};
+
+pub use arms::{ArmRow, ArmsComparison, aggregate_arms};
+pub use durations::{Histogram, duration_histograms};
+pub use economics::EpochEconomics;
+pub use error::ReportError;
+pub use errors::{ErrorClass, errors_by_class};
+pub use families::{FamilyValue, SpecYield};
+pub use load::{RunFiles, load_run};
+pub use novelty::{NoveltyCurve, step_auc};
+pub use replay::ReplayFigures;
+
+/// Every figure of one run's report.
+#[derive(Clone, Debug)]
+pub struct RunReport {
+    /// The run directory.
+    pub dir: PathBuf,
+    /// `summary.json`.
+    pub summary: RunSummary,
+    /// `manifest.json`.
+    pub manifest: RunManifest,
+    /// Novel value and coverage per epoch.
+    pub novelty: NoveltyCurve,
+    /// Raw and novel value per family.
+    pub families: Vec<FamilyValue>,
+    /// The catalog's yield per seed family (empty without a catalog).
+    pub spec_yield: Vec<SpecYield>,
+    /// Execution economics per epoch.
+    pub economics: Vec<EpochEconomics>,
+    /// Failed records by error class.
+    pub errors: Vec<ErrorClass>,
+    /// Replay points, children and offline replays.
+    pub replay: ReplayFigures,
+    /// Record durations per kind.
+    pub durations: Vec<Histogram>,
+    /// The summary's `distributed` block, when a distributed run wrote
+    /// one (units per worker); `None` for every local run.
+    pub distributed: Option<Map<String, Value>>,
+}
+
+impl RunReport {
+    /// Reads the run directory `dir` and computes every figure.
+    ///
+    /// Errors: see [`load_run`].
+    pub fn load(dir: &Path) -> Result<Self, ReportError> {
+        Ok(Self::of_files(load_run(dir)?))
+    }
+
+    /// Computes every figure of a run already read.
+    pub fn of_files(files: RunFiles) -> Self {
+        Self {
+            novelty: NoveltyCurve::of_run(&files.summary.arm.checkpoints, &files.epochs),
+            families: families::value_by_family(&files.records),
+            spec_yield: families::spec_yield(&files.epochs, &files.records),
+            economics: economics::per_epoch(&files.epochs),
+            errors: errors_by_class(&files.records),
+            replay: replay::replay_figures(files.points.as_deref(), &files.records, &files.replays),
+            durations: duration_histograms(&files.records),
+            distributed: files.summary.distributed.clone(),
+            dir: files.dir,
+            summary: files.summary,
+            manifest: files.manifest,
+        }
+    }
+
+    /// The run directory's last path component (the whole path if none).
+    pub fn dir_name(&self) -> String {
+        self.dir
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_else(|| self.dir.display().to_string())
+    }
+}

@@ -1,0 +1,557 @@
+//! The report's figures against hand-computed values of tiny run
+//! directories written here.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::replay::Fidelity;
+use crate::replay::durable::tests::line;
+use crate::replay::point::Lifecycle;
+
+fn metrics(prefix: f64, suffix: f64, standalone: f64, avoided: f64) -> Value {
+    json!({
+        "shared_prefix_compute_minutes": prefix,
+        "episode_suffix_compute_minutes": suffix,
+        "standalone_compute_minutes": standalone,
+        "effective_compute_minutes": prefix + suffix + standalone,
+        "avoided_recompute_minutes": avoided,
+        "successful_avoided_recompute_minutes": avoided,
+        "episode_group_count": 1, "episode_count": 3, "episode_error_count": 1
+    })
+}
+
+fn checkpoint(
+    epoch: u32,
+    elapsed: f64,
+    raw: f64,
+    novel: f64,
+    coverage: usize,
+    variants: u64,
+) -> Value {
+    json!({
+        "epoch": epoch, "elapsed_minutes": elapsed, "raw_value_cum": raw,
+        "novel_value_cum": novel, "coverage_count_cum": coverage,
+        "variant_records_cum": variants, "requested_worker_minutes_cum": elapsed * 2.0,
+        "execution_metrics_cum": metrics(0.0, 0.0, 0.0, 0.0)
+    })
+}
+
+/// `summary.json` of an arm `arm` with the given checkpoints.
+fn summary(
+    arm: &str,
+    budget: Option<f64>,
+    elapsed: f64,
+    novel: f64,
+    checkpoints: Vec<Value>,
+) -> Value {
+    json!({
+        "schema_version": "loopx_explore_harness_arm_v0",
+        "arm_key": arm, "budget_minutes": budget, "worker_count": 2,
+        "elapsed_minutes": elapsed, "stop_reason": "max_epochs",
+        "epoch_count": checkpoints.len(), "record_count": 7,
+        "raw_value_total": 13.0, "novel_value_total": novel, "variant_records_total": 3,
+        "execution_metrics": metrics(0.01, 0.1, 0.65, 0.01),
+        "coverage_count": 2, "coverage_first_seen_minutes": {"readme": 0.5, "license": 1.5},
+        "checkpoints": checkpoints,
+        "resume": {"schema_version": "loopx_explore_harness_resume_v0", "enabled": true,
+                   "resumed": false, "checkpoint_schema_version": "v0",
+                   "checkpoint_path": null, "restored_epoch_count": 0},
+        "runtime_policy": {"schema_version": "p", "item_failure_policy": "record",
+                           "item_exception_isolation": true,
+                           "episode_execution": {"mode": "recoverable-v0", "adapter_owned_restore": true},
+                           "duration_source": "host", "planner_guidance": {}},
+        "adapter": {"path": "a.wasm", "sha256": "ab12", "size_bytes": 10, "protocols": ["legacy"]},
+        "host_version": "0.1.0"
+    })
+}
+
+fn epoch(n: u32, records: u64, specs: Vec<Value>, admitted: usize) -> Value {
+    json!({
+        "schema_version": "loopx_explore_harness_arm_v0", "epoch": n,
+        "epoch_wall_minutes": 0.5, "queue_size": records, "execution_unit_count": 1,
+        "record_count": records, "raw_value": 1.0, "novel_value": 1.0,
+        "execution_metrics": metrics(0.01 * f64::from(n), 0.05, 0.0, 0.02),
+        "frontier": {"requested_lanes": 0, "admitted": admitted, "catalog_pending_after": 0,
+                     "specs": specs},
+        "lanes": []
+    })
+}
+
+fn spec(id: &str, family: &str, compile_error: bool) -> Value {
+    json!({"spec_id": id, "seed_family": family, "intent": null, "gain": 1.0,
+           "compile_error": compile_error})
+}
+
+/// The seven records of the tiny run (see [`write_tiny_run`]).
+fn tiny_records() -> Vec<Value> {
+    vec![
+        json!({"item_id": "doc:shared-prefix", "family": "readme", "is_variant": false,
+               "record_kind": "shared_prefix", "execution_group_id": "main:epoch-1:group-0001",
+               "raw_value": 4.0, "novel_value": 4.0, "duration_minutes": 0.01}),
+        json!({"item_id": "doc", "family": "readme", "is_variant": false,
+               "record_kind": "episode_suffix", "raw_value": 4.0, "novel_value": 0.0,
+               "duration_minutes": 0.02, "replay": {"replay_point_id": "rp-2",
+               "error": {"stage": "finalize", "quarantined": true,
+                         "message": "finalize said <b>no</b>"}}}),
+        json!({"item_id": "doc~s1", "family": "readme", "is_variant": true, "variant_spec_id": "s1",
+               "record_kind": "episode_suffix", "raw_value": 3.0, "novel_value": 2.0,
+               "duration_minutes": 0.03,
+               "replay": {"isolated": true, "replay_point_id": "rp-1", "fork": "state"}}),
+        json!({"item_id": "doc~s3", "family": "readme", "is_variant": true, "variant_spec_id": "s3",
+               "record_kind": "episode_suffix", "execution_status": "adapter_error",
+               "adapter_error": {"type": "replay_risk_denied",
+                                 "message": "<script>alert(1)</script>"},
+               "raw_value": 0.0, "novel_value": 0.0, "duration_minutes": 0.05,
+               "replay": {"isolated": true, "stage": "intent", "error_type": "replay_risk_denied",
+                          "risk_assessment": {"disposition": "deny", "policy_id": "size"}}}),
+        json!({"item_id": "lic", "family": "license", "is_variant": false,
+               "record_kind": "standalone", "raw_value": 2.0, "novel_value": 1.0,
+               "duration_minutes": 0.5}),
+        json!({"item_id": "lic2", "family": "license", "is_variant": false,
+               "execution_status": "adapter_error",
+               "adapter_error": {"type": "deadline", "message": "call ran out of time"},
+               "duration_minutes": 0.05}),
+        json!({"item_id": "s2", "family": "license", "is_variant": true, "variant_spec_id": "s2",
+               "execution_status": "adapter_error",
+               "adapter_error": {"type": "adapter_error", "kind": "compile", "message": "bad op"},
+               "duration_minutes": 0.05}),
+    ]
+}
+
+fn write_lines(path: &Path, lines: &[Value]) {
+    let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    std::fs::write(path, text).unwrap();
+}
+
+/// A two-epoch run: epoch 1 has a group of family `readme` (prefix, seed
+/// suffix, an allowed child of spec s1 and a child of s3 denied at intent
+/// by policy `size`), epoch 2 two standalone `license` records (one a
+/// deadline) and the compile error of spec s2. Two replay points, rp-2
+/// quarantined; one failed offline replay.
+fn write_tiny_run(dir: &Path, arm: &str, with_replay: bool) {
+    std::fs::create_dir_all(dir).unwrap();
+    let checkpoints = vec![
+        checkpoint(1, 0.5, 11.0, 6.0, 1, 2),
+        checkpoint(2, 1.5, 13.0, 7.0, 2, 3),
+    ];
+    std::fs::write(
+        dir.join("summary.json"),
+        summary(arm, None, 1.5, 7.0, checkpoints).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("manifest.json"),
+        json!({"adapter": {"sha256": "ab12", "path": "a.wasm"},
+               "invocations": [{"options": {"workers": 2, "note": "<i>x</i>"}}]})
+        .to_string(),
+    )
+    .unwrap();
+    write_lines(
+        &dir.join("epochs.jsonl"),
+        &[
+            epoch(
+                1,
+                4,
+                vec![spec("s1", "readme", false), spec("s3", "readme", false)],
+                2,
+            ),
+            epoch(2, 3, vec![spec("s2", "license", true)], 0),
+        ],
+    );
+    write_lines(&dir.join("records.jsonl"), &tiny_records());
+    if with_replay {
+        let kept = line("rp-1", Lifecycle::Released);
+        let mut quarantined = line("rp-2", Lifecycle::Failed);
+        quarantined.point.fidelity = Fidelity::BestEffort;
+        quarantined.quarantined = true;
+        write_lines(
+            &dir.join("replay-points.jsonl"),
+            &[
+                Value::Object(kept.to_record()),
+                Value::Object(quarantined.to_record()),
+            ],
+        );
+        write_lines(
+            &dir.join("replays.jsonl"),
+            &[
+                json!({"item_id": "doc~s1", "succeeded": false, "restored_from": "state",
+                     "replay_point": {"replay_point_id": "rp-1", "fidelity": "exact"},
+                     "outcome": {"error": {"message": "trap: unreachable"}},
+                     "replay_wall_minutes": 0.001}),
+            ],
+        );
+    }
+}
+
+fn tiny(with_replay: bool) -> (tempfile::TempDir, RunReport) {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    write_tiny_run(&run, "main", with_replay);
+    let report = RunReport::load(&run).unwrap();
+    (dir, report)
+}
+
+#[test]
+fn records_are_given_their_epoch_by_position_and_kind_by_record_kind_and_replay() {
+    let (_dir, report) = tiny(true);
+    let files = load_run(&report.dir).unwrap();
+    let epochs: Vec<u32> = files.records.iter().map(|r| r.epoch).collect();
+    assert_eq!(epochs, [1, 1, 1, 1, 2, 2, 2]);
+    let kinds: Vec<&str> = files.records.iter().map(|r| r.kind.label()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "prefix",
+            "suffix",
+            "child",
+            "child",
+            "standalone",
+            "standalone",
+            "standalone"
+        ]
+    );
+}
+
+#[test]
+fn the_novelty_curve_follows_the_checkpoints_and_marks_variant_epochs() {
+    let (_dir, report) = tiny(true);
+    let novel: Vec<f64> = report
+        .novelty
+        .points
+        .iter()
+        .map(|p| p.novel_value_cum)
+        .collect();
+    assert_eq!(novel, [6.0, 7.0]);
+    let coverage: Vec<usize> = report
+        .novelty
+        .points
+        .iter()
+        .map(|p| p.coverage_cum)
+        .collect();
+    assert_eq!(coverage, [1, 2]);
+    assert_eq!(report.novelty.variant_epochs(), [1]);
+    // 0 until 0.5 min, 6 until 1.5, then 7 to the horizon of 2: 6 + 3.5.
+    assert_eq!(step_auc(&report.novelty.points, 2.0), 9.5);
+    // A horizon before the last point cuts the curve there.
+    assert_eq!(step_auc(&report.novelty.points, 1.0), 3.0);
+}
+
+#[test]
+fn value_by_family_and_the_catalog_yield_sum_the_records() {
+    let (_dir, report) = tiny(true);
+    let families: Vec<(&str, u64, f64, f64)> = report
+        .families
+        .iter()
+        .map(|f| (f.family.as_str(), f.records, f.raw_value, f.novel_value))
+        .collect();
+    assert_eq!(
+        families,
+        [("readme", 4, 11.0, 6.0), ("license", 3, 2.0, 1.0)]
+    );
+    let readme = &report.spec_yield[1];
+    assert_eq!(
+        (
+            readme.family.as_str(),
+            readme.specs_taken,
+            readme.compile_errors
+        ),
+        ("readme", 2, 0)
+    );
+    assert_eq!((readme.variant_records, readme.variant_errors), (2, 1));
+    assert_eq!((readme.novel_value, readme.raw_value), (2.0, 3.0));
+    assert_eq!(readme.novel_per_spec(), 1.0);
+    let license = &report.spec_yield[0];
+    assert_eq!(
+        (
+            license.specs_taken,
+            license.compile_errors,
+            license.variant_records,
+            license.variant_errors
+        ),
+        (1, 1, 1, 1)
+    );
+}
+
+#[test]
+fn economics_are_each_epochs_execution_metrics() {
+    let (_dir, report) = tiny(true);
+    let prefix: Vec<f64> = report
+        .economics
+        .iter()
+        .map(|e| e.metrics.shared_prefix_compute_minutes)
+        .collect();
+    assert_eq!(prefix, [0.01, 0.02]);
+    assert_eq!(report.economics[1].metrics.avoided_recompute_minutes, 0.02);
+}
+
+#[test]
+fn errors_are_grouped_by_type_with_their_first_examples() {
+    let (_dir, report) = tiny(true);
+    let classes: Vec<(&str, u64)> = report
+        .errors
+        .iter()
+        .map(|c| (c.class.as_str(), c.count))
+        .collect();
+    assert_eq!(
+        classes,
+        [
+            ("adapter_error", 1),
+            ("deadline", 1),
+            ("replay_risk_denied", 1)
+        ]
+    );
+    let deadline = &report.errors[1].examples[0];
+    assert_eq!((deadline.item_id.as_str(), deadline.epoch), ("lic2", 2));
+    assert_eq!(deadline.message, "call ran out of time");
+    assert_eq!(
+        report.errors[0].examples[0].kind.as_deref(),
+        Some("compile")
+    );
+    // Only the first three examples of a class are kept.
+    let records: Vec<load::RecordFacts> = (0..5)
+        .map(|i| {
+            let mut record = load::load_run(&report.dir).unwrap().records[5].clone();
+            record.item_id = format!("late-{i}");
+            record
+        })
+        .collect();
+    let classes = errors_by_class(&records);
+    assert_eq!(classes[0].count, 5);
+    let ids: Vec<&str> = classes[0]
+        .examples
+        .iter()
+        .map(|e| e.item_id.as_str())
+        .collect();
+    assert_eq!(ids, ["late-0", "late-1", "late-2"]);
+}
+
+#[test]
+fn replay_figures_count_points_quarantines_children_and_replays() {
+    let (_dir, report) = tiny(true);
+    let points = report.replay.points.as_ref().unwrap();
+    assert_eq!(points.total, 2);
+    assert_eq!(
+        points
+            .by_fidelity_lifecycle
+            .iter()
+            .map(|((f, l), n)| (f.as_str(), l.as_str(), *n))
+            .collect::<Vec<_>>(),
+        [("best_effort", "failed", 1), ("exact", "released", 1)]
+    );
+    assert_eq!(points.quarantines.len(), 1);
+    assert_eq!(points.quarantines[0].replay_point_id, "rp-2");
+    assert_eq!(points.quarantines[0].why, "finalize said <b>no</b>");
+    let children = &report.replay.children;
+    assert_eq!((children.forked, children.succeeded), (2, 1));
+    assert_eq!(
+        children
+            .denied
+            .iter()
+            .map(|((s, p), n)| (s.as_str(), p.as_str(), *n))
+            .collect::<Vec<_>>(),
+        [("intent", "size", 1)]
+    );
+    assert!(children.failed.is_empty());
+    assert_eq!(report.replay.replays.len(), 1);
+    assert!(!report.replay.replays[0].succeeded);
+    assert_eq!(
+        report.replay.replays[0].message.as_deref(),
+        Some("trap: unreachable")
+    );
+}
+
+#[test]
+fn duration_histograms_bin_each_kind() {
+    let (_dir, report) = tiny(true);
+    let labels: Vec<(&str, u64)> = report
+        .durations
+        .iter()
+        .map(|h| (h.label.as_str(), h.count))
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            ("prefix", 1),
+            ("suffix", 1),
+            ("child", 2),
+            ("standalone", 3)
+        ]
+    );
+    let standalone = &report.durations[3];
+    assert_eq!(
+        (standalone.min, standalone.median, standalone.max),
+        (0.05, 0.05, 0.5)
+    );
+    assert!(!standalone.log_scale, "0.05..0.5 spans a factor of 10");
+    assert_eq!(standalone.bins.len(), durations::HISTOGRAM_BINS);
+    assert_eq!(standalone.bins[0].count, 2);
+    assert_eq!(standalone.bins[15].count, 1);
+    assert_eq!(standalone.bins.iter().map(|b| b.count).sum::<u64>(), 3);
+    // One value: one bin.
+    assert_eq!(report.durations[0].bins.len(), 1);
+}
+
+#[test]
+fn histograms_go_logarithmic_over_a_wide_span() {
+    let h = durations::histogram("x", &[1.0, 10.0, 100.0, 1000.0], 3);
+    assert!(h.log_scale);
+    let edges: Vec<f64> = h.bins.iter().map(|b| (b.lo * 1e6).round() / 1e6).collect();
+    assert_eq!(edges, [1.0, 10.0, 100.0]);
+    assert_eq!(
+        h.bins.iter().map(|b| b.count).collect::<Vec<_>>(),
+        [1, 1, 2]
+    );
+    assert_eq!(durations::histogram("x", &[], 3).bins, []);
+}
+
+#[test]
+fn arms_compared_share_one_horizon_and_label_runs_of_the_same_arm_by_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_run(&dir.path().join("a"), "main", false);
+    write_tiny_run(&dir.path().join("b"), "main", false);
+    write_tiny_run(&dir.path().join("c"), "other", false);
+    let runs: Vec<RunReport> = ["a", "b", "c"]
+        .iter()
+        .map(|name| RunReport::load(&dir.path().join(name)).unwrap())
+        .collect();
+    let comparison = aggregate_arms(&runs);
+    assert_eq!(comparison.horizon_minutes, 1.5);
+    let labels: Vec<&str> = comparison.arms.iter().map(|a| a.label.as_str()).collect();
+    assert_eq!(labels, ["a", "b", "other"]);
+    let row = &comparison.arms[0];
+    // 6 from 0.5 to 1.5 min.
+    assert_eq!(row.novel_value_auc, 6.0);
+    // 7 / (1.5 min * 2 workers).
+    assert_eq!(row.novel_value_per_requested_worker_minute, 2.3333);
+    // 7 / 0.76 effective minutes.
+    assert_eq!(row.novel_value_per_effective_compute_minute, Some(9.2105));
+}
+
+#[test]
+fn a_run_without_replay_files_renders_saying_so() {
+    let (_dir, report) = tiny(false);
+    assert_eq!(report.replay.points, None);
+    let page = html::render_run(&report);
+    assert!(page.contains("no replay points in this run"), "{page}");
+    assert!(page.contains("this run was never replayed"));
+}
+
+#[test]
+fn adapter_strings_are_escaped_and_the_page_loads_nothing() {
+    let (_dir, report) = tiny(true);
+    let page = html::render_run(&report);
+    assert!(
+        !page.contains("<script>"),
+        "an adapter's message became markup"
+    );
+    assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(page.contains("finalize said &lt;b&gt;no&lt;/b&gt;"));
+    assert!(
+        page.contains("&lt;i&gt;x&lt;/i&gt;"),
+        "manifest options are escaped"
+    );
+    assert!(page.contains("default-src 'none'"));
+    let without_namespace = page.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
+    assert!(!without_namespace.contains("http://") && !without_namespace.contains("https://"));
+    let positions: Vec<usize> = html::RUN_SECTIONS
+        .iter()
+        .map(|heading| {
+            page.find(&format!(">{heading}</h2>"))
+                .unwrap_or_else(|| panic!("{heading} missing"))
+        })
+        .collect();
+    assert!(
+        positions.is_sorted(),
+        "sections out of order: {positions:?}"
+    );
+    // Every chart draws marks.
+    let charts = page.matches("<svg").count();
+    assert!(charts >= 6, "{charts} charts");
+    assert_eq!(page.matches("<path class=\"series\" d=\"M").count(), 3);
+    assert_eq!(
+        page.matches("<path class=\"marker\" d=\"M").count(),
+        2,
+        "epoch 1 in both curves"
+    );
+    assert!(page.matches("<path class=\"bar\" d=\"M").count() >= 8);
+}
+
+#[test]
+fn a_distributed_block_is_shown_only_when_the_summary_has_one() {
+    let (dir, report) = tiny(false);
+    assert!(!html::render_run(&report).contains("Distributed run"));
+    let path = dir.path().join("run/summary.json");
+    let mut summary: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    summary["distributed"] = json!({"units_per_worker": {"w1": 3, "w2": 4}});
+    std::fs::write(&path, summary.to_string()).unwrap();
+    let report = RunReport::load(&dir.path().join("run")).unwrap();
+    let page = html::render_run(&report);
+    assert!(page.contains("Distributed run"));
+    assert!(page.contains("units_per_worker"));
+}
+
+#[test]
+fn damaged_or_missing_files_are_named_with_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    write_tiny_run(&run, "main", true);
+    let message = |run: &Path| RunReport::load(run).unwrap_err().to_string();
+
+    let mut records = tiny_records();
+    records[1]["novel_value"] = json!("lots");
+    write_lines(&run.join("records.jsonl"), &records);
+    let text = message(&run);
+    assert!(
+        text.contains("records.jsonl:2: novel_value: expected a number"),
+        "{text}"
+    );
+
+    std::fs::write(run.join("records.jsonl"), "{}\nnot json\n").unwrap();
+    let text = message(&run);
+    assert!(text.contains("records.jsonl:2: "), "{text}");
+
+    std::fs::write(run.join("epochs.jsonl"), "{\"epoch\": \"one\"}\n").unwrap();
+    let text = message(&run);
+    assert!(
+        text.contains("epochs.jsonl:1: epoch: invalid type"),
+        "{text}"
+    );
+
+    std::fs::write(
+        run.join("replay-points.jsonl"),
+        "{\"replay_point_id\": 3}\n",
+    )
+    .unwrap();
+    write_tiny_run(&run.join("x"), "main", false);
+    std::fs::copy(
+        run.join("replay-points.jsonl"),
+        run.join("x/replay-points.jsonl"),
+    )
+    .unwrap();
+    let text = message(&run.join("x"));
+    assert!(text.contains("replay-points.jsonl:1: "), "{text}");
+
+    std::fs::remove_file(run.join("summary.json")).unwrap();
+    let text = message(&run);
+    assert!(text.contains("summary.json"), "{text}");
+}
+
+#[test]
+fn long_lists_are_cut_with_a_note_so_a_huge_run_makes_a_small_page() {
+    let (dir, _) = tiny(false);
+    let run = dir.path().join("run");
+    let mut records = tiny_records();
+    records.extend((0..45).map(|i| {
+        json!({"item_id": format!("x{i}"), "family": format!("f{i:02}"), "duration_minutes": 0.1})
+    }));
+    write_lines(&run.join("records.jsonl"), &records);
+    let report = RunReport::load(&run).unwrap();
+    assert_eq!(report.families.len(), 47);
+    let page = html::render_run(&report);
+    // readme and license (by novel value), then f00..f37 by name.
+    assert!(page.contains("the first 40 of 47 families, by novel value, are shown"));
+    assert!(page.contains("f37 novel value: 0"));
+    assert!(!page.contains("f38 novel value"));
+}

@@ -1,0 +1,111 @@
+//! `sandloop report`: read run directories, write one self-contained HTML
+//! report (one run, or several compared as arms), optionally open it.
+
+use std::path::{Path, PathBuf};
+
+use super::args::ReportArgs;
+use super::{CliError, say};
+use crate::report::{RunReport, html};
+
+/// The file the report goes to: `--out`, else `RUN_DIR/report.html` for
+/// one run and `./report.html` for several.
+pub fn report_path(args: &ReportArgs) -> PathBuf {
+    match (&args.out, args.runs.as_slice()) {
+        (Some(out), _) => out.clone(),
+        (None, [run]) => run.join("report.html"),
+        (None, _) => PathBuf::from("report.html"),
+    }
+}
+
+/// Run `sandloop report`. A missing or damaged run file is bad input
+/// (exit 2), naming the file, line and field; a report that cannot be
+/// written fails the command (exit 1).
+pub fn report(args: ReportArgs) -> Result<(), CliError> {
+    let runs = args
+        .runs
+        .iter()
+        .map(|dir| RunReport::load(dir).map_err(|error| CliError::Input(error.to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
+    let page = match runs.as_slice() {
+        [run] => html::render_run(run),
+        runs => html::render_arms(runs),
+    };
+    let out = report_path(&args);
+    std::fs::write(&out, page.as_bytes())
+        .map_err(|error| CliError::Failed(format!("cannot write {}: {error}", out.display())))?;
+    say(&format!(
+        "sandloop report: {} ({} bytes, {} run{})",
+        out.display(),
+        page.len(),
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" }
+    ));
+    if args.open {
+        open(&out);
+    }
+    Ok(())
+}
+
+/// Open `path` with `xdg-open`, or say where it is when that cannot run.
+fn open(path: &Path) {
+    let opened = std::process::Command::new("xdg-open")
+        .arg(path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !opened {
+        say(&format!(
+            "open {} in a browser (xdg-open is unavailable)",
+            path.display()
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(runs: &[&str], out: Option<&str>) -> ReportArgs {
+        ReportArgs {
+            runs: runs.iter().map(PathBuf::from).collect(),
+            out: out.map(PathBuf::from),
+            open: false,
+        }
+    }
+
+    #[test]
+    fn the_report_goes_beside_one_run_or_to_the_current_directory_for_several() {
+        assert_eq!(
+            report_path(&args(&["runs/a"], None)),
+            Path::new("runs/a/report.html")
+        );
+        assert_eq!(
+            report_path(&args(&["a", "b"], None)),
+            Path::new("report.html")
+        );
+        assert_eq!(
+            report_path(&args(&["a", "b"], Some("x.html"))),
+            Path::new("x.html")
+        );
+    }
+
+    #[test]
+    fn a_missing_run_directory_is_bad_input_naming_its_summary() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nothing");
+        let error = report(ReportArgs {
+            runs: vec![missing.clone()],
+            out: None,
+            open: false,
+        })
+        .unwrap_err();
+        match error {
+            CliError::Input(message) => assert!(
+                message.contains(&missing.join("summary.json").display().to_string()),
+                "{message}"
+            ),
+            other => panic!("expected bad input, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! `sandloop report` over a real run of the markdown-explorer main job
+//! (small: the sample documents, three epochs), rendered in headless
+//! Chromium: no console errors, charts drawn, a screenshot that is not
+//! blank. Chromium is required (`apt-get install -y chromium`);
+//! `SANDLOOP_SKIP_BROWSER=1` skips the browser half, printing SKIPPED.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+use sandloop::report::RunReport;
+use sandloop::report::html::RUN_SECTIONS;
+
+/// The markdown-explorer main job, small; returns the run's stdout.
+fn main_job(out: &Path) -> String {
+    let output = run_markdown_explorer(out, &["--epochs", "3", "--workers", "2"], &[]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    stdout(&output)
+}
+
+/// The Chromium binary: `$SANDLOOP_CHROMIUM`, else `chromium` or
+/// `chromium-browser` on PATH.
+fn chromium() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("SANDLOOP_CHROMIUM") {
+        return Some(path.into());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .flat_map(|dir| ["chromium", "chromium-browser"].map(|name| dir.join(name)))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Run Chromium headless on `page`, in its own process group, killed
+/// (the whole group) after `limit`. Returns its stderr.
+fn headless(browser: &Path, page: &Path, args: &[String], limit: Duration) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let log = profile.path().join("stderr.log");
+    let mut child = Command::new(browser)
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            profile.path().join("profile").display()
+        ))
+        .args(args)
+        .arg(format!("file://{}", page.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot start {}: {error}", browser.display()));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > limit {
+            // SAFETY: signals the process group this test started.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+            panic!("chromium did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Helpers Chromium left behind go with its group.
+    // SAFETY: as above; the group may already be gone.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "chromium failed ({status}): {stderr}");
+    stderr
+}
+
+/// Decode a PNG screenshot: (width, height, RGBA pixels).
+fn decode_png(path: &Path) -> (u32, u32, Vec<u8>) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buffer = vec![
+        0;
+        reader
+            .output_buffer_size()
+            .expect("a screenshot fits in memory")
+    ];
+    let info = reader.next_frame(&mut buffer).unwrap();
+    buffer.truncate(info.buffer_size());
+    let rgba: Vec<u8> = match info.color_type {
+        png::ColorType::Rgba => buffer,
+        png::ColorType::Rgb => buffer
+            .chunks(3)
+            .flat_map(|p| [p[0], p[1], p[2], 255])
+            .collect(),
+        other => panic!("unexpected screenshot colour type {other:?}"),
+    };
+    (info.width, info.height, rgba)
+}
+
+#[test]
+fn the_main_jobs_report_renders_in_a_browser_with_its_charts_drawn() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("markdown");
+    let printed = main_job(&out);
+    let last = printed.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        format!("  report     sandloop report {}", s(&out)),
+        "{printed}"
+    );
+
+    let report = run(&["report", s(&out)]);
+    assert_eq!(code(&report), 0, "{}", stderr(&report));
+    let page_path = out.join("report.html");
+    assert!(
+        stdout(&report).contains(s(&page_path)),
+        "{}",
+        stdout(&report)
+    );
+    let page = std::fs::read_to_string(&page_path).unwrap();
+    assert!(page.len() < 2_000_000, "{} bytes", page.len());
+    for heading in RUN_SECTIONS {
+        assert!(
+            page.contains(&format!(">{heading}</h2>")),
+            "{heading} missing"
+        );
+    }
+    // The sample documents' families and the run's adapter are shown.
+    assert!(page.contains("readme"), "no family readme");
+    let manifest = json_file(&out.join("manifest.json"));
+    assert!(page.contains(manifest["adapter"]["sha256"].as_str().unwrap()));
+    // Charts: drawn lines and bars, not empty paths.
+    assert!(page.matches("<svg").count() >= 6);
+    let drawn = |class: &str| {
+        page.matches(&format!("<path class=\"{class}\" d=\"M"))
+            .count()
+    };
+    assert!(drawn("series") >= 3, "{} lines", drawn("series"));
+    assert!(drawn("bar") >= 5, "{} bars", drawn("bar"));
+    assert!(!page.contains("d=\"\""), "an empty path");
+
+    // Two runs compared as arms (the same run twice).
+    let arms_page = dir.path().join("arms.html");
+    let arms = run(&["report", s(&out), s(&out), "--out", s(&arms_page)]);
+    assert_eq!(code(&arms), 0, "{}", stderr(&arms));
+    let arms_html = std::fs::read_to_string(&arms_page).unwrap();
+    assert!(arms_html.contains("2 arms compared"));
+    assert_eq!(arms_html.matches("<path class=\"series\" d=\"M").count(), 4);
+
+    if std::env::var_os("SANDLOOP_SKIP_BROWSER").is_some_and(|v| v == "1") {
+        println!("SKIPPED: the report in headless Chromium (SANDLOOP_SKIP_BROWSER=1)");
+        return;
+    }
+    let Some(browser) = chromium() else {
+        panic!(
+            "chromium is not installed: install it with `apt-get install -y chromium` \
+             (or set SANDLOOP_CHROMIUM=PATH), or set SANDLOOP_SKIP_BROWSER=1 to skip this check"
+        );
+    };
+    let shot = dir.path().join("report.png");
+    let log = headless(
+        &browser,
+        &page_path,
+        &[
+            format!("--screenshot={}", shot.display()),
+            "--window-size=1200,3000".to_owned(),
+        ],
+        Duration::from_secs(120),
+    );
+    let console: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("CONSOLE") || line.contains("Refused to"))
+        .collect();
+    assert!(console.is_empty(), "console messages: {console:#?}");
+
+    let (width, height, rgba) = decode_png(&shot);
+    assert_eq!((width, height), (1200, 3000));
+    let pixels = rgba.chunks(4);
+    let ink = pixels
+        .clone()
+        .filter(|p| p[0] < 235 || p[1] < 235 || p[2] < 235)
+        .count();
+    // Chart colours (saturated: the channels far apart), not just text.
+    let colour = pixels
+        .filter(|p| {
+            let (max, min) = (p[0].max(p[1]).max(p[2]), p[0].min(p[1]).min(p[2]));
+            max - min > 80
+        })
+        .count();
+    let total = (width * height) as usize;
+    assert!(
+        ink * 100 > total * 2,
+        "a blank screenshot: {ink} of {total} pixels inked"
+    );
+    assert!(colour > 2_000, "no chart drawn: {colour} coloured pixels");
+}
+
+#[test]
+fn a_report_of_a_missing_run_is_bad_input_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nothing");
+    let output = run(&["report", s(&missing)]);
+    assert_exit(
+        &output,
+        2,
+        &[&format!("{}", missing.join("summary.json").display())],
+    );
+    let several = run(&["report", s(&missing), s(&missing)]);
+    assert_exit(&several, 2, &["summary.json"]);
+}
+
+/// The figures of a report that do not depend on timing: values, counts,
+/// classes and the curve's values, as text.
+fn untimed_figures(report: &RunReport) -> String {
+    let curve: Vec<_> = report
+        .novelty
+        .points
+        .iter()
+        .map(|p| {
+            (
+                p.epoch,
+                p.novel_value_cum,
+                p.raw_value_cum,
+                p.coverage_cum,
+                p.variant_records_cum,
+                p.variants_admitted,
+            )
+        })
+        .collect();
+    let errors: Vec<_> = report.errors.iter().map(|c| (&c.class, c.count)).collect();
+    let points = report.replay.points.as_ref().map(|p| {
+        (
+            p.total,
+            p.durable,
+            &p.by_fidelity_lifecycle,
+            p.quarantines.len(),
+        )
+    });
+    format!(
+        "curve {curve:?}\nfamilies {:?}\nyield {:?}\nerrors {errors:?}\npoints {points:?}\nchildren {:?}",
+        report.families, report.spec_yield, report.replay.children
+    )
+}
+
+#[test]
+fn the_report_of_a_resumed_run_shows_the_figures_of_an_uninterrupted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    // One seed document per epoch, so the run spans its epochs.
+    let page = [("MARKDOWN_PAGE_SIZE", "1")];
+    let stepped = dir.path().join("stepped");
+    let first = run_markdown_explorer(&stepped, &["--epochs", "1"], &page);
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    let resumed = run_markdown_explorer(&stepped, &["--epochs", "3", "--resume"], &page);
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+    let straight = dir.path().join("straight");
+    let whole = run_markdown_explorer(&straight, &["--epochs", "3"], &page);
+    assert_eq!(code(&whole), 0, "{}", stderr(&whole));
+
+    let stepped = RunReport::load(&stepped).unwrap();
+    let straight = RunReport::load(&straight).unwrap();
+    assert_eq!(stepped.novelty.points.len(), 3);
+    assert!(!stepped.families.is_empty() && !stepped.spec_yield.is_empty());
+    assert_eq!(untimed_figures(&stepped), untimed_figures(&straight));
+    assert_eq!(stepped.manifest.invocations.len(), 2);
+}
