@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use super::adapter::{AdapterError, ErrorType, Item};
 use super::units::{
-    EpisodeGroup, ExecutionUnit, InvalidUnit, ItemHead, QueueHeads, UnitPlan,
+    EpisodeGroup, ExecutionUnit, InvalidUnit, ItemFields, ItemHead, QueueHeads, UnitPlan,
     item_concurrency_keys, plan_units, union_keys,
 };
 
@@ -115,7 +115,12 @@ impl StoredItems {
     ///
     /// # Errors
     /// [`StoreError::TooLarge`] when the store's text passes 4 GiB.
-    pub fn push(&mut self, offset: u64, bytes: &[u8], fields: &Item) -> Result<(), StoreError> {
+    pub fn push<F: ItemFields + ?Sized>(
+        &mut self,
+        offset: u64,
+        bytes: &[u8],
+        fields: &F,
+    ) -> Result<(), StoreError> {
         let head = ItemHead::of(fields);
         let len =
             u32::try_from(bytes.len()).map_err(|_| StoreError::TooLarge { what: "a line" })?;

@@ -19,6 +19,19 @@ mod group_id;
 
 pub use group_id::{GroupId, GroupIdError};
 
+/// Read access to the fields of an item: a held [`Item`], or the few
+/// fields an items file keeps of each line.
+pub trait ItemFields {
+    /// The value of field `name`, if present.
+    fn field(&self, name: &str) -> Option<&Value>;
+}
+
+impl ItemFields for Item {
+    fn field(&self, name: &str) -> Option<&Value> {
+        self.get(name)
+    }
+}
+
 /// The exclusion keys of a queue item (reference `item_concurrency_keys`).
 ///
 /// `concurrency_keys` (an array; `null` entries skipped, each entry as text,
@@ -26,9 +39,9 @@ pub use group_id::{GroupId, GroupIdError};
 /// `concurrency_key`, else its `family`, is the single key. Duplicates are
 /// dropped, first occurrence kept. An item with no key at all returns an
 /// empty list and never waits for anything.
-pub fn item_concurrency_keys(item: &Item) -> Vec<String> {
+pub fn item_concurrency_keys<F: ItemFields + ?Sized>(item: &F) -> Vec<String> {
     let mut keys: Vec<String> = Vec::new();
-    if let Some(Value::Array(raw_keys)) = item.get("concurrency_keys") {
+    if let Some(Value::Array(raw_keys)) = item.field("concurrency_keys") {
         for raw in raw_keys {
             if raw.is_null() {
                 continue;
@@ -41,10 +54,10 @@ pub fn item_concurrency_keys(item: &Item) -> Vec<String> {
         }
     }
     if keys.is_empty() {
-        let fallback = if truthy(item.get("concurrency_key")) {
-            str_or_empty(item.get("concurrency_key"))
+        let fallback = if truthy(item.field("concurrency_key")) {
+            str_or_empty(item.field("concurrency_key"))
         } else {
-            str_or_empty(item.get("family"))
+            str_or_empty(item.field("family"))
         };
         let key = fallback.trim();
         if !key.is_empty() {
@@ -190,12 +203,12 @@ pub(crate) struct ItemHead<'a> {
 }
 
 impl<'a> ItemHead<'a> {
-    /// The head of a held item.
-    pub(crate) fn of(item: &'a Item) -> Self {
+    /// The head of an item.
+    pub(crate) fn of<F: ItemFields + ?Sized>(item: &'a F) -> Self {
         Self {
             item_id: normalized_id(item, "item_id"),
             seed_item_id: normalized_id(item, "seed_item_id"),
-            is_variant: truthy(item.get("is_variant")),
+            is_variant: truthy(item.field("is_variant")),
         }
     }
 }
@@ -259,8 +272,8 @@ impl QueueHeads for [ItemHead<'_>] {
     }
 }
 
-fn normalized_id<'a>(item: &'a Item, key: &str) -> Cow<'a, str> {
-    match str_or_empty(item.get(key)) {
+fn normalized_id<'a, F: ItemFields + ?Sized>(item: &'a F, key: &str) -> Cow<'a, str> {
+    match str_or_empty(item.field(key)) {
         Cow::Borrowed(text) => Cow::Borrowed(text.trim()),
         Cow::Owned(text) => Cow::Owned(text.trim().to_owned()),
     }

@@ -15,6 +15,7 @@
 //! - `duration_minutes` is host-measured (see [`crate::episode::group`]).
 
 use std::collections::HashSet;
+use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,6 +43,7 @@ use super::config::ArmConfig;
 use super::error::ArmError;
 use super::novelty::NoveltyLedger;
 use super::queue::{LaneSummary, QueueConfig, Ticker, UnitDone, run_queue_epoch};
+use super::record_line::RecordLine;
 use super::run_dir::ArmOutput;
 use super::summary::{
     AnytimeCheckpoint, ArmSummary, EpisodeExecution, EpochSummary, HARNESS_ARM_SCHEMA_VERSION,
@@ -175,15 +177,23 @@ struct EpochTally<'o, O> {
     records: u64,
     families: Vec<String>,
     family_set: HashSet<String>,
+    /// The lines of the records being absorbed (reused).
+    line_buffer: Vec<u8>,
 }
 
 impl<O: ArmOutput> EpochTally<'_, O> {
-    fn absorb(&mut self, records: &mut [Record]) -> Result<(), ArmError> {
-        for record in records.iter_mut() {
+    /// Credits `records` in order and writes them, each from its `lines`
+    /// entry (serialized by the lane, outside this tally's lock).
+    fn absorb(&mut self, records: &mut [Record], lines: &[RecordLine]) -> Result<(), ArmError> {
+        self.line_buffer.clear();
+        for (record, line) in records.iter_mut().zip(lines) {
             let credit = self.ledger.credit(record);
             let raw = credit.raw_value;
-            set_field(record, "novel_value", json_f64(credit.novel_value));
-            set_field(record, "raw_value", json_f64(raw));
+            let (novel_value, raw_value) = (json_f64(credit.novel_value), json_f64(raw));
+            line.write(&novel_value, &raw_value, &mut self.line_buffer)
+                .map_err(|error| ArmError::io("serialising a record", error))?;
+            set_field(record, "novel_value", novel_value);
+            set_field(record, "raw_value", raw_value);
             self.raw += raw;
             self.novel += credit.novel_value;
             if truthy(record.get("is_variant")) {
@@ -196,7 +206,7 @@ impl<O: ArmOutput> EpochTally<'_, O> {
                 self.families.push(family.into_owned());
             }
         }
-        self.output.append_records(records)?;
+        self.output.append_lines(&self.line_buffer, records)?;
         self.records += records.len() as u64;
         Ok(())
     }
@@ -209,10 +219,15 @@ fn deliver<O: ArmOutput>(
     epoch: u32,
     branch_id: &str,
 ) -> Result<(), ArmError> {
+    let lines = records
+        .iter()
+        .map(RecordLine::new)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| ArmError::io("serialising a record", io::Error::other(error)))?;
     tally
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .absorb(&mut records)?;
+        .absorb(&mut records, &lines)?;
     observer.on_event(&ArmEvent::UnitDone {
         epoch,
         branch_id,
@@ -800,6 +815,7 @@ impl<F> EpochLanes<'_, F> {
             records: 0,
             families: Vec::new(),
             family_set: HashSet::new(),
+            line_buffer: Vec::new(),
         });
         if !compile_errors.is_empty() {
             deliver(&tally, compile_errors, observer, epoch, CONTROL_BRANCH_ID)?;

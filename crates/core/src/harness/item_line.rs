@@ -9,7 +9,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use crate::episode::adapter::Item;
+use crate::episode::units::ItemFields;
 use crate::episode::value::{MAX_INPUT_NESTING, nesting_depth};
 
 /// The fields of an item the runtime reads before its unit runs: grouping
@@ -31,7 +31,7 @@ const KEPT_FIELDS: [&str; 6] = [
 /// object per line, then no field nesting past [`MAX_INPUT_NESTING`]
 /// levels (the first such field in key order), then the kept fields'
 /// types. When a key repeats, its last value is the one read.
-pub(crate) fn check_line(text: &str) -> Result<Item, String> {
+pub(crate) fn check_line(text: &str) -> Result<KeptFields, String> {
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let scanned = deserializer
         .deserialize_any(LineVisitor)
@@ -73,12 +73,12 @@ pub(crate) fn check_line(text: &str) -> Result<Item, String> {
 }
 
 fn check_field(
-    item: &Item,
+    item: &KeptFields,
     field: &str,
     ok: impl Fn(&Value) -> bool,
     expected: &str,
 ) -> Result<(), String> {
-    match item.get(field) {
+    match item.field(field) {
         Some(value) if !ok(value) => {
             Err(format!("field `{field}` must be {expected}, got {value}"))
         }
@@ -86,11 +86,23 @@ fn check_field(
     }
 }
 
+/// The [`KEPT_FIELDS`] of a line, in that order; the last value of a
+/// repeated key.
+#[derive(Debug, Default)]
+pub(crate) struct KeptFields([Option<Value>; KEPT_FIELDS.len()]);
+
+impl ItemFields for KeptFields {
+    fn field(&self, name: &str) -> Option<&Value> {
+        let at = KEPT_FIELDS.iter().position(|kept| *kept == name)?;
+        self.0[at].as_ref()
+    }
+}
+
 /// A scanned line: an object's kept fields and its fields nested too deep
 /// (name, levels counting the field's own), or something else.
 enum Scanned {
     Object {
-        fields: Item,
+        fields: KeptFields,
         too_deep: Vec<(String, usize)>,
     },
     Other,
@@ -106,13 +118,13 @@ impl<'de> Visitor<'de> for LineVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scanned, A::Error> {
-        let mut fields = Item::new();
+        let mut fields = KeptFields::default();
         let mut too_deep: Vec<(String, usize)> = Vec::new();
         while let Some(key) = map.next_key_seed(KeySeed)? {
-            let depth = if KEPT_FIELDS.contains(&key.as_ref()) {
+            let depth = if let Some(at) = KEPT_FIELDS.iter().position(|kept| *kept == key) {
                 let value: Value = map.next_value()?;
                 let depth = nesting_depth(&value) + 1;
-                fields.insert(key.clone().into_owned(), value);
+                fields.0[at] = Some(value);
                 depth
             } else {
                 map.next_value_seed(DepthSeed)? + 1
@@ -263,10 +275,22 @@ mod tests {
             r#"{"item_id":"a","text":"long","family":"f","nested":{"x":[1,2]},"is_variant":false}"#,
         )
         .unwrap();
+        let kept: Vec<(&str, Option<&Value>)> = KEPT_FIELDS
+            .iter()
+            .map(|name| (*name, fields.field(name)))
+            .collect();
         assert_eq!(
-            serde_json::Value::Object(fields),
-            json!({"item_id": "a", "family": "f", "is_variant": false})
+            kept,
+            vec![
+                ("item_id", Some(&json!("a"))),
+                ("is_variant", Some(&json!(false))),
+                ("seed_item_id", None),
+                ("concurrency_keys", None),
+                ("concurrency_key", None),
+                ("family", Some(&json!("f"))),
+            ]
         );
+        assert_eq!(fields.field("text"), None);
     }
 
     #[test]
@@ -295,7 +319,7 @@ mod tests {
         let deep_then_flat = format!(r#"{{"a":{},"a":1}}"#, nested(101));
         assert!(check_line(&deep_then_flat).is_ok());
         let fields = check_line(r#"{"item_id":"x","item_id":"y"}"#).unwrap();
-        assert_eq!(fields["item_id"], "y");
+        assert_eq!(fields.field("item_id"), Some(&json!("y")));
         let error = check_line(r#"{"is_variant":true,"is_variant":"yes"}"#).unwrap_err();
         assert!(error.contains("field `is_variant` must be"), "{error}");
     }

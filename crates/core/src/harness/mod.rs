@@ -45,6 +45,7 @@ pub mod json_list;
 pub mod manifest;
 pub mod novelty;
 pub mod queue;
+pub mod record_line;
 pub mod run_dir;
 pub mod run_files;
 pub mod run_session;

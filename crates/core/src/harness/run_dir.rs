@@ -69,6 +69,13 @@ pub trait ArmOutput: Send {
     /// Appends records, one JSON object per line. May buffer: buffered
     /// records must be written by the next [`ArmOutput::flush`].
     fn append_records(&mut self, records: &[Record]) -> Result<(), ArmError>;
+    /// Appends `records` given also as their serialized lines (`lines`:
+    /// each record's JSON and a newline, in order). The default writes the
+    /// records; [`RunDir`] copies the lines.
+    fn append_lines(&mut self, lines: &[u8], records: &[Record]) -> Result<(), ArmError> {
+        let _ = lines;
+        self.append_records(records)
+    }
     /// Writes buffered records out. The arm calls it every
     /// [`ArmOutput::flush_interval`] while units run, after every epoch's
     /// queue, and before returning an error from the queue.
@@ -286,6 +293,16 @@ impl RunDir {
         Self::open_append(path, false)
     }
 
+    /// Counts what `pending` gained since `before` and writes it out when
+    /// the run does not buffer or the buffer is full.
+    fn appended(&mut self, before: usize) -> Result<(), ArmError> {
+        self.offsets.records_jsonl_bytes += (self.pending.len() - before) as u64;
+        if self.flush_interval.is_zero() || self.pending.len() >= FLUSH_THRESHOLD_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
     fn append(
         file: &mut Option<File>,
         bytes: &[u8],
@@ -351,11 +368,13 @@ impl ArmOutput for RunDir {
             }
             self.pending.push(b'\n');
         }
-        self.offsets.records_jsonl_bytes += (self.pending.len() - before) as u64;
-        if self.flush_interval.is_zero() || self.pending.len() >= FLUSH_THRESHOLD_BYTES {
-            self.flush()?;
-        }
-        Ok(())
+        self.appended(before)
+    }
+
+    fn append_lines(&mut self, lines: &[u8], _records: &[Record]) -> Result<(), ArmError> {
+        let before = self.pending.len();
+        self.pending.extend_from_slice(lines);
+        self.appended(before)
     }
 
     fn flush(&mut self) -> Result<(), ArmError> {

@@ -1,0 +1,148 @@
+//! A record's `records.jsonl` line, serialized on the lane that produced
+//! it, with two gaps for the fields only the epoch's tally can fill in
+//! order: `novel_value` and `raw_value` (the novelty ledger's credit).
+//! Filling them is a copy, so serializing — most of the cost of writing a
+//! record — happens outside the tally's lock, in parallel.
+//!
+//! The line is byte for byte what `serde_json::to_writer` makes of the
+//! record with both fields set: a record is a `BTreeMap`, written in key
+//! order, so each field goes before the first key that sorts after it.
+
+use std::io;
+
+use serde_json::Value;
+
+use crate::episode::adapter::Record;
+
+/// The field a tally fills first.
+const NOVEL: &str = "novel_value";
+/// The field a tally fills second.
+const RAW: &str = "raw_value";
+
+/// A serialized record missing its `novel_value` and `raw_value`.
+#[derive(Clone, Debug, Default)]
+pub struct RecordLine {
+    /// `,"key":value` for each other field, in key order.
+    body: Vec<u8>,
+    /// Where `,"novel_value":…` goes in `body`.
+    novel_at: usize,
+    /// Where `,"raw_value":…` goes in `body`.
+    raw_at: usize,
+}
+
+impl RecordLine {
+    /// Serializes every field of `record` but `novel_value` and
+    /// `raw_value`.
+    ///
+    /// # Errors
+    /// What serde_json reports (a value it cannot write).
+    pub fn new(record: &Record) -> Result<Self, serde_json::Error> {
+        let mut line = RecordLine::default();
+        let (mut novel_at, mut raw_at) = (None, None);
+        for (key, value) in record {
+            let key = key.as_str();
+            if novel_at.is_none() && key >= NOVEL {
+                novel_at = Some(line.body.len());
+            }
+            if raw_at.is_none() && key >= RAW {
+                raw_at = Some(line.body.len());
+            }
+            if key == NOVEL || key == RAW {
+                continue;
+            }
+            line.body.push(b',');
+            serde_json::to_writer(&mut line.body, key)?;
+            line.body.push(b':');
+            serde_json::to_writer(&mut line.body, value)?;
+        }
+        line.novel_at = novel_at.unwrap_or(line.body.len());
+        line.raw_at = raw_at.unwrap_or(line.body.len());
+        Ok(line)
+    }
+
+    /// Appends the whole line, `novel` and `raw` in their places, and a
+    /// newline to `out`.
+    pub fn write(&self, novel: &Value, raw: &Value, out: &mut Vec<u8>) -> io::Result<()> {
+        let start = out.len();
+        out.extend_from_slice(&self.body[..self.novel_at]);
+        field(out, NOVEL, novel)?;
+        out.extend_from_slice(&self.body[self.novel_at..self.raw_at]);
+        field(out, RAW, raw)?;
+        out.extend_from_slice(&self.body[self.raw_at..]);
+        // The first field's leading comma becomes the opening brace.
+        out[start] = b'{';
+        out.extend_from_slice(b"}\n");
+        Ok(())
+    }
+}
+
+fn field(out: &mut Vec<u8>, key: &str, value: &Value) -> io::Result<()> {
+    out.push(b',');
+    serde_json::to_writer(&mut *out, key)?;
+    out.push(b':');
+    serde_json::to_writer(&mut *out, value).map_err(io::Error::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hostile_inputs::{config, json_value};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    /// What the line must equal: the record with both fields set, as
+    /// serde_json writes it.
+    fn expected(record: &Record, novel: &Value, raw: &Value) -> Vec<u8> {
+        let mut record = record.clone();
+        record.insert(NOVEL.into(), novel.clone());
+        record.insert(RAW.into(), raw.clone());
+        let mut line = serde_json::to_vec(&record).unwrap();
+        line.push(b'\n');
+        line
+    }
+
+    fn written(record: &Record, novel: &Value, raw: &Value) -> Vec<u8> {
+        let mut out = b"earlier line\n".to_vec();
+        RecordLine::new(record)
+            .unwrap()
+            .write(novel, raw, &mut out)
+            .unwrap();
+        out.split_off(b"earlier line\n".len())
+    }
+
+    #[test]
+    fn the_line_is_the_records_with_both_fields_in_key_order() {
+        let cases = [
+            json!({}),
+            json!({"a": 1}),
+            json!({"zzz": [1, {"b": null}]}),
+            json!({"item_id": "x", "novel_value": 9, "o": true, "raw_value": "adapter's", "s": 1.5}),
+            json!({"novel_value": 1}),
+            json!({"p": "between", "é": "after", "\"q": "escaped"}),
+        ];
+        for case in cases {
+            let record = case.as_object().unwrap().clone();
+            let (novel, raw) = (json!(2.0), json!(0.5));
+            assert_eq!(
+                String::from_utf8(written(&record, &novel, &raw)).unwrap(),
+                String::from_utf8(expected(&record, &novel, &raw)).unwrap(),
+                "{case}"
+            );
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config(128))]
+
+        #[test]
+        fn prop_record_line_matches_serde_json(
+            fields in prop::collection::btree_map("[a-z_\"é]{0,12}", json_value(), 0..8),
+            novel in -1.0e6f64..1.0e6,
+            raw in 0.0f64..1.0e6,
+        ) {
+            let record: Record = fields.into_iter().collect();
+            let (novel, raw) = (json!(novel), json!(raw));
+            prop_assert_eq!(written(&record, &novel, &raw), expected(&record, &novel, &raw));
+        }
+    }
+}
