@@ -153,6 +153,44 @@ impl StoredItems {
         Ok(())
     }
 
+    /// Appends the items of `other`, a store of a later part of the same
+    /// file, after this store's.
+    ///
+    /// # Errors
+    /// [`StoreError::TooLarge`] when the joined store passes 4 GiB of text
+    /// or keys.
+    pub fn append(&mut self, other: StoredItems) -> Result<(), StoreError> {
+        let too_large = |what| StoreError::TooLarge { what };
+        let text_shift = u32::try_from(self.text.len()).map_err(|_| too_large("the ids"))?;
+        let keys_shift = u32::try_from(self.keys.len()).map_err(|_| too_large("the keys"))?;
+        let shift = |at: TextRef| -> Result<TextRef, StoreError> {
+            let start = at
+                .start
+                .checked_add(text_shift)
+                .ok_or(too_large("the ids"))?;
+            start.checked_add(at.len).ok_or(too_large("the ids"))?;
+            Ok(TextRef { start, ..at })
+        };
+        self.text.push_str(&other.text);
+        self.keys.reserve_exact(other.keys.len());
+        for key in other.keys {
+            self.keys.push(shift(key)?);
+        }
+        self.entries.reserve_exact(other.entries.len());
+        for entry in other.entries {
+            self.entries.push(Entry {
+                item_id: shift(entry.item_id)?,
+                seed_item_id: shift(entry.seed_item_id)?,
+                keys_start: entry
+                    .keys_start
+                    .checked_add(keys_shift)
+                    .ok_or(too_large("the keys"))?,
+                ..entry
+            });
+        }
+        Ok(())
+    }
+
     fn intern(&mut self, text: &str) -> Result<TextRef, StoreError> {
         let too_large = || StoreError::TooLarge { what: "the ids" };
         let start = u32::try_from(self.text.len()).map_err(|_| too_large())?;

@@ -37,7 +37,7 @@ pub(crate) fn check_line(text: &str) -> Result<KeptFields, String> {
         .deserialize_any(LineVisitor)
         .and_then(|line| deserializer.end().map(|()| line))
         .map_err(|error| format!("not valid JSON: {error}"))?;
-    let Scanned::Object { fields, too_deep } = scanned else {
+    let Some(Scanned { fields, too_deep }) = scanned else {
         return Err("each line must be one JSON object".to_string());
     };
     if let Some((field, depth)) = too_deep.into_iter().min() {
@@ -98,26 +98,24 @@ impl ItemFields for KeptFields {
     }
 }
 
-/// A scanned line: an object's kept fields and its fields nested too deep
-/// (name, levels counting the field's own), or something else.
-enum Scanned {
-    Object {
-        fields: KeptFields,
-        too_deep: Vec<(String, usize)>,
-    },
-    Other,
+/// A line scanned as an object: its kept fields and its fields nested too
+/// deep (name, levels counting the field's own). A line holding anything
+/// else scans as `None`.
+struct Scanned {
+    fields: KeptFields,
+    too_deep: Vec<(String, usize)>,
 }
 
 struct LineVisitor;
 
 impl<'de> Visitor<'de> for LineVisitor {
-    type Value = Scanned;
+    type Value = Option<Scanned>;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
         formatter.write_str("a JSON value")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scanned, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Scanned>, A::Error> {
         let mut fields = KeptFields::default();
         let mut too_deep: Vec<(String, usize)> = Vec::new();
         while let Some(key) = map.next_key_seed(KeySeed)? {
@@ -135,31 +133,31 @@ impl<'de> Visitor<'de> for LineVisitor {
                 too_deep.push((key.into_owned(), depth));
             }
         }
-        Ok(Scanned::Object { fields, too_deep })
+        Ok(Some(Scanned { fields, too_deep }))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scanned, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<Scanned>, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Scanned::Other)
+        Ok(None)
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Scanned, E> {
-        Ok(Scanned::Other)
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Option<Scanned>, E> {
+        Ok(None)
     }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Scanned, E> {
-        Ok(Scanned::Other)
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Option<Scanned>, E> {
+        Ok(None)
     }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Scanned, E> {
-        Ok(Scanned::Other)
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Option<Scanned>, E> {
+        Ok(None)
     }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Scanned, E> {
-        Ok(Scanned::Other)
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Option<Scanned>, E> {
+        Ok(None)
     }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Scanned, E> {
-        Ok(Scanned::Other)
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Option<Scanned>, E> {
+        Ok(None)
     }
-    fn visit_unit<E: de::Error>(self) -> Result<Scanned, E> {
-        Ok(Scanned::Other)
+    fn visit_unit<E: de::Error>(self) -> Result<Option<Scanned>, E> {
+        Ok(None)
     }
 }
 

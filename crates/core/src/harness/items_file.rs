@@ -2,7 +2,8 @@
 //! file, the 1-based line and the field.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
+use std::io::{self, BufRead, BufReader};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -58,36 +59,185 @@ pub fn load_items_file(path: &Path) -> Result<StoredItems, ItemsFileError> {
         source,
     };
     let file = File::open(path).map_err(read_error)?;
-    let mut reader = BufReader::with_capacity(1 << 20, file.try_clone().map_err(read_error)?);
-    let mut stored = StoredItems::new(path, file);
+    let len = file.metadata().map_err(read_error)?.len();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let count = if len < PART_MIN_BYTES {
+        1
+    } else {
+        cores as u64
+    };
+    load_in_parts(path, file, count)
+}
+
+/// [`load_items_file`] of the open `file`, read in `count` parts.
+fn load_in_parts(path: &Path, file: File, count: u64) -> Result<StoredItems, ItemsFileError> {
+    let shown = path.display().to_string();
+    let read_error = |source| ItemsFileError::Read {
+        path: shown.clone(),
+        source,
+    };
+    let parts = file_parts(&file, count).map_err(read_error)?;
+    // Each part is read and checked on its own thread; the parts' stores
+    // are joined in file order, and the first error by line wins.
+    let scanned: Vec<Result<Part, ItemsFileError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = parts
+            .iter()
+            .map(|&(start, end)| {
+                let file = &file;
+                scope.spawn(move || scan_part(path, file, start, end))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    let mut lines_before = 0;
+    let mut stored: Option<StoredItems> = None;
+    for part in scanned {
+        let part = part?;
+        if let Some(ScanError { line, message }) = part.error {
+            return Err(ItemsFileError::Line {
+                path: shown,
+                line: lines_before + line,
+                message,
+            });
+        }
+        lines_before += part.lines;
+        match stored.as_mut() {
+            None => stored = Some(part.stored),
+            Some(stored) => stored
+                .append(part.stored)
+                .map_err(|error| ItemsFileError::Line {
+                    path: shown.clone(),
+                    line: lines_before,
+                    message: error.to_string(),
+                })?,
+        }
+    }
+    let Some(mut stored) = stored.filter(|stored| !stored.is_empty()) else {
+        return Err(ItemsFileError::Empty { path: shown });
+    };
+    stored.shrink_to_fit();
+    Ok(stored)
+}
+
+/// Files smaller than this are read on one thread.
+const PART_MIN_BYTES: u64 = 4 << 20;
+
+/// `count` byte ranges of `file` to read in parallel (one per available
+/// core, at most 8, for a file of 4 MiB or more), each but the last ending
+/// after a newline; fewer when lines are long.
+fn file_parts(file: &File, count: u64) -> io::Result<Vec<(u64, u64)>> {
+    let len = file.metadata()?.len();
+    let mut parts = Vec::new();
+    let mut start = 0;
+    for k in 1..=count {
+        let end = if k == count {
+            len
+        } else {
+            next_line_start(file, (len * k / count).max(start), len)?
+        };
+        if end > start {
+            parts.push((start, end));
+        }
+        start = end;
+    }
+    if parts.is_empty() {
+        parts.push((0, 0));
+    }
+    Ok(parts)
+}
+
+/// The offset just after the first newline at or after `from` (`len` when
+/// there is none).
+fn next_line_start(file: &File, from: u64, len: u64) -> io::Result<u64> {
+    let mut reader = BufReader::with_capacity(1 << 16, FileRange::new(file, from, len));
+    let mut skipped = Vec::new();
+    let read = reader.read_until(b'\n', &mut skipped)?;
+    Ok(from + read as u64)
+}
+
+/// Reads `[pos, end)` of a file with positioned reads, so that parts of
+/// one file are read on several threads through one descriptor.
+struct FileRange<'f> {
+    file: &'f File,
+    pos: u64,
+    end: u64,
+}
+
+impl<'f> FileRange<'f> {
+    fn new(file: &'f File, pos: u64, end: u64) -> Self {
+        Self { file, pos, end }
+    }
+}
+
+impl io::Read for FileRange<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = usize::try_from(self.end.saturating_sub(self.pos)).unwrap_or(usize::MAX);
+        let want = buf.len().min(left);
+        if want == 0 {
+            return Ok(0);
+        }
+        let read = self.file.read_at(&mut buf[..want], self.pos)?;
+        self.pos += read as u64;
+        Ok(read)
+    }
+}
+
+/// What reading one part of the file found.
+struct Part {
+    stored: StoredItems,
+    /// Lines in the part, blank ones included.
+    lines: usize,
+    /// The part's first bad line, if any.
+    error: Option<ScanError>,
+}
+
+/// A bad line: 1-based within its part, and what is wrong with it.
+struct ScanError {
+    line: usize,
+    message: String,
+}
+
+/// Reads and checks the lines of `[start, end)`, stopping at the first bad
+/// one.
+fn scan_part(path: &Path, file: &File, start: u64, end: u64) -> Result<Part, ItemsFileError> {
+    let read_error = |source| ItemsFileError::Read {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut stored = StoredItems::new(path, file.try_clone().map_err(read_error)?);
+    let lines = count_lines(FileRange::new(file, start, end)).map_err(read_error)?;
     // Sized once from the line count, so a large file is not copied as its
     // store grows.
-    stored.reserve(count_lines(&mut reader).map_err(read_error)?);
+    stored.reserve(lines);
+    let mut reader = BufReader::with_capacity(1 << 20, FileRange::new(file, start, end));
     let mut buffer = Vec::new();
-    let mut offset = 0u64;
+    let mut offset = start;
     let mut line_no = 0usize;
-    loop {
+    let error = loop {
         buffer.clear();
         let read = reader.read_until(b'\n', &mut buffer).map_err(read_error)?;
         if read == 0 {
-            break;
+            break None;
         }
         line_no += 1;
         let line_start = offset;
         offset += read as u64;
-        let fail = |message: String| ItemsFileError::Line {
-            path: shown.clone(),
-            line: line_no,
-            message,
+        let text = match std::str::from_utf8(&buffer) {
+            Ok(text) => text,
+            Err(error) => {
+                let message = format!("not valid UTF-8 (byte {})", error.valid_up_to() + 1);
+                break Some(message);
+            }
         };
-        let text = std::str::from_utf8(&buffer).map_err(|error| {
-            fail(format!(
-                "not valid UTF-8 (byte {})",
-                error.valid_up_to() + 1
-            ))
-        })?;
         // A UTF-8 byte-order mark some editors write is not part of the data.
-        let text = if line_no == 1 {
+        let text = if line_start == 0 {
             text.strip_prefix('\u{feff}').unwrap_or(text)
         } else {
             text
@@ -96,22 +246,29 @@ pub fn load_items_file(path: &Path) -> Result<StoredItems, ItemsFileError> {
         if trimmed.is_empty() {
             continue;
         }
-        let fields = check_line(trimmed).map_err(&fail)?;
         let at = line_start + (trimmed.as_ptr() as usize - buffer.as_ptr() as usize) as u64;
-        stored
-            .push(at, trimmed.as_bytes(), &fields)
-            .map_err(|error| fail(error.to_string()))?;
-    }
-    if stored.is_empty() {
-        return Err(ItemsFileError::Empty { path: shown });
-    }
-    stored.shrink_to_fit();
-    Ok(stored)
+        let checked = check_line(trimmed).and_then(|fields| {
+            stored
+                .push(at, trimmed.as_bytes(), &fields)
+                .map_err(|error| error.to_string())
+        });
+        if let Err(message) = checked {
+            break Some(message);
+        }
+    };
+    Ok(Part {
+        stored,
+        lines,
+        error: error.map(|message| ScanError {
+            line: line_no,
+            message,
+        }),
+    })
 }
 
-/// The lines of what `reader` holds (a last line without a newline
-/// counts), leaving it at its start.
-fn count_lines(reader: &mut BufReader<File>) -> io::Result<usize> {
+/// The lines `reader` holds (a last line without a newline counts).
+fn count_lines(reader: impl io::Read) -> io::Result<usize> {
+    let mut reader = BufReader::with_capacity(1 << 20, reader);
     let mut lines = 0;
     let mut last = b'\n';
     loop {
@@ -122,7 +279,6 @@ fn count_lines(reader: &mut BufReader<File>) -> io::Result<usize> {
         let consumed = chunk.len();
         reader.consume(consumed);
     }
-    reader.seek(SeekFrom::Start(0))?;
     Ok(lines + usize::from(last != b'\n'))
 }
 
@@ -275,6 +431,60 @@ mod tests {
             read_items_file(Path::new("/nonexistent/items.jsonl")),
             Err(ItemsFileError::Read { .. })
         ));
+    }
+
+    /// Lines with an id each, blank lines and a byte-order mark among
+    /// them, so that parts start mid-file, on blank lines and after them.
+    fn many_lines(count: usize) -> String {
+        let mut text = String::from("\u{feff}");
+        for n in 0..count {
+            text.push_str(&format!(
+                "{{\"item_id\":\"i{n}\",\"family\":\"f{}\"}}\n",
+                n % 7
+            ));
+            if n % 5 == 0 {
+                text.push_str("\n  \n");
+            }
+        }
+        text
+    }
+
+    #[test]
+    fn a_file_read_in_parts_is_the_file_read_whole() {
+        let f = file(&many_lines(500));
+        let whole = load_in_parts(f.path(), File::open(f.path()).unwrap(), 1).unwrap();
+        for count in [2, 3, 7, 64] {
+            let parts = load_in_parts(f.path(), File::open(f.path()).unwrap(), count).unwrap();
+            assert_eq!(parts.len(), whole.len(), "{count} parts");
+            assert_eq!(parts.read_all().unwrap(), whole.read_all().unwrap());
+            let units = |stored: StoredItems| {
+                std::sync::Arc::new(stored)
+                    .units("main", 1, false)
+                    .unwrap()
+                    .len()
+            };
+            assert_eq!(units(parts), 500);
+        }
+    }
+
+    #[test]
+    fn a_bad_line_in_a_later_part_is_named_by_its_line_in_the_file() {
+        let mut text = many_lines(300);
+        text.push_str("{\"item_id\": [1]}\n");
+        text.push_str(&many_lines(10)[3..]);
+        let bad_line = 1 + text
+            .lines()
+            .position(|line| line == "{\"item_id\": [1]}")
+            .unwrap();
+        let f = file(&text);
+        for count in [1, 2, 5] {
+            let error = load_in_parts(f.path(), File::open(f.path()).unwrap(), count)
+                .err()
+                .unwrap()
+                .to_string();
+            let expected = format!("{}:{bad_line}: field `item_id` must be", f.path().display());
+            assert!(error.starts_with(&expected), "{count} parts: {error}");
+        }
     }
 
     mod props {
