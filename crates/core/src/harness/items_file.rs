@@ -58,7 +58,15 @@ pub fn load_items_file(path: &Path) -> Result<StoredItems, ItemsFileError> {
         path: shown.clone(),
         source,
     };
-    let file = File::open(path).map_err(read_error)?;
+    let mut file = File::open(path).map_err(read_error)?;
+    let metadata = file.metadata().map_err(read_error)?;
+    if !metadata.is_file() {
+        // A pipe (`--items <(…)`, /dev/stdin) cannot be read again by
+        // position: its items go to an unnamed temporary file first.
+        let mut copy = tempfile::tempfile().map_err(read_error)?;
+        io::copy(&mut file, &mut copy).map_err(read_error)?;
+        file = copy;
+    }
     let len = file.metadata().map_err(read_error)?.len();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     let count = if len < PART_MIN_BYTES {
@@ -447,6 +455,27 @@ mod tests {
             }
         }
         text
+    }
+
+    #[test]
+    fn items_from_a_pipe_are_read_once_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("items.fifo");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let text = many_lines(50);
+        let writer = {
+            let (fifo, text) = (fifo.clone(), text.clone());
+            std::thread::spawn(move || std::fs::write(fifo, text).unwrap())
+        };
+        let stored = load_items_file(&fifo).unwrap();
+        writer.join().unwrap();
+        let expected = load_items_file(file(&text).path()).unwrap();
+        assert_eq!(stored.len(), 50);
+        assert_eq!(stored.read_all().unwrap(), expected.read_all().unwrap());
     }
 
     #[test]
