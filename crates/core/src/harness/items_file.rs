@@ -85,24 +85,24 @@ fn load_in_parts(path: &Path, file: File, count: u64) -> Result<StoredItems, Ite
         source,
     };
     let parts = file_parts(&file, count).map_err(read_error)?;
-    // Each part is read and checked on its own thread; the parts' stores
-    // are joined in file order, and the first error by line wins.
-    let scanned: Vec<Result<Part, ItemsFileError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = parts
-            .iter()
-            .map(|&(start, end)| {
-                let file = &file;
-                scope.spawn(move || scan_part(path, file, start, end))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|handle| {
-                handle
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
+    // Each part is counted, then read and checked, on its own thread. The
+    // first part's store is sized for every line, so the others join it
+    // without growing it; the first error by line wins.
+    let lines: Vec<usize> = in_parallel(&parts, |&(start, end)| {
+        count_lines(FileRange::new(&file, start, end))
+    })
+    .into_iter()
+    .collect::<io::Result<_>>()
+    .map_err(read_error)?;
+    let total: usize = lines.iter().sum();
+    let jobs: Vec<(u64, u64, usize, usize)> = parts
+        .iter()
+        .zip(&lines)
+        .enumerate()
+        .map(|(k, (&(start, end), &lines))| (start, end, lines, if k == 0 { total } else { lines }))
+        .collect();
+    let scanned = in_parallel(&jobs, |&(start, end, lines, room)| {
+        scan_part(path, &file, (start, end), lines, room)
     });
     let mut lines_before = 0;
     let mut stored: Option<StoredItems> = None;
@@ -132,6 +132,26 @@ fn load_in_parts(path: &Path, file: File, count: u64) -> Result<StoredItems, Ite
     };
     stored.shrink_to_fit();
     Ok(stored)
+}
+
+/// `job` applied to each of `jobs` on its own thread; the results in
+/// order.
+fn in_parallel<J: Sync, R: Send>(jobs: &[J], job: impl Fn(&J) -> R + Sync) -> Vec<R> {
+    std::thread::scope(|scope| {
+        let job = &job;
+        let handles: Vec<_> = jobs
+            .iter()
+            .map(|each| scope.spawn(move || job(each)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
 }
 
 /// Files smaller than this are read on one thread.
@@ -212,18 +232,23 @@ struct ScanError {
     message: String,
 }
 
-/// Reads and checks the lines of `[start, end)`, stopping at the first bad
-/// one.
-fn scan_part(path: &Path, file: &File, start: u64, end: u64) -> Result<Part, ItemsFileError> {
+/// Reads and checks the `lines` lines of `[start, end)` into a store with
+/// room for `room` items, stopping at the first bad line.
+fn scan_part(
+    path: &Path,
+    file: &File,
+    (start, end): (u64, u64),
+    lines: usize,
+    room: usize,
+) -> Result<Part, ItemsFileError> {
     let read_error = |source| ItemsFileError::Read {
         path: path.display().to_string(),
         source,
     };
     let mut stored = StoredItems::new(path, file.try_clone().map_err(read_error)?);
-    let lines = count_lines(FileRange::new(file, start, end)).map_err(read_error)?;
     // Sized once from the line count, so a large file is not copied as its
     // store grows.
-    stored.reserve(lines);
+    stored.reserve(room);
     let mut reader = BufReader::with_capacity(1 << 20, FileRange::new(file, start, end));
     let mut buffer = Vec::new();
     let mut offset = start;
