@@ -21,6 +21,7 @@ mod runs;
 use runs::{VARIANTS_PER_SEED, env_usize, median, sandloop_run, write_items};
 
 fn main() {
+    runs::serve_peak_rss_request();
     if std::env::args().any(|arg| arg == "--list") {
         return; // `cargo test --benches` probing
     }

@@ -158,6 +158,7 @@ fn reference_seconds(items: &Path) -> Result<f64, String> {
 }
 
 fn main() {
+    runs::serve_peak_rss_request();
     if std::env::args().any(|arg| arg == "--list") {
         return; // `cargo test --benches` probing
     }

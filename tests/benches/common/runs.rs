@@ -55,7 +55,14 @@ pub fn sandloop_run(adapter: &str, items: &Path, workers: usize, cache: &Path) -
 }
 
 /// [`sandloop_run`], also returning the process's peak resident set size
-/// in bytes (`ru_maxrss` of the child, from `wait4`).
+/// in bytes.
+///
+/// The run is started by a small copy of this bench binary
+/// ([`serve_peak_rss_request`]), which reports `ru_maxrss` of its own
+/// child: Linux counts in a process's `ru_maxrss` the memory of whatever
+/// it was spawned from, up to its `exec`, so a run spawned straight from
+/// this bench (which holds a million items' file text and its own runs'
+/// memory) would report the bench's size instead of its own.
 pub fn sandloop_run_measured(
     adapter: &str,
     items: &Path,
@@ -64,7 +71,9 @@ pub fn sandloop_run_measured(
 ) -> (f64, u64) {
     let out = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_sandloop"))
+    let output = Command::new(std::env::current_exe().unwrap())
+        .arg(PEAK_RSS_FLAG)
+        .arg(env!("CARGO_BIN_EXE_sandloop"))
         .args(["run", "--adapter", adapter, "--json", "--workers"])
         .arg(workers.to_string())
         .arg("--items")
@@ -72,16 +81,41 @@ pub fn sandloop_run_measured(
         .arg("--out")
         .arg(out.path().join("run"))
         .env("SANDLOOP_CACHE_DIR", cache)
-        .stdout(std::process::Stdio::null())
-        .spawn()
+        .output()
         .unwrap();
-    let (status, peak_rss) = wait_with_peak_rss(child);
     let seconds = started.elapsed().as_secs_f64();
+    let report = String::from_utf8_lossy(&output.stdout);
+    let mut fields = report.split_whitespace().map(|field| field.parse::<u64>());
+    let (Some(Ok(status)), Some(Ok(peak_rss))) = (fields.next(), fields.next()) else {
+        panic!("the measuring process said {report:?}");
+    };
     assert!(
         status == 0,
         "sandloop run --adapter {adapter} failed ({status})"
     );
     (seconds, peak_rss)
+}
+
+/// The argument on which a bench binary runs one command and prints its
+/// wait status and peak RSS (see [`sandloop_run_measured`]).
+const PEAK_RSS_FLAG: &str = "--run-and-print-peak-rss";
+
+/// Call first in a bench's `main`: when the binary was started by
+/// [`sandloop_run_measured`], run the command it was given (its output
+/// discarded), print `STATUS PEAK_RSS_BYTES` and exit.
+pub fn serve_peak_rss_request() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_none_or(|flag| flag != PEAK_RSS_FLAG) {
+        return;
+    }
+    let child = Command::new(&args[2])
+        .args(&args[3..])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (status, peak_rss) = wait_with_peak_rss(child);
+    println!("{status} {peak_rss}");
+    std::process::exit(0);
 }
 
 /// Wait for `child`; its raw wait status and peak RSS in bytes.
