@@ -171,6 +171,7 @@ impl StoredItems {
             start.checked_add(at.len).ok_or(too_large("the ids"))?;
             Ok(TextRef { start, ..at })
         };
+        self.text.reserve_exact(other.text.len());
         self.text.push_str(&other.text);
         self.keys.reserve_exact(other.keys.len());
         for key in other.keys {
