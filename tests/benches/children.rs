@@ -168,6 +168,8 @@ struct Lane {
     per_child: Samples,
     /// Per batch: wall time.
     batch: Samples,
+    /// Per batch: CPU time of the whole process (every thread) / children.
+    cpu: Samples,
     /// Per child, from the record's `replay` block.
     fork: Samples,
     validate: Samples,
@@ -223,6 +225,7 @@ impl Lane {
             probe: true,
             per_child: Samples::default(),
             batch: Samples::default(),
+            cpu: Samples::default(),
             fork: Samples::default(),
             validate: Samples::default(),
             suffix: Samples::default(),
@@ -239,12 +242,14 @@ impl Lane {
     /// Fork every item as a child once; checks every record and returns
     /// the batch's wall time.
     fn run_batch(&mut self, keep: bool) -> Duration {
+        let cpu_before = process_cpu();
         let started = Instant::now();
         let results = self
             .adapter
             .execute_episode_batch(&self.prepared.handle, &self.items, &self.ctx)
             .expect("the group runs as isolated children");
         let wall = started.elapsed();
+        let cpu = process_cpu().saturating_sub(cpu_before);
         assert_eq!(results.len(), self.items.len());
         for (result, _) in &results {
             let record = check_child(result, self.parallel, self.by_snapshot, self.probe);
@@ -260,6 +265,7 @@ impl Lane {
         if keep {
             self.batch.0.push(wall);
             self.per_child.0.push(wall / self.items.len() as u32);
+            self.cpu.0.push(cpu / self.items.len() as u32);
         }
         wall
     }
@@ -278,6 +284,7 @@ impl Lane {
         ));
         row("batch wall time", &self.batch);
         row("per child (batch wall / children)", &self.per_child);
+        row("CPU per child (process, every thread)", &self.cpu);
         let (fork, validate, suffix) = if self.by_snapshot {
             (
                 "  fork: snapshot instance + resume + restore (+ adoption)",
@@ -344,6 +351,24 @@ fn check_child(
         assert_eq!(block["equivalent"], true, "{block}");
     }
     record
+}
+
+/// CPU time this process has used so far, all threads
+/// (`CLOCK_PROCESS_CPUTIME_ID`).
+fn process_cpu() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to fill in.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
+    assert_eq!(
+        status,
+        0,
+        "clock_gettime: {}",
+        std::io::Error::last_os_error()
+    );
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 /// Counter `key` of `after` minus `before`.
