@@ -1,19 +1,40 @@
 //! bench-adapter: the cheapest possible adapter, to measure host overhead.
 //!
-//! World `grouped` (`episode` + `episode-groups`). Every call returns a
-//! fixed record from a static string: no JSON parsing, no allocation beyond
-//! the one copy the canonical ABI needs for the returned string. It
-//! implements the generated `Guest` traits directly instead of the sdk's
-//! serde-based protocol traits, so the guest's share of a call is as close
-//! to zero as a component can get.
+//! Exports `episode`, `episode-groups`, `replay`, `replay-children` and
+//! `child-risk` (the `isolated` world without `seeds` and `variants`).
+//! Every call returns a fixed value: records from static strings, one
+//! constant projection digest, a replay binding and a replay child that
+//! hold nothing. No JSON parsing, no allocation beyond the copies the
+//! canonical ABI needs. It implements the generated `Guest` traits directly
+//! instead of the sdk's serde-based protocol traits, so the guest's share
+//! of a call is as close to zero as a component can get.
+//!
+//! The replay exports honour the contract at `exact` fidelity: a capture's
+//! lease carries the binding and [`DIGEST`]; a restore or a fork receipt
+//! claims `exact` with [`DIGEST`]; every equivalence report is `exact`,
+//! equivalent, with [`DIGEST`] expected and observed (equal digests are the
+//! only check `exact` needs); exported state is [`STATE`] (16 bytes) and an
+//! import or fork accepts any bytes; children are `thread-safe`; both risk
+//! assessments allow (policy [`POLICY`]); a binding's token is 0 and resumes
+//! into a new, equally empty binding.
 
-use sandloop_guest::wit::types::{AdapterError, Context};
-use sandloop_guest::worlds::grouped::{episode, episode_groups};
+use sandloop_guest::wit::types::{
+    AdapterError, Context, EquivalenceReport, Fidelity, RestoreReceipt,
+};
+use sandloop_guest::worlds::isolated::{
+    child_risk, episode, episode_groups, replay, replay_children,
+};
 
 /// Observation record of every item.
 const RECORD: &str = r#"{"observation_keys":["k"],"accepted":true}"#;
 /// Observation record of every shared prefix.
 const PREFIX: &str = r#"{"observation_keys":["prefix"],"accepted":true}"#;
+/// Projection digest of every captured, restored and forked state.
+pub const DIGEST: &str = "bench-noop-state";
+/// What `export-replay-state` returns: a tiny fixed state.
+pub const STATE: &[u8] = b"bench-noop-state";
+/// Policy id of every risk assessment.
+pub const POLICY: &str = "bench-allow-all";
 
 struct Bench;
 
@@ -21,6 +42,55 @@ struct Bench;
 struct BenchGroup;
 
 impl episode_groups::GuestEpisodeGroup for BenchGroup {}
+
+/// A replay point's state: nothing.
+struct BenchBinding;
+
+impl replay::GuestReplayBinding for BenchBinding {}
+
+/// A forked child's state: nothing.
+struct BenchChild;
+
+impl replay_children::GuestReplayChild for BenchChild {}
+
+/// The receipt of every restore and fork.
+fn receipt() -> RestoreReceipt {
+    RestoreReceipt {
+        achieved_fidelity: Fidelity::Exact,
+        restored_projection_digest: Some(DIGEST.to_owned()),
+        prefix_reused: Some(true),
+    }
+}
+
+/// The report of every equivalence validation.
+fn report() -> EquivalenceReport {
+    EquivalenceReport {
+        achieved_fidelity: Fidelity::Exact,
+        equivalent: true,
+        expected_digest: Some(DIGEST.to_owned()),
+        observed_digest: Some(DIGEST.to_owned()),
+        checks: Vec::new(),
+        sanitized_reason: None,
+    }
+}
+
+/// The lease of every capture and import.
+fn lease() -> replay::StateLease {
+    replay::StateLease {
+        binding: Some(replay::ReplayBinding::new(BenchBinding)),
+        fidelity: Fidelity::Exact,
+        projection_digest: Some(DIGEST.to_owned()),
+    }
+}
+
+/// The verdict of every risk assessment.
+fn allow() -> child_risk::RiskAssessment {
+    child_risk::RiskAssessment {
+        disposition: child_risk::Disposition::Allow,
+        policy_id: POLICY.to_owned(),
+        sanitized_reason: None,
+    }
+}
 
 impl episode::Guest for Bench {
     fn execute(_item: String, _ctx: Context) -> Result<String, AdapterError> {
@@ -59,4 +129,130 @@ impl episode_groups::Guest for Bench {
     }
 }
 
-sandloop_guest::worlds::grouped::export!(Bench);
+impl replay::Guest for Bench {
+    type ReplayBinding = BenchBinding;
+
+    fn capture_replay_state(
+        _request: replay::CaptureRequest,
+    ) -> Result<replay::StateLease, AdapterError> {
+        Ok(lease())
+    }
+
+    fn restore_replay_state(
+        _binding: replay::ReplayBindingBorrow<'_>,
+        _request: replay::RestoreRequest,
+    ) -> Result<RestoreReceipt, AdapterError> {
+        Ok(receipt())
+    }
+
+    fn validate_replay_equivalence(
+        _binding: replay::ReplayBindingBorrow<'_>,
+        _receipt: RestoreReceipt,
+    ) -> Result<EquivalenceReport, AdapterError> {
+        Ok(report())
+    }
+
+    fn run_replay_suffix(
+        _binding: replay::ReplayBindingBorrow<'_>,
+        _item: String,
+        _ctx: Context,
+    ) -> Result<String, AdapterError> {
+        Ok(RECORD.to_owned())
+    }
+
+    fn finalize_replay_suffix(
+        _binding: replay::ReplayBindingBorrow<'_>,
+        _request: replay::RestoreRequest,
+        _suffix_succeeded: bool,
+    ) -> Result<(), AdapterError> {
+        Ok(())
+    }
+
+    fn release_replay_state(_binding: replay::ReplayBindingBorrow<'_>) -> Result<(), AdapterError> {
+        Ok(())
+    }
+
+    fn export_replay_state(
+        _binding: replay::ReplayBindingBorrow<'_>,
+    ) -> Result<Option<Vec<u8>>, AdapterError> {
+        Ok(Some(STATE.to_vec()))
+    }
+
+    fn import_replay_state(
+        _state: Vec<u8>,
+        _request: replay::CaptureRequest,
+    ) -> Result<replay::StateLease, AdapterError> {
+        Ok(lease())
+    }
+
+    fn binding_token(
+        _binding: replay::ReplayBindingBorrow<'_>,
+    ) -> Result<Option<u64>, AdapterError> {
+        Ok(Some(0))
+    }
+
+    fn resume_binding(_token: u64) -> Result<replay::ReplayBinding, AdapterError> {
+        Ok(replay::ReplayBinding::new(BenchBinding))
+    }
+}
+
+impl replay_children::Guest for Bench {
+    type ReplayChild = BenchChild;
+
+    fn fork_replay_child(
+        _state: Vec<u8>,
+        _request: replay_children::ForkRequest,
+    ) -> Result<replay_children::ChildLease, AdapterError> {
+        Ok(replay_children::ChildLease {
+            child: replay_children::ReplayChild::new(BenchChild),
+            receipt: receipt(),
+            concurrency: replay_children::ChildConcurrency::ThreadSafe,
+        })
+    }
+
+    fn validate_replay_child_equivalence(
+        _child: replay_children::ReplayChildBorrow<'_>,
+        _receipt: RestoreReceipt,
+    ) -> Result<EquivalenceReport, AdapterError> {
+        Ok(report())
+    }
+
+    fn run_replay_child(
+        _child: replay_children::ReplayChildBorrow<'_>,
+        _task: String,
+        _ctx: Context,
+    ) -> Result<String, AdapterError> {
+        Ok(RECORD.to_owned())
+    }
+
+    fn release_replay_child(
+        _child: replay_children::ReplayChildBorrow<'_>,
+    ) -> Result<(), AdapterError> {
+        Ok(())
+    }
+}
+
+impl child_risk::Guest for Bench {
+    fn assess_replay_child_intent(
+        _child_id: String,
+        _intent: String,
+    ) -> Result<child_risk::RiskAssessment, AdapterError> {
+        Ok(allow())
+    }
+
+    fn assess_replay_child_outcome(
+        _child_id: String,
+        _intent: String,
+        _outcome: String,
+    ) -> Result<child_risk::RiskAssessment, AdapterError> {
+        Ok(allow())
+    }
+}
+
+// The `isolated` world's exports except `seeds` and `variants`: items come
+// from the host's benchmarks, never from the adapter.
+sandloop_guest::__sandloop_export_interface!(episode, Bench);
+sandloop_guest::__sandloop_export_interface!(episode_groups, Bench);
+sandloop_guest::__sandloop_export_interface!(replay, Bench);
+sandloop_guest::__sandloop_export_interface!(replay_children, Bench);
+sandloop_guest::__sandloop_export_interface!(child_risk, Bench);

@@ -48,8 +48,13 @@ pub fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// Wall seconds of one `sandloop run --adapter ADAPTER` over `items` with
-/// `workers` lanes and the compiled-component cache at `cache`.
+/// Wall seconds of one `sandloop run --adapter ADAPTER --no-replay` over
+/// `items` with `workers` lanes and the compiled-component cache at
+/// `cache`. `--no-replay`: these benches measure the per-item episode path,
+/// and `bench-adapter` exports `replay` (with it, every group would capture
+/// a point and fork its variants as isolated children, which the
+/// `children` bench measures); for adapters without `replay` the flag
+/// changes nothing.
 pub fn sandloop_run(adapter: &str, items: &Path, workers: usize, cache: &Path) -> f64 {
     sandloop_run_measured(adapter, items, workers, cache).0
 }
@@ -74,7 +79,14 @@ pub fn sandloop_run_measured(
     let output = Command::new(std::env::current_exe().unwrap())
         .arg(PEAK_RSS_FLAG)
         .arg(env!("CARGO_BIN_EXE_sandloop"))
-        .args(["run", "--adapter", adapter, "--json", "--workers"])
+        .args([
+            "run",
+            "--adapter",
+            adapter,
+            "--json",
+            "--no-replay",
+            "--workers",
+        ])
         .arg(workers.to_string())
         .arg("--items")
         .arg(items)

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::support::*;
-use sandloop_tests::{MARKDOWN_EXPLORER, REPLAY_PROBE};
+use sandloop_tests::{BENCH_ADAPTER, MARKDOWN_EXPLORER, REPLAY_PROBE};
 
 /// Run the probe over one seed (with `seed_faults`) and one variant per
 /// `(spec_id, faults)`, children on two workers.
@@ -813,5 +813,67 @@ fn explicit_forks_are_refused_where_there_is_nothing_to_fork() {
         args.extend_from_slice(&["--out", s(&out)]);
         assert_exit(&run(&args), 2, &[expected]);
         assert!(!out.exists(), "{extra:?}: nothing is written");
+    }
+}
+
+#[test]
+fn bench_adapter_children_honour_the_contract_in_chunks_on_two_workers() {
+    // bench-adapter's no-op replay exports, through the real CLI: one seed
+    // and 40 variants (two child groups of at most 32), forked by state
+    // transfer and by snapshot, each child in its own instance started
+    // ahead on the two workers.
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = vec![json!({"item_id": "s", "family": "f", "text": "seed"})];
+    lines.extend((0..40).map(|v| {
+        json!({"item_id": format!("s~v{v}"), "family": "f", "is_variant": true,
+               "seed_item_id": "s", "variant_spec": {"spec_id": format!("v{v}")}})
+    }));
+    let items = write_items(dir.path(), "items.jsonl", &lines);
+    for fork in ["state", "snapshot"] {
+        let out = dir.path().join(fork);
+        let output = run(&[
+            "run",
+            "--adapter",
+            BENCH_ADAPTER,
+            "--items",
+            s(&items),
+            "--child-workers",
+            "2",
+            "--fork",
+            fork,
+            "--out",
+            s(&out),
+        ]);
+        assert_eq!(code(&output), 0, "{fork}: {}", stderr(&output));
+        let records = records(&out);
+        let children: Vec<&Value> = records
+            .iter()
+            .filter(|r| r["record_kind"] == "episode_suffix")
+            .collect();
+        assert_eq!(children.len(), 41, "{fork}: every item ran as a child");
+        for record in &children {
+            assert!(record.get("adapter_error").is_none(), "{fork}: {record}");
+            assert_eq!(record["accepted"], true, "{fork}: {record}");
+            let replay = &record["replay"];
+            assert_eq!(replay["isolated"], true, "{fork}: {replay}");
+            assert_eq!(replay["parallel"], true, "{fork}: {replay}");
+            assert_eq!(replay["fork"], fork, "{fork}: {replay}");
+            assert_eq!(replay["achieved_fidelity"], "exact", "{fork}: {replay}");
+            assert_eq!(replay["equivalent"], true, "{fork}: {replay}");
+            assert_eq!(replay["promotion_eligible"], true, "{fork}: {replay}");
+            assert_eq!(replay["child_id"], record["item_id"], "{fork}");
+        }
+        let replay = summary_replay(&out);
+        assert_eq!(replay["child_group_attempt_count"], 2, "{fork}: {replay}");
+        assert_eq!(replay["child_parallel_group_count"], 2, "{fork}: {replay}");
+        for key in [
+            "child_session_fork_success_count",
+            "child_session_release_success_count",
+            "child_intent_allowed_count",
+            "child_outcome_allowed_count",
+        ] {
+            assert_eq!(replay[key], 41, "{fork}: {key}: {replay}");
+        }
+        assert_eq!(replay["replay_point_quarantine_count"], 0, "{fork}");
     }
 }

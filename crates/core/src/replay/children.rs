@@ -840,9 +840,17 @@ impl SerialChildGroup {
     }
 }
 
-/// Run `execute` over `children` on up to `workers` scoped threads, each
-/// taking the next child; outcomes come back in the children's order.
-fn run_parallel<C: Send, R: Send>(
+/// Run `execute` over `children` on up to `workers` threads, each taking
+/// the next child; outcomes come back in the children's order.
+///
+/// The calling thread is one of the workers, and the others are jobs on
+/// the process's persistent thread pool (`rayon-core`'s global pool, one
+/// thread per core; so at most cores + 1 children run at once, however
+/// many `workers` are asked for): a group starts no threads, and waking a
+/// parked pool thread is much quicker than scheduling a new one on a busy
+/// machine. A child taken by a worker is finished by it; the call returns
+/// when every child has run.
+pub fn run_parallel<C: Send, R: Send>(
     children: &mut [C],
     workers: usize,
     execute: &(dyn Fn(&mut C) -> R + Sync),
@@ -854,24 +862,26 @@ fn run_parallel<C: Send, R: Send>(
         .collect();
     let results: Vec<Mutex<Option<R>>> = (0..count).map(|_| Mutex::new(None)).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|scope| {
-        for _ in 0..workers.min(count) {
-            scope.spawn(|| {
-                loop {
-                    let index = next.fetch_add(1, Ordering::SeqCst);
-                    if index >= count {
-                        break;
-                    }
-                    let child = slots[index]
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .take()
-                        .expect("each child is taken once");
-                    let result = execute(child);
-                    *results[index].lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
-                }
-            });
+    let work = || {
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            if index >= count {
+                break;
+            }
+            let child = slots[index]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .expect("each child is taken once");
+            let result = execute(child);
+            *results[index].lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
         }
+    };
+    rayon_core::in_place_scope(|scope| {
+        for _ in 1..workers.min(count) {
+            scope.spawn(|_| work());
+        }
+        work();
     });
     results
         .into_iter()

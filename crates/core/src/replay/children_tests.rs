@@ -689,3 +689,40 @@ fn a_replay_intent_is_counted_as_a_childs_and_a_denial_refuses_it() {
     assert_eq!(metrics.count("child_intent_allowed_count"), 1);
     assert_eq!(metrics.count("child_intent_denied_count"), 1);
 }
+
+#[test]
+fn run_parallel_runs_every_child_once_and_returns_outcomes_in_order() {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+
+    let threads = Mutex::new(HashSet::new());
+    let mut children: Vec<u32> = (0..64).collect();
+    let outcomes = run_parallel(&mut children, 2, &|child: &mut u32| {
+        threads.lock().unwrap().insert(std::thread::current().id());
+        *child += 100;
+        *child * 2
+    });
+    let expected: Vec<u32> = (0..64).map(|k| (k + 100) * 2).collect();
+    assert_eq!(outcomes, expected, "one outcome per child, in order");
+    assert!(
+        children
+            .iter()
+            .zip(100..)
+            .all(|(child, want)| *child == want),
+        "every child ran exactly once: {children:?}"
+    );
+    let used = threads.into_inner().unwrap().len();
+    assert!((1..=2).contains(&used), "at most 2 workers, got {used}");
+
+    // One worker: the calling thread runs every child itself.
+    let caller = std::thread::current().id();
+    let seen = Mutex::new(HashSet::new());
+    let mut one = vec![0u8; 8];
+    let outcomes = run_parallel(&mut one, 1, &|child: &mut u8| {
+        seen.lock().unwrap().insert(std::thread::current().id());
+        *child = 1;
+    });
+    assert_eq!(outcomes.len(), 8);
+    assert_eq!(one, vec![1u8; 8]);
+    assert_eq!(seen.into_inner().unwrap(), HashSet::from([caller]));
+}

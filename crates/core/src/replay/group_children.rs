@@ -14,8 +14,9 @@ use std::sync::Arc;
 
 use super::group::{GroupInstance, GroupLane, GroupPoint};
 use super::group_records::{child_result, failed_child, intent_of};
+use super::point::ReplayPoint;
 use super::registry::{ChildOutcome, ChildTask, SerialChildGroup};
-use super::registry::{ReplayError, ReplayPointRegistry};
+use super::registry::{ReplayError, ReplayPointRegistry, run_parallel};
 use crate::episode::adapter::{AdapterError, Item, Record};
 use crate::replay::agent_state::MemoryAgentStateStore;
 
@@ -147,9 +148,13 @@ impl<B> GroupLane<B> {
                 workers,
             };
             match run_chunk(&mut self.registry, chunk_of) {
-                Ok(outcomes) => results.extend(outcomes.into_iter().map(|outcome| {
-                    child_result(outcome, &replay_point, first_sequence, source.name())
-                })),
+                Ok(outcomes) => results.extend(child_results(
+                    outcomes,
+                    &replay_point,
+                    first_sequence,
+                    source.name(),
+                    workers,
+                )),
                 Err(error) => results.extend(
                     chunk
                         .iter()
@@ -159,4 +164,25 @@ impl<B> GroupLane<B> {
         }
         Some(results)
     }
+}
+
+/// Each outcome of a chunk as its item's result ([`child_result`]), in
+/// order; built on up to `workers` threads, since a child's record and its
+/// `replay` block are most of what the host does per child after the
+/// children ran, and would otherwise be a serial tail of every parallel
+/// group.
+fn child_results(
+    outcomes: Vec<ChildOutcome>,
+    point: &ReplayPoint,
+    first_sequence: u64,
+    fork: &str,
+    workers: usize,
+) -> Vec<(Result<Record, AdapterError>, f64)> {
+    let mut outcomes: Vec<Option<ChildOutcome>> = outcomes.into_iter().map(Some).collect();
+    run_parallel(&mut outcomes, workers, &|outcome: &mut Option<
+        ChildOutcome,
+    >| {
+        let outcome = outcome.take().expect("each outcome is built once");
+        child_result(outcome, point, first_sequence, fork)
+    })
 }

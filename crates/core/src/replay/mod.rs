@@ -40,5 +40,5 @@ pub use registry::{
     ChildConcurrency, ChildFailure, ChildFailureStage, ChildForker, ChildLease, ChildOutcome,
     ChildResult, ChildSession, ChildTask, Disposition, ForkRequest, RISK_DENIED, ReplayAdapter,
     ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage, RiskAssessment,
-    RiskAssessmentRules, Selection, SerialChildGroup, select_before,
+    RiskAssessmentRules, Selection, SerialChildGroup, run_parallel, select_before,
 };

@@ -908,7 +908,7 @@ mod children;
 pub use children::{
     ChildConcurrency, ChildFailure, ChildFailureStage, ChildForker, ChildLease, ChildOutcome,
     ChildResult, ChildSession, ChildTask, Disposition, ForkRequest, RISK_DENIED, RiskAssessment,
-    RiskAssessmentRules, SerialChildGroup, judge_replay_intent,
+    RiskAssessmentRules, SerialChildGroup, judge_replay_intent, run_parallel,
 };
 
 #[cfg(test)]

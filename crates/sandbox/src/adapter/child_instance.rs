@@ -7,6 +7,7 @@
 //! failure), the `child-risk` screens, parsing the observation record —
 //! while each child type makes its own WIT calls.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -17,7 +18,9 @@ use crate::LoadedAdapter;
 use crate::bindings::exports::sandloop::adapter::child_risk;
 use crate::bindings::sandloop::adapter::types as wit_types;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
-use sandloop_core::replay::{Disposition, ForkAt, ForkRequest, RiskAssessment};
+use sandloop_core::replay::{
+    ChildTask, Disposition, ForkAt, ForkRequest, RiskAssessment, run_parallel,
+};
 use sandloop_core::trace::TraceLog;
 
 /// Unique identity of every child instance of the process (its worker
@@ -47,20 +50,40 @@ impl ChildInstance {
         request: &ForkRequest,
         fork_at: &ForkAt,
     ) -> ChildInstance {
+        Self::for_child(
+            parent,
+            loaded,
+            ctx,
+            &request.child_id,
+            &request.target_branch_id,
+            fork_at,
+        )
+    }
+
+    /// [`ChildInstance::new`] for the child `child_id` on the trace branch
+    /// `target_branch_id`.
+    fn for_child(
+        parent: &WasmAdapter,
+        loaded: &Arc<LoadedAdapter>,
+        ctx: &CallContext,
+        child_id: &str,
+        target_branch_id: &str,
+        fork_at: &ForkAt,
+    ) -> ChildInstance {
         let mut adapter = WasmAdapter::new(
             Arc::clone(loaded),
-            format!("{}:child:{}", parent.branch_id, request.child_id),
+            format!("{}:child:{child_id}", parent.branch_id),
             parent.observer.clone(),
         );
         adapter.epoch = ctx.epoch;
         ChildInstance {
             adapter,
-            child_id: request.child_id.clone(),
+            child_id: child_id.to_owned(),
             identity: NEXT_CHILD.fetch_add(1, Ordering::Relaxed),
             ctx: ctx.clone(),
             trace: TraceLog::fork(
                 &fork_at.trace_id,
-                &request.target_branch_id,
+                target_branch_id,
                 Some(&fork_at.created_event_id),
                 fork_at.next_sequence,
             )
@@ -152,6 +175,86 @@ impl ChildInstance {
     /// The sequence the child's trace branch would give its next event.
     pub(super) fn trace_end(&self) -> Option<u64> {
         self.trace.as_ref().map(TraceLog::next_sequence)
+    }
+}
+
+/// Child instances started ahead of their forks: when a group's children
+/// may run on more than one worker, every child's instance is created and
+/// instantiated first, on the workers
+/// ([`run_parallel`]), so the forks — one after another on the
+/// calling thread, as the group runtime requires — no longer pay for
+/// instantiation. Each is still a fresh instance (its own store from the
+/// pool, the adapter's limits) that nothing ran in but its start function.
+/// An instantiation that failed leaves its instance empty, and the fork's
+/// first call instantiates again and reports the failure as it would
+/// have.
+#[derive(Default)]
+pub(super) struct Prestarted {
+    ready: VecDeque<ChildInstance>,
+}
+
+impl Prestarted {
+    /// Instances of `loaded` for `tasks` (in order), instantiated on up to
+    /// `workers` threads; none when `workers` is 1 or less (the forks then
+    /// instantiate as they go: nothing would run beside them).
+    pub(super) fn start(
+        parent: &WasmAdapter,
+        loaded: &Arc<LoadedAdapter>,
+        ctx: &CallContext,
+        tasks: &[ChildTask],
+        fork_at: &ForkAt,
+        workers: usize,
+    ) -> Prestarted {
+        if workers <= 1 || tasks.len() <= 1 {
+            return Prestarted::default();
+        }
+        let mut ready: Vec<ChildInstance> = tasks
+            .iter()
+            .map(|task| Self::instance(parent, loaded, ctx, task, fork_at))
+            .collect();
+        run_parallel(&mut ready, workers, &|child: &mut ChildInstance| {
+            // A failure is reported by the fork's own instantiation.
+            let _ = child.adapter.instantiate();
+        });
+        Prestarted {
+            ready: ready.into(),
+        }
+    }
+
+    fn instance(
+        parent: &WasmAdapter,
+        loaded: &Arc<LoadedAdapter>,
+        ctx: &CallContext,
+        task: &ChildTask,
+        fork_at: &ForkAt,
+    ) -> ChildInstance {
+        ChildInstance::for_child(
+            parent,
+            loaded,
+            ctx,
+            &task.child_id,
+            &task.target_branch_id,
+            fork_at,
+        )
+    }
+
+    /// The instance started for `request`'s child, or a new one (not yet
+    /// instantiated) when none was: the forks come in the tasks' order,
+    /// so the next ready instance is the one when its child id matches.
+    pub(super) fn take(
+        &mut self,
+        parent: &WasmAdapter,
+        loaded: &Arc<LoadedAdapter>,
+        ctx: &CallContext,
+        request: &ForkRequest,
+        fork_at: &ForkAt,
+    ) -> ChildInstance {
+        match self.ready.front() {
+            Some(next) if next.child_id == request.child_id => {
+                self.ready.pop_front().expect("checked above")
+            }
+            _ => ChildInstance::new(parent, loaded, ctx, request, fork_at),
+        }
     }
 }
 

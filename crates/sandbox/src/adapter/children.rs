@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use wasmtime::component::ResourceAny;
 
-use super::child_instance::ChildInstance;
+use super::child_instance::{ChildInstance, Prestarted};
 use super::replay::{receipt_from_wit, receipt_to_wit, report_from_wit, to_wit_fidelity};
 use super::snapshot_children::SnapshotForker;
 use super::{GroupHandle, WasmAdapter, declared};
@@ -37,6 +37,8 @@ pub struct WasmChildForker<'a> {
     ctx: CallContext,
     /// The trace position the point sits at.
     fork_at: ForkAt,
+    /// The children's instances, when started ahead.
+    prestarted: Prestarted,
 }
 
 fn wit_concurrency(concurrency: replay_children::ChildConcurrency) -> ChildConcurrency {
@@ -55,7 +57,7 @@ impl ChildForker for WasmChildForker<'_> {
     }
 
     fn fork(&mut self, request: &ForkRequest) -> Result<ChildLease<WasmChild>, AdapterError> {
-        let mut instance = ChildInstance::new(
+        let mut instance = self.prestarted.take(
             self.parent,
             &self.parent.loaded,
             &self.ctx,
@@ -184,7 +186,9 @@ impl ChildSession for WasmChild {
             guest.call_release_replay_child(store, child)
         })?;
         self.released = true;
-        // The instance, and with it the child's memory, goes with the session.
+        // The instance, and with it the child's memory, goes now, on the
+        // worker that ran the child (its store back to the pool).
+        self.instance.adapter.live = None;
         Ok(())
     }
 }
@@ -214,20 +218,38 @@ impl WasmAdapter {
                 let (point_id, tasks, workers) = (chunk.point_id, chunk.tasks, chunk.workers);
                 match chunk.source {
                     ForkSource::State(state) => {
+                        let prestarted = Prestarted::start(
+                            parent,
+                            &parent.loaded,
+                            ctx,
+                            &tasks,
+                            &chunk.fork_at,
+                            workers,
+                        );
                         let mut forker = WasmChildForker {
                             parent,
                             state: Arc::clone(state),
                             ctx: ctx.clone(),
                             fork_at: chunk.fork_at,
+                            prestarted,
                         };
                         registry.run_child_group_from(&mut forker, point_id, tasks, workers, true)
                     }
                     ForkSource::Snapshot(snapshot) => {
+                        let prestarted = Prestarted::start(
+                            parent,
+                            snapshot.compiled.loaded(),
+                            ctx,
+                            &tasks,
+                            &chunk.fork_at,
+                            workers,
+                        );
                         let mut forker = SnapshotForker {
                             parent,
                             point: Arc::clone(snapshot),
                             ctx: ctx.clone(),
                             fork_at: chunk.fork_at,
+                            prestarted,
                         };
                         registry.run_child_group_from(&mut forker, point_id, tasks, workers, true)
                     }

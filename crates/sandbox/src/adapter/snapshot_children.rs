@@ -30,7 +30,7 @@ use std::time::Instant;
 use serde_json::{Map, Value, json};
 use wasmtime::component::ResourceAny;
 
-use super::child_instance::ChildInstance;
+use super::child_instance::{ChildInstance, Prestarted};
 use super::replay::ReplayLane;
 use super::replay::{
     BindingHandle, receipt_from_wit, receipt_to_wit, report_from_wit, to_wit_fidelity,
@@ -268,6 +268,8 @@ pub struct SnapshotForker<'a> {
     pub(super) ctx: CallContext,
     /// The trace position the point sits at.
     pub(super) fork_at: ForkAt,
+    /// The children's instances, when started ahead.
+    pub(super) prestarted: Prestarted,
 }
 
 /// One child: a fresh instance of the snapshot and its resumed binding.
@@ -286,7 +288,7 @@ impl ChildForker for SnapshotForker<'_> {
     }
 
     fn fork(&mut self, request: &ForkRequest) -> Result<ChildLease<SnapshotChild>, AdapterError> {
-        let mut instance = ChildInstance::new(
+        let mut instance = self.prestarted.take(
             self.parent,
             self.point.compiled.loaded(),
             &self.ctx,

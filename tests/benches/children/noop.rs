@@ -1,0 +1,118 @@
+//! The no-op section of `--bench children`: the host's own cost per
+//! isolated child, with `bench-adapter` (every export returns a constant:
+//! 16 bytes of exported state, one fixed digest, `exact` fidelity, allow
+//! verdicts), so the adapter's work is not counted — serial, parallel
+//! (`child_workers` 2 over the same batches) and forked from a snapshot —
+//! next to the reference child runtime's per-child cost measured in the
+//! same run.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::reference;
+use super::{Lane, header};
+use sandloop::episode::adapter::Item;
+use sandloop::replay::ReplayMetricLedger;
+use sandloop::sandbox::LoadedAdapter;
+use sandloop::sandbox::snapshot::Instrumented;
+
+/// What the no-op section measured, for the targets.
+pub struct Figures {
+    /// p50 per child, serial, µs.
+    pub per_child_us: f64,
+    /// Serial batch wall / parallel batch wall, p50.
+    pub speed_up: f64,
+    /// Snapshot per child / state-transfer per child, p50.
+    pub snapshot_ratio: f64,
+}
+
+/// A seed and `children - 1` more items of its family (bench-adapter has
+/// no variants; each item's intent is its id).
+fn items(children: usize) -> Vec<Item> {
+    (0..children)
+        .map(|k| {
+            let item = json!({"item_id": format!("c{k:02}"), "family": "noop", "text": "x"});
+            item.as_object().unwrap().clone()
+        })
+        .collect()
+}
+
+/// Time `batches` batches of `children` no-op children per mode (serial,
+/// parallel and snapshot interleaved, after 3 warm-up batches each), print
+/// them with the reference's figures, and return the headline figures.
+pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> Figures {
+    assert!(
+        loaded.protocols.replay,
+        "bench-adapter exports replay, replay-children and child-risk"
+    );
+    let ledger = Arc::new(ReplayMetricLedger::new());
+    let items = items(children);
+    let instrumented = Arc::new(Instrumented::load(loaded).unwrap());
+    let new_lane = |name, workers, snapshots| {
+        Lane::new(loaded, &ledger, name, workers, items.clone(), snapshots).noop()
+    };
+    let mut serial = new_lane("noop-serial", 1, None);
+    let mut parallel = new_lane("noop-parallel", 2, None);
+    let mut snapshot = new_lane("noop-snapshot", 1, Some(instrumented));
+    for _ in 0..3 {
+        serial.run_batch(false);
+        parallel.run_batch(false);
+        snapshot.run_batch(false);
+    }
+    for _ in 0..batches {
+        serial.run_batch(true);
+        parallel.run_batch(true);
+        snapshot.run_batch(true);
+    }
+
+    println!(
+        "no-op children: bench-adapter (16-byte state, constant digest), \
+         {children} children per batch, {batches} timed batches per mode"
+    );
+    println!("  {:<58} {:>13} {:>13} {:>13}", "", "mean", "p50", "p90");
+    serial.print("serial no-op children (child_workers 1)");
+    parallel.print("parallel no-op children (child_workers 2)");
+    snapshot.print("serial no-op children forked from a snapshot (--fork snapshot)");
+    let figures = Figures {
+        per_child_us: serial.per_child.p50_us(),
+        speed_up: serial.batch.p50_us() / parallel.batch.p50_us(),
+        snapshot_ratio: snapshot.per_child.p50_us() / serial.per_child.p50_us(),
+    };
+
+    header("no-op children, side by side");
+    println!(
+        "host overhead per isolated child (no-op adapter): {:.1} µs",
+        figures.per_child_us
+    );
+    println!("parallel speed-up: {:.2}x", figures.speed_up);
+    // What 2 idle cores would give: the parallel lane's serial part (fork
+    // and validate on the calling thread) plus the rest of its CPU time
+    // per child shared by the 2 workers. On a machine whose cores are busy
+    // with other work, the measured speed-up is lower.
+    let serial_part = parallel.fork.p50_us() + parallel.validate.p50_us();
+    let shared = (parallel.cpu.p50_us() - serial_part).max(0.0);
+    println!(
+        "  on 2 idle cores (serial part + the rest of the parallel lane's CPU per child / 2): \
+         {:.2}x",
+        serial.per_child.p50_us() / (serial_part + shared / 2.0)
+    );
+    println!(
+        "snapshot fork / state fork per child (no-op adapter): {:.2}x",
+        figures.snapshot_ratio
+    );
+    match reference::measure(children, batches.clamp(5, 50)) {
+        Ok(reference) => println!(
+            "reference child runtime per child (in-process objects, no isolation, no-op \
+             adapter): {:.1} µs serial, {:.1} µs \"parallel\" (2 threads), speed-up {:.2}x",
+            reference.serial_us,
+            reference.parallel_us,
+            reference.serial_us / reference.parallel_us
+        ),
+        Err(why) => println!("reference child runtime: skipped ({why})"),
+    }
+    serial.release();
+    parallel.release();
+    snapshot.release();
+    figures
+}
