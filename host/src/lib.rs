@@ -13,6 +13,7 @@
 //!
 //! `ARCHITECTURE.md` at the repository's root draws the map.
 
+pub mod allocator;
 pub mod cli;
 
 #[cfg(test)]

@@ -6,5 +6,6 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
+    sandloop::allocator::configure();
     std::process::exit(sandloop::cli::main());
 }
