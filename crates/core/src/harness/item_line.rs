@@ -49,7 +49,7 @@ pub(crate) fn check_line(text: &str) -> Result<KeptFields, String> {
         &fields,
         "item_id",
         |v| v.is_string() || v.is_number() || v.is_null(),
-        "a string",
+        "a string or a number",
     )?;
     check_field(
         &fields,
