@@ -358,18 +358,33 @@ fn status(args: LoopRepoArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Asks a running loop to stop before its next step; a loop that has
+/// already ended is left as it is, and says why it ended.
 fn stop(args: LoopRepoArgs) -> Result<(), CliError> {
     let store = StateStore::<LoopState>::new(&args.repo);
-    store.try_mutate(|state: Option<LoopState>| match state {
+    let ended = store.try_mutate(|state: Option<LoopState>| match state {
         None => Err(CliError::Input(format!(
             "no loop state found in {}; there is no loop to stop (start one with `sandloop loop run`)",
             args.repo.display()
         ))),
-        Some(mut state) => {
-            state.stop_requested = true;
-            Ok((state, ()))
-        }
+        Some(mut state) => match state.stop_reason.clone() {
+            Some(reason) => Ok((state, Some(reason))),
+            None => {
+                state.stop_requested = true;
+                Ok((state, None))
+            }
+        },
     })?;
-    say("stop requested; the loop stops before its next step");
+    if args.json {
+        let report = json!({"stop_requested": ended.is_none(), "stop_reason": ended});
+        say(&report.to_string());
+        return Ok(());
+    }
+    match ended {
+        None => say("stop requested; the loop stops before its next step"),
+        Some(reason) => say(&format!(
+            "the loop has already ended ({reason}); nothing to stop"
+        )),
+    }
     Ok(())
 }

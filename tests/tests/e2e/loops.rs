@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::*;
 use sandloop_tests::LOOP_STEPS;
@@ -207,8 +207,10 @@ fn stop_from_another_process_ends_the_loop() {
     while state_or_none(dir.path()).is_none() && started.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let output = run(&["loop", "stop", "--repo", s(dir.path())]);
+    let output = run(&["loop", "stop", "--repo", s(dir.path()), "--json"]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let said: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(said, json!({"stop_requested": true, "stop_reason": null}));
     let output = child.wait_with_output().unwrap();
     assert_eq!(
         output.status.code(),
@@ -219,6 +221,20 @@ fn stop_from_another_process_ends_the_loop() {
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["stop_reason"], "stop_requested");
     assert_eq!(report["state"]["status"], "stopped");
+
+    // A loop that has ended is left as it is, and says why it ended.
+    let output = run(&["loop", "stop", "--repo", s(dir.path()), "--json"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let said: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(
+        said,
+        json!({"stop_requested": false, "stop_reason": "stop_requested"})
+    );
+    let output = run(&["loop", "stop", "--repo", s(dir.path())]);
+    assert_eq!(
+        stdout(&output).trim(),
+        "the loop has already ended (stop_requested); nothing to stop"
+    );
 }
 
 fn state_or_none(repo: &Path) -> Option<Value> {
