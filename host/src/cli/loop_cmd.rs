@@ -16,6 +16,7 @@ use crate::coordinator::service::{Coordinator, CoordinatorError, Start};
 use crate::coordinator::state_store::StateStore;
 use crate::coordinator::worker::StepRunner;
 use crate::sandbox::workflow::WorkflowSteps;
+use crate::step::{PluginSpec, StepExecutor};
 
 /// Run a `sandloop loop` command.
 pub fn run(command: LoopCommand) -> Result<(), CliError> {
@@ -52,6 +53,20 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
             args.plugin.display()
         )));
     }
+    // The plugin is loaded as `loop run` will load it (compiled through the
+    // cache, linked against the workflow world), so a component that is
+    // not a workflow plugin is refused before anything is written.
+    let steps = WorkflowSteps::new(crate::sandbox::config::default_cache_dir());
+    steps
+        .load(&PluginSpec {
+            plugin_path: args.plugin.clone(),
+            max_memory_mib: None,
+            call_timeout_secs: None,
+            dirs: Vec::new(),
+            env: Vec::new(),
+            http_hosts: Vec::new(),
+        })
+        .map_err(|error| CliError::Input(format!("--plugin: {error}; nothing was written")))?;
     let repo = &args.repo;
     let root = repo.join(crate::coordinator::config::ROOT_CONFIG_FILENAME);
     if root.exists() {

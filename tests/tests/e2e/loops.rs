@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::*;
-use sandloop_tests::LOOP_STEPS;
+use sandloop_tests::{HELLO_ADAPTER, LOOP_STEPS};
 
 /// `sandloop loop init` of the loop-steps plugin in `repo`, with `goal` as
 /// its goal file.
@@ -235,6 +235,26 @@ fn stop_from_another_process_ends_the_loop() {
         stdout(&output).trim(),
         "the loop has already ended (stop_requested); nothing to stop"
     );
+}
+
+#[test]
+fn init_refuses_a_component_that_is_not_a_workflow_plugin_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(&[
+        "loop",
+        "init",
+        "--repo",
+        s(dir.path()),
+        "--plugin",
+        HELLO_ADAPTER,
+    ]);
+    assert_eq!(code(&output), 2, "{}", stdout(&output));
+    let said = stderr(&output);
+    assert!(
+        said.contains("is not a workflow plugin") && said.contains("nothing was written"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
 fn state_or_none(repo: &Path) -> Option<Value> {
