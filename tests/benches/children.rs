@@ -53,6 +53,8 @@
 //! replay-probe). Figures only, no timing asserts; the component cache
 //! goes to a temporary directory.
 
+#[path = "common/reference.rs"]
+mod common_reference;
 #[path = "children/noop.rs"]
 mod noop;
 #[path = "children/reference.rs"]

@@ -33,6 +33,8 @@ use serde_json::json;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+#[path = "common/reference.rs"]
+mod reference;
 #[path = "common/runs.rs"]
 mod runs;
 use runs::{VARIANTS_PER_SEED, env_usize, median, sandloop_run_measured, write_items};
@@ -120,38 +122,10 @@ fn native_run(items: &Path, workers: usize) -> f64 {
     started.elapsed().as_secs_f64()
 }
 
-/// Where the reference's `episode_runtime.py` is, if anywhere.
-fn reference_dir() -> Option<std::path::PathBuf> {
-    let dir = std::env::var_os("SANDLOOP_REFERENCE_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/loopx_explore")
-        });
-    dir.join("episode_runtime.py").is_file().then_some(dir)
-}
-
 /// The reference runtime's own seconds over `items` (its in-process timer),
 /// or why it could not be measured.
 fn reference_seconds(items: &Path) -> Result<f64, String> {
-    let dir = reference_dir().ok_or(
-        "not found: set SANDLOOP_REFERENCE_DIR to the reference's loopx_explore/ directory",
-    )?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reference/per_item.py");
-    let output = std::process::Command::new("python3")
-        .arg(&script)
-        .arg(&dir)
-        .arg(items)
-        .output()
-        .map_err(|error| format!("cannot run python3: {error}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "{} failed: {}",
-            script.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    let line: serde_json::Value = serde_json::from_slice(&output.stdout)
-        .map_err(|error| format!("unreadable output: {error}"))?;
+    let line = reference::run_script("per_item.py", "episode_runtime.py", &[items.as_os_str()])?;
     line["seconds"]
         .as_f64()
         .ok_or_else(|| "no seconds in its output".to_string())

@@ -6,8 +6,6 @@
 //! and with its thread-pool "parallel" mode, over groups as large as the
 //! bench's.
 
-use std::path::{Path, PathBuf};
-
 /// The reference's per-child cost, µs (group wall / children, p50 over
 /// its groups).
 pub struct Reference {
@@ -15,16 +13,6 @@ pub struct Reference {
     pub serial_us: f64,
     /// `parallel=True, max_workers=2` groups.
     pub parallel_us: f64,
-}
-
-/// The reference's `loopx_explore/` directory, if it is anywhere.
-fn reference_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("SANDLOOP_REFERENCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/loopx_explore")
-        });
-    dir.join("child_replay_runtime.py").is_file().then_some(dir)
 }
 
 /// The median of the numbers in `values` (a JSON array).
@@ -41,26 +29,12 @@ fn median_of(values: &serde_json::Value) -> Option<f64> {
 /// Run the reference over `batches` groups of `children` per mode, or say
 /// why it could not be measured.
 pub fn measure(children: usize, batches: usize) -> Result<Reference, String> {
-    let dir = reference_dir().ok_or(
-        "not found: set SANDLOOP_REFERENCE_DIR to the reference's loopx_explore/ directory",
+    let (children, batches) = (children.to_string(), batches.to_string());
+    let line = super::common_reference::run_script(
+        "children.py",
+        "child_replay_runtime.py",
+        &[children.as_ref(), batches.as_ref()],
     )?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reference/children.py");
-    let output = std::process::Command::new("python3")
-        .arg(&script)
-        .arg(&dir)
-        .arg(children.to_string())
-        .arg(batches.to_string())
-        .output()
-        .map_err(|error| format!("cannot run python3: {error}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "{} failed: {}",
-            script.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    let line: serde_json::Value = serde_json::from_slice(&output.stdout)
-        .map_err(|error| format!("unreadable output: {error}"))?;
     match (
         median_of(&line["serial_us"]),
         median_of(&line["parallel_us"]),
