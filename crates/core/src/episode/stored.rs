@@ -430,11 +430,6 @@ pub struct StoredGroup {
 }
 
 impl StoredGroup {
-    /// How many items the group holds (the seed and its variants).
-    pub fn item_count(&self) -> usize {
-        self.members.len()
-    }
-
     /// Reads the group's items: the [`EpisodeGroup`] a lane runs.
     ///
     /// # Errors
