@@ -58,6 +58,7 @@ impl EpisodeAdapter for Native {
             replay: false,
             replay_children: false,
             child_risk: false,
+            counterfactual: false,
         }
     }
     fn execute(&mut self, _item: &Item, _ctx: &CallContext) -> Result<Record, AdapterError> {

@@ -11,6 +11,8 @@
 //!   [`RestoreReceipt`], [`EquivalenceCheck`], [`EquivalenceReport`]);
 //! - child-group shapes ([`ForkRequest`], [`ChildConcurrency`],
 //!   [`Disposition`], [`RiskAssessment`]);
+//! - counterfactual shapes ([`CounterfactualRequest`],
+//!   [`ValidationOutcome`]);
 //! - names: the protocol modes ([`REPLAYABLE_EPISODE_MODE`], ...), the WIT
 //!   package and version ([`WIT_PACKAGE`], [`WIT_VERSION`]) and the record
 //!   fields only the host may set ([`HOST_OWNED_FIELDS`]).
@@ -20,18 +22,21 @@
 //!
 //! The reference these shapes mirror is the Python package `loopx_explore`
 //! of loopx 0.4.8: `replay_runtime.py` (fidelity, capture, restore,
-//! equivalence) and `child_replay_runtime.py` (forks, concurrency, risk).
+//! equivalence), `child_replay_runtime.py` (forks, concurrency, risk) and
+//! `counterfactual_runtime.py` (counterfactual requests and outcomes).
 
 mod children;
+mod counterfactual;
 mod fidelity;
 mod names;
 mod replay;
 
 pub use children::{ChildConcurrency, Disposition, ForkRequest, RiskAssessment};
+pub use counterfactual::{CounterfactualRequest, ValidationOutcome};
 pub use fidelity::{Fidelity, UnknownFidelity, parse_minimum};
 pub use names::{
-    CHILD_RISK_MODE, HOST_OWNED_FIELDS, ISOLATED_CHILD_MODE, REPLAYABLE_EPISODE_MODE, WIT_PACKAGE,
-    WIT_VERSION,
+    CHILD_RISK_MODE, COUNTERFACTUAL_MODE, HOST_OWNED_FIELDS, ISOLATED_CHILD_MODE,
+    REPLAYABLE_EPISODE_MODE, WIT_PACKAGE, WIT_VERSION,
 };
 pub use replay::{
     CaptureRequest, EquivalenceCheck, EquivalenceReport, RestoreReceipt, RestoreRequest,

@@ -10,6 +10,9 @@ pub const ISOLATED_CHILD_MODE: &str = "isolated-child-v0";
 /// Protocol name of an adapter exporting `child-risk` (reference
 /// `replay_child_risk_mode` in `child_replay_runtime.py`).
 pub const CHILD_RISK_MODE: &str = "child-risk-v0";
+/// Protocol name of an adapter exporting `counterfactual` (the reference's
+/// `counterfactual_runtime.py` has no mode name; sandloop's own).
+pub const COUNTERFACTUAL_MODE: &str = "counterfactual-v0";
 
 /// The WIT package every interface name is qualified with
 /// (`wit/adapter.wit`).

@@ -15,8 +15,8 @@ use wasmtime::component::ResourceAny;
 
 use super::bindings::exports::sandloop::adapter::episode_groups::Prepared as PreparedGroup;
 use super::bindings::exports::sandloop::adapter::{
-    child_risk as child_risk_wit, episode, episode_groups, replay as replay_wit,
-    replay_children as replay_children_wit, seeds, variants,
+    child_risk as child_risk_wit, counterfactual as counterfactual_wit, episode, episode_groups,
+    replay as replay_wit, replay_children as replay_children_wit, seeds, variants,
 };
 use super::bindings::sandloop::adapter::types as wit;
 use super::classify::{classify, classify_after, classify_call};
@@ -104,6 +104,7 @@ struct Live {
     replay: Option<replay_wit::Guest>,
     replay_children: Option<replay_children_wit::Guest>,
     child_risk: Option<child_risk_wit::Guest>,
+    counterfactual: Option<counterfactual_wit::Guest>,
     /// Bytes the instance's memories grew by for snapshots taken of it
     /// ([`Snapshot::parent_growth_bytes`](crate::snapshot::Snapshot::parent_growth_bytes)).
     snapshot_growth: u64,
@@ -284,6 +285,12 @@ impl WasmAdapter {
                 .map_err(fail)?,
             child_risk: indices
                 .child_risk
+                .as_ref()
+                .map(|i| i.load(&mut store, &instance))
+                .transpose()
+                .map_err(fail)?,
+            counterfactual: indices
+                .counterfactual
                 .as_ref()
                 .map(|i| i.load(&mut store, &instance))
                 .transpose()

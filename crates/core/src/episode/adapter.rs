@@ -47,12 +47,17 @@ pub struct Protocols {
     /// `child-risk` (reference mode `child-risk-v0`): each child's intent
     /// and outcome are assessed.
     pub child_risk: bool,
+    /// `counterfactual` (reference `counterfactual_runtime.py`): a failed
+    /// item's suffix can run again on an isolated child with a candidate
+    /// change applied (`sandloop counterfactual`).
+    pub counterfactual: bool,
 }
 
 impl Protocols {
     /// The names reported in `summary.json` and by `sandloop inspect`, in a
     /// fixed order: `legacy`, `recoverable-v0`, `replayable-v2`,
-    /// `isolated-child-v0`, `child-risk-v0`, `seeds`, `variants`.
+    /// `isolated-child-v0`, `child-risk-v0`, `counterfactual-v0`, `seeds`,
+    /// `variants`.
     pub fn names(&self) -> Vec<&'static str> {
         let mut names = Vec::new();
         if self.execute {
@@ -69,6 +74,9 @@ impl Protocols {
         }
         if self.child_risk {
             names.push(crate::replay::CHILD_RISK_MODE);
+        }
+        if self.counterfactual {
+            names.push(crate::replay::COUNTERFACTUAL_MODE);
         }
         if self.seeds {
             names.push("seeds");

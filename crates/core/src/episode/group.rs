@@ -687,6 +687,7 @@ mod tests {
             replay: false,
             replay_children: false,
             child_risk: false,
+            counterfactual: false,
             ..Protocols::default()
         };
         script.prepare.insert("s".into(), PrepareScript::ReturnNone);

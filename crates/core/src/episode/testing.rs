@@ -76,6 +76,7 @@ impl Script {
                 replay: false,
                 replay_children: false,
                 child_risk: false,
+                counterfactual: false,
             },
             execute_errors: HashMap::new(),
             prepare: HashMap::new(),
@@ -98,6 +99,7 @@ impl Script {
                 replay: false,
                 replay_children: false,
                 child_risk: false,
+                counterfactual: false,
             },
             ..Self::episode()
         }

@@ -14,6 +14,7 @@ use std::time::Instant;
 use serde_json::{Map, Value, json};
 
 use super::super::agent_state::AgentStateStore;
+use super::super::counterfactual::{check_validation_outcomes, validation_outcomes_record};
 use super::super::fidelity::Fidelity;
 use super::super::metrics::{ReplayCount, ReplayMetricLedger};
 use super::super::point::{
@@ -24,7 +25,10 @@ use super::{ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage};
 use crate::episode::adapter::{AdapterError, Item, Record};
 use crate::trace::validate_public_payload;
 
-pub use sandloop_contract::{ChildConcurrency, Disposition, ForkRequest, RiskAssessment};
+pub use sandloop_contract::{
+    ChildConcurrency, CounterfactualRequest, Disposition, ForkRequest, RiskAssessment,
+    ValidationOutcome,
+};
 
 /// The host's view of a [`RiskAssessment`] (the type itself is the
 /// contract's): its record shape and the reference's shape rules, whose
@@ -89,6 +93,21 @@ pub trait ChildSession: Send {
     ) -> Result<RiskAssessment, AdapterError>;
     /// Run the task.
     fn run(&mut self, task: &Item) -> Result<Record, AdapterError>;
+    /// Run the task as counterfactual candidate `request` (WIT
+    /// `counterfactual.run-counterfactual`): apply its change set, run the
+    /// suffix, report one outcome per validation target. The default
+    /// refuses: a session that cannot run candidates says so.
+    fn run_counterfactual(
+        &mut self,
+        task: &Item,
+        request: &CounterfactualRequest,
+    ) -> Result<Vec<ValidationOutcome>, AdapterError> {
+        let _ = (task, request);
+        Err(AdapterError::new(
+            crate::episode::adapter::ErrorType::MissingExport,
+            "this child cannot run counterfactual candidates",
+        ))
+    }
     /// Assess what the task produced.
     fn assess_outcome(
         &mut self,
@@ -128,6 +147,10 @@ pub struct ChildTask {
     pub item: Item,
     /// Its public-safe intent, shown to the risk policy.
     pub intent: Map<String, Value>,
+    /// When set, the child runs `item` as this counterfactual candidate
+    /// ([`ChildSession::run_counterfactual`]) instead of as a plain task;
+    /// its outcome is then the checked validation outcomes.
+    pub counterfactual: Option<CounterfactualRequest>,
 }
 
 /// Where a settled child failed (reference `ReplayChildFailureStage`).
@@ -156,8 +179,12 @@ pub struct ChildResult {
     pub child_id: String,
     /// Its restore (fork) and timings.
     pub restore: ReplayRestoreResult,
-    /// What its task returned.
+    /// What its task returned; for a counterfactual candidate, its
+    /// validation outcomes as `{"outcomes": [...]}` (what the risk policy
+    /// judged).
     pub outcome: Record,
+    /// A counterfactual candidate's validation outcomes, checked.
+    pub validations: Option<Vec<ValidationOutcome>>,
     /// True: it ran in its own session.
     pub isolated: bool,
     /// Whether the group ran in parallel.
@@ -547,6 +574,7 @@ impl<K> ChildRun<'_, '_, K> {
         let intent = child.task.intent.clone();
         let mut intent_assessment = None;
         let mut outcome_assessment = None;
+        let mut validations = None;
         let session = &mut child.lease.session;
         let ran: Result<Record, ExecutionError> = (|| {
             if self.has_risk {
@@ -569,9 +597,23 @@ impl<K> ChildRun<'_, '_, K> {
                     .restore(key)
                     .map_err(ExecutionError::Contract)?;
             }
-            let outcome = session
-                .run(&child.task.item)
-                .map_err(ExecutionError::Adapter)?;
+            let (outcome, checked) = match &child.task.counterfactual {
+                None => (
+                    session
+                        .run(&child.task.item)
+                        .map_err(ExecutionError::Adapter)?,
+                    None,
+                ),
+                Some(request) => {
+                    let reported = session
+                        .run_counterfactual(&child.task.item, request)
+                        .map_err(ExecutionError::Adapter)?;
+                    let checked =
+                        check_validation_outcomes(reported).map_err(ExecutionError::Contract)?;
+                    (validation_outcomes_record(&checked), Some(checked))
+                }
+            };
+            validations = checked;
             if self.has_risk {
                 self.metrics.increment(ReplayCount::ChildOutcomeAssessment);
                 let assessment = session
@@ -605,6 +647,7 @@ impl<K> ChildRun<'_, '_, K> {
                     child_id: child.task.child_id.clone(),
                     restore,
                     outcome,
+                    validations,
                     isolated: true,
                     parallel: self.parallel,
                     intent_assessment,

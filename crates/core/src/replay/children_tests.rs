@@ -246,6 +246,7 @@ fn task(id: &str) -> ChildTask {
         minimum_fidelity: Fidelity::SemanticEquivalent,
         item,
         intent,
+        counterfactual: None,
     }
 }
 

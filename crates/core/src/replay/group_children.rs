@@ -132,6 +132,7 @@ impl<B> GroupLane<B> {
                         minimum_fidelity: minimum,
                         item: item.clone(),
                         intent: intent_of(item),
+                        counterfactual: None,
                     }
                 })
                 .collect();

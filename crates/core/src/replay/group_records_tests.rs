@@ -233,6 +233,7 @@ fn a_childs_result_has_its_replay_block_and_minutes() {
         child_id: "v1".into(),
         restore: restore(Fidelity::Exact),
         outcome: obj(json!({"accepted": true})),
+        validations: None,
         isolated: true,
         parallel: true,
         intent_assessment: Some(allow.clone()),

@@ -6,11 +6,15 @@
 pub mod fidelity;
 
 /// Protocol names of the replay interfaces (`replayable-v2`,
-/// `isolated-child-v0`, `child-risk-v0`), defined in `sandloop-contract`.
-pub use sandloop_contract::{CHILD_RISK_MODE, ISOLATED_CHILD_MODE, REPLAYABLE_EPISODE_MODE};
+/// `isolated-child-v0`, `child-risk-v0`, `counterfactual-v0`), defined in
+/// `sandloop-contract`.
+pub use sandloop_contract::{
+    CHILD_RISK_MODE, COUNTERFACTUAL_MODE, ISOLATED_CHILD_MODE, REPLAYABLE_EPISODE_MODE,
+};
 
 pub use fidelity::Fidelity;
 pub mod agent_state;
+pub mod counterfactual;
 pub mod durable;
 pub mod error;
 pub mod evidence;

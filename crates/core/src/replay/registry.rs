@@ -907,8 +907,9 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
 mod children;
 pub use children::{
     ChildConcurrency, ChildFailure, ChildFailureStage, ChildForker, ChildLease, ChildOutcome,
-    ChildResult, ChildSession, ChildTask, Disposition, ForkRequest, RISK_DENIED, RiskAssessment,
-    RiskAssessmentRules, SerialChildGroup, judge_replay_intent, run_parallel,
+    ChildResult, ChildSession, ChildTask, CounterfactualRequest, Disposition, ForkRequest,
+    RISK_DENIED, RiskAssessment, RiskAssessmentRules, SerialChildGroup, ValidationOutcome,
+    judge_replay_intent, run_parallel,
 };
 
 #[cfg(test)]

@@ -101,6 +101,7 @@ fn world_for(interface: &str) -> &'static str {
         "episode-groups" => "grouped",
         "seeds" | "variants" => "explorer",
         "replay" => "replayable",
+        "counterfactual" => "counterfactual-fixes",
         _ => "isolated",
     }
 }
@@ -122,6 +123,7 @@ fn set_protocol(protocols: &mut Protocols, interface: &str) -> bool {
         "replay" => &mut protocols.replay,
         "replay-children" => &mut protocols.replay_children,
         "child-risk" => &mut protocols.child_risk,
+        "counterfactual" => &mut protocols.counterfactual,
         _ => return false,
     };
     *flag = true;
@@ -405,8 +407,8 @@ fn nothing_to_run_problem(found: &[(String, FoundItem)], present: &Protocols) ->
 }
 
 /// What is exported without the interface it builds on, one message each:
-/// `child-risk` needs `replay-children`, which needs `replay`, which needs
-/// `episode-groups`.
+/// `child-risk` and `counterfactual` need `replay-children`, which needs
+/// `replay`, which needs `episode-groups`.
 fn unmet_dependencies(protocols: &Protocols) -> Vec<String> {
     let mut unmet = Vec::new();
     for (has, needs, name, needed) in [
@@ -421,6 +423,12 @@ fn unmet_dependencies(protocols: &Protocols) -> Vec<String> {
             protocols.replay,
             "replay-children",
             "replay",
+        ),
+        (
+            protocols.counterfactual,
+            protocols.replay_children,
+            "counterfactual",
+            "replay-children",
         ),
     ] {
         if has && !needs {
@@ -487,6 +495,7 @@ mod tests {
             replay: false,
             replay_children: false,
             child_risk: false,
+            counterfactual: false,
         }
     }
 

@@ -12,7 +12,7 @@ use wasmtime::component::{HasSelf, InstancePre, Linker};
 use super::contract::{Problem, check_contract, explain_problems, interface_name};
 use super::exports::found_exports;
 use crate::bindings::exports::sandloop::adapter::{
-    child_risk, episode, episode_groups, replay, replay_children, seeds, variants,
+    child_risk, counterfactual, episode, episode_groups, replay, replay_children, seeds, variants,
 };
 use crate::bindings::sandloop::adapter::{log, trace, types};
 use crate::cache::{CacheOutcome, load_or_compile, sha256_hex};
@@ -96,6 +96,7 @@ pub(crate) struct ExportIndices {
     pub replay: Option<replay::GuestIndices>,
     pub replay_children: Option<replay_children::GuestIndices>,
     pub child_risk: Option<child_risk::GuestIndices>,
+    pub counterfactual: Option<counterfactual::GuestIndices>,
 }
 
 impl ExportIndices {
@@ -138,6 +139,9 @@ impl ExportIndices {
             })?,
             child_risk: bound(protocols.child_risk, "child-risk", || {
                 child_risk::GuestIndices::new(pre)
+            })?,
+            counterfactual: bound(protocols.counterfactual, "counterfactual", || {
+                counterfactual::GuestIndices::new(pre)
             })?,
         })
     }

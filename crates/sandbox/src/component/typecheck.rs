@@ -8,7 +8,7 @@ use wasmtime::component::types::{self, ComponentFunc};
 use wasmtime::component::{ComponentNamedList, Lift, Lower, TypedFunc};
 
 use crate::bindings::exports::sandloop::adapter::{
-    child_risk, episode, episode_groups, replay, replay_children, seeds, variants,
+    child_risk, counterfactual, episode, episode_groups, replay, replay_children, seeds, variants,
 };
 
 /// Type-checks one exported function (a function type of the given
@@ -120,6 +120,9 @@ pub(crate) fn checker(interface: &str, function: &str) -> Option<Checker> {
         }
         ("child-risk", "assess-replay-child-outcome") => {
             |c, f| fits(c, f, child_risk::Guest::func_assess_replay_child_outcome)
+        }
+        ("counterfactual", "run-counterfactual") => {
+            |c, f| fits(c, f, counterfactual::Guest::func_run_counterfactual)
         }
         _ => return None,
     })
