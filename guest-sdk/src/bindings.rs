@@ -107,6 +107,15 @@ export_interface!(
     "sandloop_guest::bindings::replay_children"
 );
 export_interface!(
+    /// The `counterfactual` export.
+    counterfactual,
+    "package sandloop:guest-counterfactual@0.1.0;
+     world export-counterfactual { export sandloop:adapter/counterfactual@0.2.0; }",
+    "sandloop:guest-counterfactual/export-counterfactual@0.1.0",
+    "__sandloop_export_counterfactual",
+    "sandloop_guest::bindings::counterfactual"
+);
+export_interface!(
     /// The `child-risk` export.
     child_risk,
     "package sandloop:guest-child-risk@0.1.0;

@@ -13,19 +13,23 @@ use std::marker::PhantomData;
 use std::rc::{Rc, Weak};
 
 use crate::bindings::child_risk::exports::sandloop::adapter::child_risk as wit_risk;
+use crate::bindings::counterfactual::exports::sandloop::adapter::counterfactual as wit_counterfactual;
 use crate::bindings::episode::exports::sandloop::adapter::episode as wit_episode;
 use crate::bindings::episode_groups::exports::sandloop::adapter::episode_groups as wit_groups;
 use crate::bindings::replay::exports::sandloop::adapter::replay as wit_replay;
 use crate::bindings::replay_children::exports::sandloop::adapter::replay_children as wit_children;
 use crate::bindings::seeds::exports::sandloop::adapter::seeds as wit_seeds;
 use crate::bindings::variants::exports::sandloop::adapter::variants as wit_variants;
-use crate::protocol::{ChildRisk, Episode, EpisodeGroups, Replay, ReplayChildren, Seeds, Variants};
+use crate::protocol::{
+    ChildRisk, Counterfactual, Episode, EpisodeGroups, Replay, ReplayChildren, Seeds, Variants,
+};
 use crate::types::{
     CaptureRequest, ChildConcurrency, ChildLease, Context, Disposition, EquivalenceCheck,
     EquivalenceReport, Error, Fidelity, ForkRequest, Item, Prepared, Record, RestoreReceipt,
-    RestoreRequest, RiskAssessment, StateLease, VariantSpec, parse_intent,
+    RestoreRequest, RiskAssessment, StateLease, VariantSpec, parse_change_set, parse_intent,
 };
 use crate::wit::types as wit_types;
+use sandloop_contract::{CounterfactualRequest, ValidationOutcome};
 
 /// The exported type behind [`crate::export_adapter!`]: implements every
 /// generated `Guest` trait whose protocol trait `A` implements.
@@ -892,6 +896,50 @@ impl<A: ChildRisk + Default + 'static> wit_risk::Guest for Adapter<A> {
         outcome: String,
     ) -> WitResult<wit_risk::RiskAssessment> {
         Ok(Self::assess_outcome_of(&child_id, &intent, &outcome)?.into())
+    }
+}
+
+impl<A: Counterfactual + Default + 'static> Adapter<A> {
+    /// `run-counterfactual` on plain strings: find the child by id
+    /// (`unknown-child`), parse the item (`invalid-item`) and the change set
+    /// (`invalid-change-set`), run the candidate.
+    fn run_counterfactual_of(
+        child_id: &str,
+        item: &str,
+        request: &CounterfactualRequest,
+        ctx: &Context,
+    ) -> Result<Vec<ValidationOutcome>, Error> {
+        let child = registry::child::<A::Child>(child_id)?;
+        let item = Item::from_json(item)?;
+        let change = parse_change_set(&request.public_change_set)?;
+        Self::instance().run_counterfactual(&child, item, request, &change, ctx)
+    }
+}
+
+impl<A: Counterfactual + Default + 'static> wit_counterfactual::Guest for Adapter<A> {
+    fn run_counterfactual(
+        child_id: String,
+        item: String,
+        request: wit_counterfactual::CounterfactualRequest,
+        ctx: wit_types::Context,
+    ) -> WitResult<Vec<wit_counterfactual::ValidationOutcome>> {
+        let request = CounterfactualRequest {
+            hypothesis_id: request.hypothesis_id,
+            candidate_id: request.candidate_id,
+            replay_point_id: request.replay_point_id,
+            first_affected_event_id: request.first_affected_event_id,
+            first_affected_sequence: request.first_affected_sequence,
+            public_change_set: request.public_change_set,
+        };
+        let outcomes = Self::run_counterfactual_of(&child_id, &item, &request, &ctx.into())?;
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| wit_counterfactual::ValidationOutcome {
+                validation_id: outcome.validation_id,
+                passed: outcome.passed,
+                public_summary: outcome.public_summary,
+            })
+            .collect())
     }
 }
 

@@ -68,7 +68,8 @@
 //! | `grouped_only` | `episode-groups` | [`EpisodeGroups`] |
 //! | `explorer` | `episode`, `seeds`, `variants`, `episode-groups` | all four |
 //! | `replayable` | `explorer`'s four and `replay` | all four and [`Replay`] |
-//! | `isolated` (or `full`) | `replayable`'s five, `replay-children` and `child-risk` | all five, [`ReplayChildren`] and [`ChildRisk`] |
+//! | `isolated` | `replayable`'s five, `replay-children` and `child-risk` | all five, [`ReplayChildren`] and [`ChildRisk`] |
+//! | `counterfactual_fixes` (or `full`) | `isolated`'s seven and `counterfactual` | all seven and [`Counterfactual`] |
 //!
 //! ```ignore
 //! sandloop_guest::export_adapter!(MyAdapter, world = explorer);
@@ -177,11 +178,14 @@ pub mod types;
 pub mod worlds;
 
 pub use glue::{Adapter, BindingBox, ChildBox, GroupBox};
-pub use protocol::{ChildRisk, Episode, EpisodeGroups, Replay, ReplayChildren, Seeds, Variants};
+pub use protocol::{
+    ChildRisk, Counterfactual, Episode, EpisodeGroups, Replay, ReplayChildren, Seeds, Variants,
+};
 pub use types::{
-    CaptureRequest, ChildConcurrency, ChildLease, Context, Disposition, EquivalenceCheck,
-    EquivalenceReport, Error, Fidelity, ForkRequest, Item, Object, Prepared, Record,
-    RestoreReceipt, RestoreRequest, ResultExt, RiskAssessment, StateLease, VariantSpec,
+    CaptureRequest, ChildConcurrency, ChildLease, Context, CounterfactualRequest, Disposition,
+    EquivalenceCheck, EquivalenceReport, Error, Fidelity, ForkRequest, Item, Object, Prepared,
+    Record, RestoreReceipt, RestoreRequest, ResultExt, RiskAssessment, StateLease,
+    ValidationOutcome, VariantSpec,
 };
 
 /// The protocol types and names shared with the host (`sandloop-contract`):
@@ -206,7 +210,8 @@ pub mod wit {
 /// ```
 ///
 /// `world` is one of `plain`, `grouped`, `grouped_only`, `explorer`,
-/// `replayable`, `isolated`, `full` (see [`worlds`]). The type must
+/// `replayable`, `isolated`, `counterfactual_fixes`, `full` (see
+/// [`worlds`]). The type must
 /// implement `Default` (it is built once per instance, on the first call)
 /// and the protocol traits of the world. The macro implements the
 /// generated `Guest` traits on [`Adapter<MyAdapter>`], parsing and

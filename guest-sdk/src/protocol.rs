@@ -9,8 +9,9 @@
 //! tools for interior mutability.
 
 use crate::types::{
-    CaptureRequest, ChildLease, Context, EquivalenceReport, Error, ForkRequest, Item, Object,
-    Prepared, Record, RestoreReceipt, RestoreRequest, RiskAssessment, StateLease, VariantSpec,
+    CaptureRequest, ChildLease, Context, CounterfactualRequest, EquivalenceReport, Error,
+    ForkRequest, Item, Object, Prepared, Record, RestoreReceipt, RestoreRequest, RiskAssessment,
+    StateLease, ValidationOutcome, VariantSpec,
 };
 
 /// `episode.execute`: run one work item and return its observation record
@@ -280,4 +281,31 @@ pub trait ChildRisk: ReplayChildren {
         intent: &Object,
         outcome: &Record,
     ) -> Result<RiskAssessment, Error>;
+}
+
+/// Counterfactual fixes (WIT `counterfactual`; `sandloop counterfactual`):
+/// would a candidate change have fixed a failed item?
+///
+/// The host forks one isolated child per candidate from the nearest
+/// trusted replay point before the failure, exactly as for a variant
+/// ([`ReplayChildren::fork_child`], [`ReplayChildren::validate_child`],
+/// [`ChildRisk`] when implemented, [`ReplayChildren::release_child`]), and
+/// calls [`run_counterfactual`](Self::run_counterfactual) in place of
+/// [`ReplayChildren::run_child`]. It decides promotion itself from the
+/// outcomes: every fix target must pass, no guard target may fail, and the
+/// restore must be eligible for promotion.
+pub trait Counterfactual: ReplayChildren {
+    /// Apply `change` (the candidate's `public_change_set`, parsed) to
+    /// `child`, run `item` (the failed item) as its suffix, and report one
+    /// outcome per validation target checked; ids must be unique, and a
+    /// target left out counts as missing. `request` names the hypothesis,
+    /// the candidate, the point and the first affected event.
+    fn run_counterfactual(
+        &self,
+        child: &Self::Child,
+        item: Item,
+        request: &CounterfactualRequest,
+        change: &Object,
+        ctx: &Context,
+    ) -> Result<Vec<ValidationOutcome>, Error>;
 }

@@ -362,8 +362,9 @@ impl<G> Prepared<G> {
 /// `sandloop-contract` and re-exported here so adapter code names them
 /// from this crate.
 pub use sandloop_contract::{
-    CaptureRequest, ChildConcurrency, Disposition, EquivalenceCheck, EquivalenceReport, Fidelity,
-    ForkRequest, RestoreReceipt, RestoreRequest, RiskAssessment, StateLease,
+    CaptureRequest, ChildConcurrency, CounterfactualRequest, Disposition, EquivalenceCheck,
+    EquivalenceReport, Fidelity, ForkRequest, RestoreReceipt, RestoreRequest, RiskAssessment,
+    StateLease, ValidationOutcome,
 };
 
 /// A forked child and its restore receipt (WIT
@@ -418,6 +419,12 @@ pub(crate) fn parse_intent(text: &str) -> Result<Object, Error> {
     parse_object(text, "child intent", Error::INVALID_INTENT)
 }
 
+/// Parse a candidate's change set (JSON object text); anything else is an
+/// `invalid-change-set` error.
+pub(crate) fn parse_change_set(text: &str) -> Result<Object, Error> {
+    parse_object(text, "counterfactual change set", Error::INVALID_CHANGE_SET)
+}
+
 /// An error the adapter reports on purpose (WIT `types.adapter-error`).
 ///
 /// The host records it as `adapter_error.type = "adapter_error"` with this
@@ -442,6 +449,8 @@ impl Error {
     pub const INVALID_SPEC: &'static str = "invalid-spec";
     /// Kind used when a child's intent (`child-risk`) is not a JSON object.
     pub const INVALID_INTENT: &'static str = "invalid-intent";
+    /// Kind used when a counterfactual change set is not a JSON object.
+    pub const INVALID_CHANGE_SET: &'static str = "invalid-change-set";
     /// Kind used when a `child-risk` call names a child this instance
     /// never forked (or already dropped).
     pub const UNKNOWN_CHILD: &'static str = "unknown-child";

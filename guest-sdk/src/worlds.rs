@@ -12,7 +12,8 @@
 //! | [`explorer`] | `episode`, `seeds`, `variants`, `episode-groups` | all four |
 //! | [`replayable`] | `explorer`'s four and `replay` | all four and [`Replay`](crate::Replay) |
 //! | [`isolated`] | `replayable`'s five, `replay-children` and `child-risk` | all five, [`ReplayChildren`](crate::ReplayChildren) and [`ChildRisk`](crate::ChildRisk) |
-//! | [`full`] | same as `isolated` (the host's world) | all seven |
+//! | [`counterfactual_fixes`] | `isolated`'s seven and `counterfactual` | all seven and [`Counterfactual`](crate::Counterfactual) |
+//! | [`full`] | same as `counterfactual_fixes` (the host's world) | all eight |
 //!
 //! Every world imports `log` and `trace` (see [`crate::log`],
 //! [`crate::trace`]).
@@ -96,11 +97,27 @@ pub mod isolated {
     pub use crate::bindings::variants::exports::sandloop::adapter::variants;
 }
 
-/// Every export the host knows; the same exports as [`isolated`].
+/// An isolated explorer that can also replay counterfactual fixes.
+pub mod counterfactual_fixes {
+    #[doc(inline)]
+    pub use crate::__sandloop_world_counterfactual_fixes as export;
+    pub use crate::bindings::child_risk::exports::sandloop::adapter::child_risk;
+    pub use crate::bindings::counterfactual::exports::sandloop::adapter::counterfactual;
+    pub use crate::bindings::episode::exports::sandloop::adapter::episode;
+    pub use crate::bindings::episode_groups::exports::sandloop::adapter::episode_groups;
+    pub use crate::bindings::replay::exports::sandloop::adapter::replay;
+    pub use crate::bindings::replay_children::exports::sandloop::adapter::replay_children;
+    pub use crate::bindings::seeds::exports::sandloop::adapter::seeds;
+    pub use crate::bindings::variants::exports::sandloop::adapter::variants;
+}
+
+/// Every export the host knows; the same exports as
+/// [`counterfactual_fixes`].
 pub mod full {
     #[doc(inline)]
     pub use crate::__sandloop_world_full as export;
     pub use crate::bindings::child_risk::exports::sandloop::adapter::child_risk;
+    pub use crate::bindings::counterfactual::exports::sandloop::adapter::counterfactual;
     pub use crate::bindings::episode::exports::sandloop::adapter::episode;
     pub use crate::bindings::episode_groups::exports::sandloop::adapter::episode_groups;
     pub use crate::bindings::replay::exports::sandloop::adapter::replay;
@@ -132,6 +149,9 @@ macro_rules! __sandloop_export_interface {
     };
     (child_risk, $ty:ident) => {
         $crate::bindings::child_risk::__sandloop_export_child_risk!($ty with_types_in $crate::bindings::child_risk);
+    };
+    (counterfactual, $ty:ident) => {
+        $crate::bindings::counterfactual::__sandloop_export_counterfactual!($ty with_types_in $crate::bindings::counterfactual);
     };
 }
 
@@ -204,12 +224,23 @@ macro_rules! __sandloop_world_isolated {
     };
 }
 
-/// Export `$ty` (implementing all seven `Guest` traits) as a `full`
-/// component: the same exports as `isolated`.
+/// Export `$ty` (implementing all eight `Guest` traits) as a
+/// `counterfactual-fixes` component.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __sandloop_world_counterfactual_fixes {
+    ($ty:ident) => {
+        $crate::__sandloop_world_isolated!($ty);
+        $crate::__sandloop_export_interface!(counterfactual, $ty);
+    };
+}
+
+/// Export `$ty` (implementing all eight `Guest` traits) as a `full`
+/// component: the same exports as `counterfactual-fixes`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __sandloop_world_full {
     ($ty:ident) => {
-        $crate::__sandloop_world_isolated!($ty);
+        $crate::__sandloop_world_counterfactual_fixes!($ty);
     };
 }

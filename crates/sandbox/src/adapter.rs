@@ -31,11 +31,13 @@ use sandloop_core::episode::adapter::{
 use sandloop_core::episode::value::{MAX_INPUT_NESTING, nesting_depth};
 use sandloop_core::trace::{TraceEvent, TraceLog};
 
+mod adopted_children;
 mod child_instance;
 mod children;
 mod replay;
 mod replay_screen;
 mod snapshot_children;
+pub use adopted_children::{AdoptedFork, run_adopted_children};
 pub use children::{WasmChild, WasmChildForker};
 pub use replay::{
     BindingHandle, ReplayOptions, SnapshotCompileCost, adopt_durable_point, adopt_snapshot_point,

@@ -32,6 +32,12 @@ pub enum Command {
     /// Run one item of a finished run again from its nearest replay point
     /// (exit 0: the item succeeded; 1: it failed again; 2: bad input).
     Replay(ReplayArgs),
+    /// Replay a failed item's suffix with candidate changes, each in its own
+    /// isolated child of the nearest trusted replay point before the
+    /// failure, and promote only the candidates that fix every fix target
+    /// without regressing a guard (exit 0: one was promoted; 1: none was;
+    /// 2: bad input).
+    Counterfactual(CounterfactualArgs),
     /// Rank trace positions where new replay points would save the most replay time.
     Plan(PlanArgs),
     /// Write a run's report as one self-contained HTML file (charts inline,
@@ -225,6 +231,36 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "FILE")]
     pub adapter: Option<PathBuf>,
     /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Directory for compiled components (default: $SANDLOOP_CACHE_DIR, else
+    /// the user cache dir).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Compile the component in memory only.
+    #[arg(long)]
+    pub no_cache: bool,
+}
+
+/// Options of `sandloop counterfactual`.
+#[derive(Debug, Args)]
+pub struct CounterfactualArgs {
+    /// The run directory (`--out` of `sandloop run`).
+    #[arg(long = "run", value_name = "DIR")]
+    pub run: PathBuf,
+    /// The hypothesis (JSON): `hypothesis_id`, the failed `item_id` (and
+    /// optionally its `epoch`), `first_affected_event_id` and
+    /// `first_affected_sequence` on its trace, `fix_set`, `guard_set`,
+    /// `candidates` and optionally `minimum_fidelity`.
+    #[arg(long, value_name = "FILE")]
+    pub hypothesis: PathBuf,
+    /// Threads the candidates' children run on (1: one after another).
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub child_workers: u32,
+    /// The component; default: the one the run used (its sha256 must match).
+    #[arg(long, value_name = "FILE")]
+    pub adapter: Option<PathBuf>,
+    /// Print the result as JSON (the line appended to counterfactuals.jsonl).
     #[arg(long)]
     pub json: bool,
     /// Directory for compiled components (default: $SANDLOOP_CACHE_DIR, else

@@ -2,7 +2,9 @@
 //! lives in its own file and only wires library pieces together.
 
 pub mod args;
+pub mod counterfactual;
 pub mod diagnostics;
+pub mod finished_run;
 pub mod inspect;
 pub mod loop_cmd;
 pub mod loop_templates;
@@ -104,6 +106,7 @@ pub fn main() -> i32 {
         args::Command::Run(args) => run::run(*args),
         args::Command::Inspect(args) => inspect::inspect(args),
         args::Command::Replay(args) => replay::replay(args),
+        args::Command::Counterfactual(args) => counterfactual::counterfactual(args),
         args::Command::Plan(args) => plan::plan(args),
         args::Command::Report(args) => report::report(args),
         args::Command::Loop(command) => loop_cmd::run(command),

@@ -42,7 +42,8 @@ pub use point::{
 };
 pub use registry::{
     ChildConcurrency, ChildFailure, ChildFailureStage, ChildForker, ChildLease, ChildOutcome,
-    ChildResult, ChildSession, ChildTask, Disposition, ForkRequest, RISK_DENIED, ReplayAdapter,
-    ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage, RiskAssessment,
-    RiskAssessmentRules, Selection, SerialChildGroup, run_parallel, select_before,
+    ChildResult, ChildSession, ChildTask, CounterfactualRequest, Disposition, ForkRequest,
+    RISK_DENIED, ReplayAdapter, ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage,
+    RiskAssessment, RiskAssessmentRules, Selection, SerialChildGroup, ValidationOutcome,
+    run_parallel, select_before,
 };

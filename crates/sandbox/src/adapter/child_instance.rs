@@ -15,11 +15,12 @@ use serde_json::{Map, Value};
 
 use super::{Live, WasmAdapter, declared, parse_record, to_json};
 use crate::LoadedAdapter;
-use crate::bindings::exports::sandloop::adapter::child_risk;
+use crate::bindings::exports::sandloop::adapter::{child_risk, counterfactual};
 use crate::bindings::sandloop::adapter::types as wit_types;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
 use sandloop_core::replay::{
-    ChildTask, Disposition, ForkAt, ForkRequest, RiskAssessment, run_parallel,
+    ChildTask, CounterfactualRequest, Disposition, ForkAt, ForkRequest, RiskAssessment,
+    ValidationOutcome, run_parallel,
 };
 use sandloop_core::trace::TraceLog;
 
@@ -170,6 +171,59 @@ impl ChildInstance {
             }
         })?;
         Ok(assessment_from_wit(assessment))
+    }
+
+    /// Run the child's task as counterfactual candidate `request`
+    /// (`counterfactual.run-counterfactual`, in this instance, naming its
+    /// child), with the child's trace. The outcomes' text counts against
+    /// the adapter's output limit, as a record's does.
+    pub(super) fn run_counterfactual(
+        &mut self,
+        task: &Item,
+        request: &CounterfactualRequest,
+    ) -> Result<Vec<ValidationOutcome>, AdapterError> {
+        if self.adapter.loaded.indices.counterfactual.is_none() {
+            return Err(WasmAdapter::missing("counterfactual.run-counterfactual"));
+        }
+        let json = to_json(task);
+        let wit_ctx = self.adapter.context(&self.ctx);
+        let wit_request = counterfactual::CounterfactualRequest {
+            hypothesis_id: request.hypothesis_id.clone(),
+            candidate_id: request.candidate_id.clone(),
+            replay_point_id: request.replay_point_id.clone(),
+            first_affected_event_id: request.first_affected_event_id.clone(),
+            first_affected_sequence: request.first_affected_sequence,
+            public_change_set: request.public_change_set.clone(),
+        };
+        let child_id = self.child_id.clone();
+        let reported = self.call("run-counterfactual", true, |live| {
+            let guest = live
+                .counterfactual
+                .as_ref()
+                .expect("checked above: the component exports counterfactual");
+            guest.call_run_counterfactual(&mut live.store, &child_id, &json, &wit_request, &wit_ctx)
+        })?;
+        let size: usize = reported
+            .iter()
+            .map(|o| o.validation_id.len() + o.public_summary.as_ref().map_or(0, String::len))
+            .sum();
+        let limit = self.adapter.max_output();
+        if size > limit {
+            return Err(AdapterError::new(
+                ErrorType::OutputTooLarge,
+                format!(
+                    "the candidate's validation outcomes hold {size} bytes of text; the limit is {limit}"
+                ),
+            ));
+        }
+        Ok(reported
+            .into_iter()
+            .map(|outcome| ValidationOutcome {
+                validation_id: outcome.validation_id,
+                passed: outcome.passed,
+                public_summary: outcome.public_summary,
+            })
+            .collect())
     }
 
     /// The sequence the child's trace branch would give its next event.

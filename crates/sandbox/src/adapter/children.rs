@@ -19,8 +19,9 @@ use crate::bindings::exports::sandloop::adapter::replay_children;
 use crate::bindings::sandloop::adapter::types as wit_types;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, Item, Record};
 use sandloop_core::replay::{
-    ChildConcurrency, ChildForker, ChildLease, ChildSession, EquivalenceReport, ForkAt,
-    ForkRequest, ForkSource, RestoreReceipt, RiskAssessment,
+    ChildConcurrency, ChildForker, ChildLease, ChildSession, CounterfactualRequest,
+    EquivalenceReport, ForkAt, ForkRequest, ForkSource, RestoreReceipt, RiskAssessment,
+    ValidationOutcome,
 };
 
 /// One forked child in its own instance.
@@ -32,13 +33,13 @@ pub struct WasmChild {
 
 /// Forks children of one point from its exported state.
 pub struct WasmChildForker<'a> {
-    parent: &'a WasmAdapter,
-    state: Arc<Vec<u8>>,
-    ctx: CallContext,
+    pub(super) parent: &'a WasmAdapter,
+    pub(super) state: Arc<Vec<u8>>,
+    pub(super) ctx: CallContext,
     /// The trace position the point sits at.
-    fork_at: ForkAt,
+    pub(super) fork_at: ForkAt,
     /// The children's instances, when started ahead.
-    prestarted: Prestarted,
+    pub(super) prestarted: Prestarted,
 }
 
 fn wit_concurrency(concurrency: replay_children::ChildConcurrency) -> ChildConcurrency {
@@ -161,6 +162,14 @@ impl ChildSession for WasmChild {
                     .expect("a child implies the replay-children export");
                 guest.call_run_replay_child(&mut live.store, child, json, ctx)
             })
+    }
+
+    fn run_counterfactual(
+        &mut self,
+        task: &Item,
+        request: &CounterfactualRequest,
+    ) -> Result<Vec<ValidationOutcome>, AdapterError> {
+        self.instance.run_counterfactual(task, request)
     }
 
     fn assess_outcome(

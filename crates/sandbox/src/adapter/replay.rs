@@ -18,7 +18,7 @@ use super::snapshot_children::SnapshotPoint;
 use super::{GroupHandle, WasmAdapter, declared, item_id, parse_record, to_json};
 use crate::LoadedAdapter;
 use crate::bindings::exports::sandloop::adapter::replay as wit;
-use crate::snapshot::Instrumented;
+use crate::snapshot::{CompiledSnapshot, Instrumented};
 use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
 use sandloop_core::replay::durable::ReplayStore;
 use sandloop_core::replay::{
@@ -531,8 +531,10 @@ pub struct SnapshotCompileCost {
 /// An adapter over a replay point's snapshot component `bytes` (sha256
 /// `sha256`): `loaded` is instrumented (through the compile cache, as in
 /// the run that wrote the point) and the snapshot compiled beside it.
-/// Returns the adapter, not yet instantiated, and what the two steps cost.
-/// Adopt the point in it with [`adopt_snapshot_point`].
+/// Returns the adapter, not yet instantiated, what the two steps cost, and
+/// the compiled snapshot (children of the point are instances of it:
+/// [`AdoptedFork::Snapshot`](super::AdoptedFork::Snapshot)). Adopt the
+/// point in the adapter with [`adopt_snapshot_point`].
 ///
 /// # Errors
 /// The component cannot be instrumented, or the snapshot compiled.
@@ -540,7 +542,7 @@ pub fn snapshot_replay_adapter(
     loaded: &LoadedAdapter,
     bytes: &[u8],
     sha256: &str,
-) -> Result<(WasmAdapter, SnapshotCompileCost), crate::snapshot::SnapshotError> {
+) -> Result<(WasmAdapter, SnapshotCompileCost, CompiledSnapshot), crate::snapshot::SnapshotError> {
     let instrumented = Instrumented::load(loaded)?;
     let compiled = instrumented.compile_snapshot_bytes(bytes, sha256)?;
     let cost = SnapshotCompileCost {
@@ -552,5 +554,6 @@ pub fn snapshot_replay_adapter(
     Ok((
         WasmAdapter::new(Arc::clone(compiled.loaded()), "replay", None),
         cost,
+        compiled,
     ))
 }

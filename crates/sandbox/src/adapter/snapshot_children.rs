@@ -40,8 +40,8 @@ use crate::bindings::exports::sandloop::adapter::replay as wit_replay;
 use crate::snapshot::{CompiledSnapshot, Instrumented, SnapshotError};
 use sandloop_core::episode::adapter::{AdapterError, CallContext, Item, Record};
 use sandloop_core::replay::{
-    ChildConcurrency, ChildForker, ChildLease, ChildSession, EquivalenceReport, ForkAt,
-    ForkRequest, RestoreReceipt, RiskAssessment,
+    ChildConcurrency, ChildForker, ChildLease, ChildSession, CounterfactualRequest,
+    EquivalenceReport, ForkAt, ForkRequest, RestoreReceipt, RiskAssessment, ValidationOutcome,
 };
 
 /// A replay point frozen as a compiled snapshot, with the token its
@@ -379,6 +379,14 @@ impl ChildSession for SnapshotChild {
                     .expect("snapshots are taken of replay adapters");
                 guest.call_run_replay_suffix(&mut live.store, binding, json, ctx)
             })
+    }
+
+    fn run_counterfactual(
+        &mut self,
+        task: &Item,
+        request: &CounterfactualRequest,
+    ) -> Result<Vec<ValidationOutcome>, AdapterError> {
+        self.instance.run_counterfactual(task, request)
     }
 
     fn assess_outcome(

@@ -1,0 +1,280 @@
+//! What the commands that run part of a finished run again (`sandloop
+//! replay`, `sandloop counterfactual`) share: the run's lock, its
+//! component loaded into the sandbox the run used, and a durable replay
+//! point adopted into a fresh instance.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use super::args::SandboxArgs;
+use super::run::sandbox_config;
+use super::{CliError, open_sandbox};
+use crate::harness::run_files::MANIFEST_FILE;
+use crate::replay::durable::{DurableKind, PointLine};
+use crate::replay::offline::{RunSource, as_run_saw_it};
+use crate::replay::{MemoryAgentStateStore, ReplayError, ReplayPoint, ReplayPointRegistry};
+use crate::sandbox::adapter::{
+    BindingHandle, SnapshotCompileCost, adopt_durable_point, adopt_snapshot_point,
+    snapshot_replay_adapter,
+};
+use crate::sandbox::guarded_open::DEFAULT_MAX_OPEN_FILES;
+use crate::sandbox::snapshot::CompiledSnapshot;
+use crate::sandbox::{LoadedAdapter, WasmAdapter, load};
+
+fn input(message: impl Into<String>) -> CliError {
+    CliError::Input(message.into())
+}
+
+/// The sandbox the run used, from its recorded options; relative grant
+/// paths are resolved against the run's working directory.
+pub(super) fn sandbox_args(
+    options: &Map<String, Value>,
+    cwd: Option<&Path>,
+    cache_dir: Option<PathBuf>,
+    no_cache: bool,
+) -> SandboxArgs {
+    // `Map` indexing panics on a missing key; an option a manifest lacks
+    // reads as `null`, so its default applies.
+    let option = |key: &str| options.get(key).unwrap_or(&Value::Null);
+    let strings = |key: &str| -> Vec<String> {
+        option(key)
+            .as_array()
+            .map(|all| {
+                all.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    SandboxArgs {
+        max_memory: option("max_memory_mib").as_u64().unwrap_or(512),
+        call_timeout: option("call_timeout_secs").as_f64().unwrap_or(60.0),
+        fuel: option("fuel").as_u64(),
+        dirs: strings("dirs")
+            .into_iter()
+            .map(|spec| match spec.split_once("::") {
+                Some((host, guest)) => {
+                    format!("{}::{guest}", as_run_saw_it(host, cwd).display())
+                }
+                None => spec,
+            })
+            .collect(),
+        env: strings("env"),
+        max_output: option("max_output_bytes").as_u64().unwrap_or(8 << 20) as usize,
+        max_open_files: option("max_open_files")
+            .as_u64()
+            .map_or(DEFAULT_MAX_OPEN_FILES, |n| n as usize),
+        cache_dir,
+        no_cache,
+    }
+}
+
+/// Where a command takes the run's component from, and where it compiles
+/// it.
+pub struct ComponentSource<'a> {
+    /// The run directory.
+    pub run: &'a Path,
+    /// `--adapter`: the component, when not the one the run recorded.
+    pub adapter: Option<&'a Path>,
+    /// `--cache-dir`.
+    pub cache_dir: Option<PathBuf>,
+    /// `--no-cache`.
+    pub no_cache: bool,
+}
+
+/// The run's component (its recorded path, or `--adapter`), loaded into the
+/// sandbox the run used — its limits and grants, the grants still the
+/// directories the run was given — and checked to be the run's (same
+/// sha256) and to export `replay`. A durable point of `kind` snapshot is
+/// compiled beside the instrumented component, as in the run.
+pub fn load_run_adapter(
+    from: &ComponentSource<'_>,
+    source: &RunSource,
+    kind: DurableKind,
+) -> Result<Arc<LoadedAdapter>, CliError> {
+    let adapter_path = match from.adapter {
+        Some(path) => path.to_path_buf(),
+        None => as_run_saw_it(
+            source
+                .options
+                .get("adapter")
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    input("manifest.json does not name the run's adapter; give --adapter")
+                })?,
+            source.cwd.as_deref(),
+        ),
+    };
+    let sandbox = sandbox_args(
+        &source.options,
+        source.cwd.as_deref(),
+        from.cache_dir.clone(),
+        from.no_cache,
+    );
+    let mut config = sandbox_config(&sandbox, 2)?;
+    // As in the run that wrote it: a snapshot is compiled beside the
+    // instrumented component, whose functions it reuses.
+    config.incremental_compilation = kind == DurableKind::Snapshot;
+    // The directories the run was granted, not what their paths name now.
+    sandloop_core::harness::grant_check::check_unchanged(
+        &from.run.join(MANIFEST_FILE),
+        &config.dirs,
+    )
+    .map_err(CliError::Input)?;
+    let (engine, config) = open_sandbox(config)?;
+    let loaded = Arc::new(load(&adapter_path, engine, config).map_err(|error| match error {
+        crate::sandbox::LoadError::Read { .. } if from.adapter.is_none() => input(format!(
+            "{error}; the run's component moved? give it with --adapter (its sha256 must match the run's)"
+        )),
+        other => other.into(),
+    })?);
+    if loaded.info.sha256 != source.sha256 {
+        return Err(input(format!(
+            "{} is not the component this run used (sha256 {}…, the run's is {}…)",
+            adapter_path.display(),
+            &loaded.info.sha256[..12],
+            &source.sha256[..12.min(source.sha256.len())]
+        )));
+    }
+    if !loaded.protocols.replay {
+        return Err(input(format!(
+            "{} does not export `replay`",
+            adapter_path.display()
+        )));
+    }
+    Ok(loaded)
+}
+
+/// A durable point adopted into a fresh instance.
+pub struct AdoptedPoint {
+    /// The instance holding the point's binding.
+    pub adapter: WasmAdapter,
+    /// For a snapshot point: what loading the snapshot cost, and the
+    /// compiled snapshot (its children are instances of it).
+    pub snapshot: Option<(SnapshotCompileCost, CompiledSnapshot)>,
+    /// The adopted point, or why adoption failed (the command's result,
+    /// not its error).
+    pub point: Result<ReplayPoint, ReplayError>,
+}
+
+/// Adopt `line`'s durable point into a fresh adapter of `loaded`
+/// registered in `registry`: by importing its exported `state`, or, for a
+/// snapshot point, by resuming its binding in an instance of the snapshot
+/// (`state` is then the snapshot component).
+///
+/// Errors: the snapshot cannot be compiled (exit 1).
+pub fn adopt_point(
+    loaded: &Arc<LoadedAdapter>,
+    line: &PointLine,
+    state: &[u8],
+    registry: &mut ReplayPointRegistry<BindingHandle, MemoryAgentStateStore>,
+) -> Result<AdoptedPoint, CliError> {
+    let state_file = line
+        .durable_state
+        .as_ref()
+        .expect("a planned point is durable");
+    if let (DurableKind::Snapshot, Some(token)) = (state_file.kind, state_file.binding_token) {
+        let (mut adapter, cost, compiled) =
+            snapshot_replay_adapter(loaded, state, &state_file.sha256).map_err(|error| {
+                CliError::Failed(format!("cannot load the replay point's snapshot: {error}"))
+            })?;
+        let point = adopt_snapshot_point(&mut adapter, registry, &line.point, token);
+        return Ok(AdoptedPoint {
+            adapter,
+            snapshot: Some((cost, compiled)),
+            point,
+        });
+    }
+    let mut adapter = WasmAdapter::new(Arc::clone(loaded), "replay", None);
+    let point = adopt_durable_point(
+        &mut adapter,
+        registry,
+        &line.point,
+        &line.execution_group_id,
+        state,
+    );
+    Ok(AdoptedPoint {
+        adapter,
+        snapshot: None,
+        point,
+    })
+}
+
+/// Lock the run directory as `sandloop run` does; refuse (exit 2) while a
+/// run or another command holds it.
+pub fn lock_run(run: &Path, command: &str) -> Result<sandloop_core::dir_lock::DirLock, CliError> {
+    sandloop_core::dir_lock::lock_dir(run).map_err(|error| match error {
+        sandloop_core::dir_lock::DirLockError::Held { holder, .. } => input(format!(
+            "{} is in use by a sandloop run or another replay ({}); {command} once it has finished",
+            run.display(),
+            sandloop_core::dir_lock::Holder(holder)
+        )),
+        other => CliError::Failed(other.to_string()),
+    })
+}
+
+/// An error's `stage`, `type` and `message`, as `replays.jsonl` and
+/// `counterfactuals.jsonl` hold it.
+pub fn error_fields(error: &ReplayError) -> Value {
+    json!({
+        "stage": error.stage.as_str(),
+        "type": error.cause.error_type(),
+        "message": error.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::offline::run_source;
+    use proptest::prelude::*;
+    use sandloop_core::hostile_inputs::{config, json_value};
+    use serde_json::json;
+
+    #[test]
+    fn a_manifest_without_some_options_falls_back_to_the_defaults() {
+        let sandbox = sandbox_args(&Map::new(), None, None, false);
+        assert_eq!(sandbox.max_memory, 512);
+        assert_eq!(sandbox.call_timeout, 60.0);
+        assert_eq!(sandbox.fuel, None);
+        assert!(sandbox.dirs.is_empty() && sandbox.env.is_empty());
+        assert_eq!(sandbox.max_output, 8 << 20);
+    }
+
+    proptest! {
+        #![proptest_config(config(128))]
+
+        #[test]
+        fn prop_replay_manifest_any_json_never_panics_and_errors_name_it(
+            manifest in prop_oneof![
+                json_value(),
+                (json_value(), json_value(), json_value()).prop_map(|(options, cwd, sha)| {
+                    json!({"invocations": [{"options": options, "cwd": cwd}],
+                           "adapter": {"sha256": sha}})
+                }),
+                prop::collection::vec((
+                    prop::sample::select(vec!["max_memory_mib", "call_timeout_secs", "fuel",
+                                              "dirs", "env", "max_output_bytes", "adapter"]),
+                    json_value(),
+                ), 0..7).prop_map(|options| {
+                    let options: Map<String, Value> =
+                        options.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+                    json!({"invocations": [{"options": options}], "adapter": {"sha256": "ab"}})
+                }),
+            ],
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
+            match run_source(dir.path()) {
+                Ok(found) => {
+                    let _ = sandbox_args(&found.options, found.cwd.as_deref(), None, true);
+                }
+                Err(message) => {
+                    prop_assert!(message.contains(&dir.path().display().to_string()), "{}", message);
+                }
+            }
+        }
+    }
+}
