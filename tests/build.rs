@@ -12,6 +12,7 @@ const EXAMPLES: &[&str] = &[
     "hostile-adapter",
     "bench-adapter",
     "replay-probe",
+    "ledger-import",
     "loop-steps",
     "llm-steps",
 ];

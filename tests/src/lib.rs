@@ -14,6 +14,9 @@ pub const WORKSPACE: &str = env!("SANDLOOP_WORKSPACE");
 /// `replay-probe`: a replayable adapter that breaks one replay rule per
 /// named fault.
 pub const REPLAY_PROBE: &str = env!("REPLAY_PROBE_WASM");
+/// `ledger-import` (`examples/counterfactual`): a ledger importer whose
+/// run fails, with the `counterfactual` export.
+pub const LEDGER_IMPORT: &str = env!("LEDGER_IMPORT_WASM");
 /// `loop-steps`: a loop workflow plugin with `plan`, `work` and
 /// `goal_check` steps.
 pub const LOOP_STEPS: &str = env!("LOOP_STEPS_WASM");

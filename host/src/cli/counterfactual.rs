@@ -101,6 +101,9 @@ pub fn counterfactual(args: CounterfactualArgs) -> Result<(), CliError> {
         adapter: args.adapter.as_deref(),
         cache_dir: args.cache_dir.clone(),
         no_cache: args.no_cache,
+        // The point's instance, and every candidate's child (all forked
+        // before any runs), with one to spare for a re-instantiation.
+        instances: hypothesis.candidates.len() as u32 + 2,
     };
     let loaded = load_run_adapter(&from, &source, state_file.kind)?;
     if !loaded.protocols.counterfactual {

@@ -82,6 +82,8 @@ pub struct ComponentSource<'a> {
     pub cache_dir: Option<PathBuf>,
     /// `--no-cache`.
     pub no_cache: bool,
+    /// Instances alive at once: the pooling allocator's slots.
+    pub instances: u32,
 }
 
 /// The run's component (its recorded path, or `--adapter`), loaded into the
@@ -113,7 +115,7 @@ pub fn load_run_adapter(
         from.cache_dir.clone(),
         from.no_cache,
     );
-    let mut config = sandbox_config(&sandbox, 2)?;
+    let mut config = sandbox_config(&sandbox, from.instances)?;
     // As in the run that wrote it: a snapshot is compiled beside the
     // instrumented component, whose functions it reuses.
     config.incremental_compilation = kind == DurableKind::Snapshot;

@@ -77,6 +77,8 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         adapter: args.adapter.as_deref(),
         cache_dir: args.cache_dir.clone(),
         no_cache: args.no_cache,
+        // The point's instance, and the child that screens its intent.
+        instances: 2,
     };
     let loaded = load_run_adapter(&from, &source, state_file.kind)?;
 

@@ -4,6 +4,7 @@
 mod children;
 mod cli_errors;
 mod conformance;
+mod counterfactual;
 mod host_resources;
 mod hostile;
 mod llm_loop;
