@@ -1498,6 +1498,87 @@ mod tests {
         }
     }
 
+    impl Counterfactual for Counter {
+        /// Passes `fixed` when the change sets `"fix": true`; reports the
+        /// child's state and the request's candidate in the summary.
+        fn run_counterfactual(
+            &self,
+            child: &Fork,
+            item: Item,
+            request: &CounterfactualRequest,
+            change: &crate::Object,
+            _ctx: &Context,
+        ) -> Result<Vec<ValidationOutcome>, Error> {
+            let fixed = change.get("fix") == Some(&serde_json::Value::Bool(true));
+            Ok(vec![ValidationOutcome {
+                validation_id: "fixed".into(),
+                passed: fixed,
+                public_summary: Some(format!(
+                    "{} on {} for {}",
+                    request.candidate_id,
+                    child.state,
+                    item.item_id()
+                )),
+            }])
+        }
+    }
+
+    fn counterfactual_request(change: &str) -> wit_counterfactual::CounterfactualRequest {
+        wit_counterfactual::CounterfactualRequest {
+            hypothesis_id: "h".into(),
+            candidate_id: "cand".into(),
+            replay_point_id: "rp-c".into(),
+            first_affected_event_id: "e-3".into(),
+            first_affected_sequence: 3,
+            public_change_set: change.into(),
+        }
+    }
+
+    #[test]
+    fn a_counterfactual_finds_its_child_by_id_and_gets_the_change_parsed() {
+        type A = Adapter<Counter>;
+        let lease = A::fork_child_box(b"seed-f".to_vec(), &fork_request("cand")).unwrap();
+        let outcomes = <A as wit_counterfactual::Guest>::run_counterfactual(
+            "cand".into(),
+            r#"{"item_id":"doc"}"#.into(),
+            counterfactual_request(r#"{"fix":true}"#),
+            ctx(),
+        )
+        .unwrap();
+        assert_eq!(outcomes.len(), 1);
+        assert_eq!(outcomes[0].validation_id, "fixed");
+        assert!(outcomes[0].passed);
+        assert_eq!(
+            outcomes[0].public_summary.as_deref(),
+            Some("cand on seed-f for doc")
+        );
+        let not_fixed = <A as wit_counterfactual::Guest>::run_counterfactual(
+            "cand".into(),
+            r#"{"item_id":"doc"}"#.into(),
+            counterfactual_request("{}"),
+            ctx(),
+        )
+        .unwrap();
+        assert!(!not_fixed[0].passed);
+        let bad_change = <A as wit_counterfactual::Guest>::run_counterfactual(
+            "cand".into(),
+            r#"{"item_id":"doc"}"#.into(),
+            counterfactual_request("[1]"),
+            ctx(),
+        )
+        .unwrap_err();
+        assert_eq!(bad_change.kind, Error::INVALID_CHANGE_SET);
+        let unknown = <A as wit_counterfactual::Guest>::run_counterfactual(
+            "nobody".into(),
+            r#"{"item_id":"doc"}"#.into(),
+            counterfactual_request("{}"),
+            ctx(),
+        )
+        .unwrap_err();
+        assert_eq!(unknown.kind, Error::UNKNOWN_CHILD);
+        drop(lease);
+    }
+
     fn fork_request(child_id: &str) -> ForkRequest {
         ForkRequest {
             replay_point_id: "rp-c".into(),
