@@ -557,6 +557,16 @@ mod tests {
         children_only.replay = true;
         children_only.child_risk = true;
         assert!(unmet_dependencies(&children_only).is_empty());
+        let mut counterfactual_only = protocols(false, false, false, true);
+        counterfactual_only.replay = true;
+        counterfactual_only.counterfactual = true;
+        let unmet = unmet_dependencies(&counterfactual_only);
+        assert!(
+            unmet[0].contains(
+                "`sandloop:adapter/counterfactual@0.2.0` without `sandloop:adapter/replay-children@0.2.0`"
+            ),
+            "{unmet:?}"
+        );
 
         // Every unmet dependency is reported, not only the first.
         let report =
@@ -779,7 +789,8 @@ mod tests {
                 "episode-groups",
                 "replay",
                 "replay-children",
-                "child-risk"
+                "child-risk",
+                "counterfactual"
             ]
         );
         assert_eq!(wit_world_exports("plain"), ["episode"]);
