@@ -370,8 +370,12 @@ pub(super) fn counterfactuals(out: &mut String, run: &RunReport) {
             "missing",
             "restore",
         ];
-        let rows: Vec<Vec<String>> = line.candidates.iter().map(candidate_cells).collect();
+        let rows: Vec<Vec<String>> = first(&line.candidates)
+            .iter()
+            .map(candidate_cells)
+            .collect();
         table(out, &header, &rows);
+        more(out, line.candidates.len(), "candidates");
     }
     more(out, figures.lines.len(), "counterfactual runs");
 }

@@ -796,3 +796,34 @@ fn a_run_without_counterfactuals_says_so_and_shows_no_table() {
     assert!(page.contains("no counterfactual replays in this run"));
     assert!(!page.contains("<h3>Hypothesis"));
 }
+
+#[test]
+fn a_long_candidate_list_is_cut_with_a_note() {
+    let (dir, _) = tiny(false);
+    let run = dir.path().join("run");
+    let candidates: Vec<Value> = (0..45)
+        .map(|i| {
+            evaluated(
+                &format!("c{i:02}"),
+                "rejected",
+                "a fix failed",
+                "exact",
+                true,
+            )
+        })
+        .collect();
+    let line = counterfactual(
+        "h1",
+        "q2",
+        &[],
+        json!({"candidates": candidates}),
+        Value::Null,
+    );
+    write_lines(&run.join("counterfactuals.jsonl"), &[line]);
+    let report = RunReport::load(&run).unwrap();
+    assert_eq!(report.counterfactuals.as_ref().unwrap().candidates, 45);
+    let page = html::render_run(&report);
+    assert!(page.contains("<code>c39</code>"));
+    assert!(!page.contains("<code>c40</code>"));
+    assert!(page.contains("the first 40 of 45 candidates are shown"));
+}
