@@ -16,12 +16,13 @@ use super::html_sections as sections;
 /// The section headings of one run's page, in page order (the manifest
 /// last; "Distributed run" comes before it only when the summary has a
 /// `distributed` block).
-pub const RUN_SECTIONS: [&str; 7] = [
+pub const RUN_SECTIONS: [&str; 8] = [
     "Novelty curve",
     "Value by family",
     "Execution economics",
     "Errors by class",
     "Replay",
+    "Counterfactual fixes",
     "Durations",
     "Manifest",
 ];
@@ -166,6 +167,7 @@ stop: {}, {} min elapsed on {} workers; raw value {}, novel value {}, {} familie
     sections::economics(&mut body, run);
     sections::errors(&mut body, run);
     sections::replay(&mut body, run);
+    sections::counterfactuals(&mut body, run);
     sections::durations(&mut body, run);
     sections::distributed(&mut body, run);
     sections::manifest(&mut body, run);

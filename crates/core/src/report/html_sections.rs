@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use super::RunReport;
+use super::counterfactuals::{CandidateEnd, CandidateRow};
 use super::html::{bars, escape, json_text, none, num, raw_novel_bars, section, table, table_of};
 use super::svg::{COLORS, Series, line_chart};
 
@@ -313,6 +314,106 @@ pub(super) fn replay(out: &mut String, run: &RunReport) {
         },
     );
     more(out, figures.replays.len(), "replays");
+}
+
+/// The outcomes of `sandloop counterfactual`, one table per line.
+pub(super) fn counterfactuals(out: &mut String, run: &RunReport) {
+    section(
+        out,
+        "counterfactuals",
+        "Counterfactual fixes",
+        "Each sandloop counterfactual of the run: the hypothesis and its failed item, the replay point its candidates were forked from, and how each candidate was decided (promoted only when every fix passed, no guard regressed and the restore was verified).",
+    );
+    let Some(figures) = &run.counterfactuals else {
+        none(out, "no counterfactual replays in this run");
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "<p>hypotheses: {} ({} runs); candidates run: {}, promoted: {}; groups failed: {}.</p>",
+        figures.hypotheses,
+        figures.lines.len(),
+        figures.candidates,
+        figures.promoted,
+        figures.failed_groups,
+    );
+    for line in first(&figures.lines) {
+        let _ = write!(
+            out,
+            "<h3>Hypothesis <code>{}</code> for item <code>{}</code></h3>\
+<p class=\"explain\">from point <code>{}</code> ({} fidelity, forked from {})</p>",
+            escape(&line.hypothesis_id),
+            escape(&line.item_id),
+            escape(&line.replay_point_id),
+            line.fidelity.as_str(),
+            escape(&line.restored_from),
+        );
+        if let Some(error) = &line.error {
+            let _ = writeln!(
+                out,
+                "<p>The group failed at {} ({}): {}; its {} candidates were not decided.</p>",
+                escape(&error.stage),
+                escape(&error.error_type),
+                escape(&error.message),
+                line.proposed.len(),
+            );
+        }
+        if line.candidates.is_empty() {
+            continue;
+        }
+        let header = [
+            "candidate",
+            "decision",
+            "reason",
+            "failed fixes",
+            "regressed guards",
+            "missing",
+            "restore",
+        ];
+        let rows: Vec<Vec<String>> = first(&line.candidates)
+            .iter()
+            .map(candidate_cells)
+            .collect();
+        table(out, &header, &rows);
+        more(out, line.candidates.len(), "candidates");
+    }
+    more(out, figures.lines.len(), "counterfactual runs");
+}
+
+/// One candidate's row of the counterfactual table.
+fn candidate_cells(candidate: &CandidateRow) -> Vec<String> {
+    let id = format!("<code>{}</code>", escape(&candidate.candidate_id));
+    let ids = |ids: &[String]| escape(&ids.join(", "));
+    match &candidate.end {
+        CandidateEnd::Evaluated(result) => vec![
+            id,
+            result.decision.label().to_owned(),
+            escape(&result.reason),
+            ids(&result.failed_fixes),
+            ids(&result.regressed_guards),
+            ids(&result.missing_validations),
+            format!(
+                "{}, {}; {} of {} prefix events verified",
+                result.restore.achieved_fidelity.as_str(),
+                if result.restore.equivalent {
+                    "equivalent"
+                } else {
+                    "not verified equivalent"
+                },
+                result.verified_reused_prefix_event_count,
+                result.addressed_prefix_event_count,
+            ),
+        ],
+        CandidateEnd::Failed(failure) => vec![
+            id,
+            format!("failed at {}", escape(&failure.stage)),
+            escape(&format!("{}: {}", failure.error_type, failure.message)),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ],
+    }
 }
 
 /// Replay points by fidelity and lifecycle, quarantines, snapshot costs.

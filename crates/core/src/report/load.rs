@@ -1,7 +1,7 @@
 //! Reading a run directory into typed facts: `summary.json`,
 //! `manifest.json` and `epochs.jsonl` as their host types, the host-owned
 //! fields of every line of `records.jsonl`, and — when the run has them —
-//! `replay-points.jsonl` and `replays.jsonl`.
+//! `replay-points.jsonl`, `replays.jsonl` and `counterfactuals.jsonl`.
 //!
 //! Records are adapter-defined in part: only the fields the host writes
 //! (`item_id`, `family`, `is_variant`, `variant_spec_id`, `raw_value`,
@@ -21,10 +21,12 @@ use crate::harness::run_files::{
     EPOCHS_FILE, MANIFEST_FILE, RECORDS_FILE, SUMMARY_FILE, read_run_file,
 };
 use crate::harness::{EpochSummary, RunManifest, RunSummary};
+use crate::replay::counterfactual::run_files::COUNTERFACTUALS_FILE;
 use crate::replay::durable::{POINTS_FILE, PointLine, load_points, read_jsonl};
 use crate::replay::offline::REPLAYS_FILE;
 use crate::replay::point::field_error;
 
+use super::counterfactuals::{CounterfactualLine, read_counterfactuals};
 use super::error::ReportError;
 
 /// How a record ran, from its `record_kind` and `replay` block.
@@ -151,13 +153,16 @@ pub struct RunFiles {
     pub points: Option<Vec<PointLine>>,
     /// `replays.jsonl`, empty when the run has none.
     pub replays: Vec<ReplayLine>,
+    /// `counterfactuals.jsonl`, when the run has one.
+    pub counterfactuals: Option<Vec<CounterfactualLine>>,
 }
 
 /// Reads the run directory `dir`.
 ///
 /// Errors: `summary.json`, `manifest.json`, `epochs.jsonl` or
-/// `records.jsonl` missing or damaged, a damaged `replay-points.jsonl` or
-/// `replays.jsonl`; each names the file, the line (JSONL) and the field.
+/// `records.jsonl` missing or damaged, a damaged `replay-points.jsonl`,
+/// `replays.jsonl` or `counterfactuals.jsonl`; each names the file, the
+/// line (JSONL) and the field.
 pub fn load_run(dir: &Path) -> Result<RunFiles, ReportError> {
     let summary_path = dir.join(SUMMARY_FILE);
     let summary: RunSummary = read_run_file(&summary_path)
@@ -178,6 +183,12 @@ pub fn load_run(dir: &Path) -> Result<RunFiles, ReportError> {
     } else {
         Vec::new()
     };
+    let counterfactuals_path = dir.join(COUNTERFACTUALS_FILE);
+    let counterfactuals = if counterfactuals_path.exists() {
+        Some(read_counterfactuals(&counterfactuals_path)?)
+    } else {
+        None
+    };
     Ok(RunFiles {
         dir: dir.to_owned(),
         summary,
@@ -186,6 +197,7 @@ pub fn load_run(dir: &Path) -> Result<RunFiles, ReportError> {
         records,
         points,
         replays,
+        counterfactuals,
     })
 }
 

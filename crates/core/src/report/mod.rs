@@ -1,13 +1,15 @@
 //! `sandloop report`'s model: a run directory read into typed figures
 //! (the novelty curve, value by family and the catalog's yield, execution
-//! economics, errors by class, replay, duration distributions, the
-//! manifest), and several runs compared as arms. Pure functions over the
-//! run's files; [`html`] renders them as one self-contained page.
+//! economics, errors by class, replay, counterfactual fixes, duration
+//! distributions, the manifest), and several runs compared as arms. Pure
+//! functions over the run's files; [`html`] renders them as one
+//! self-contained page.
 //!
 //! Every figure comes from the run directory's files alone
 //! (`summary.json`, `manifest.json`, `epochs.jsonl`, `records.jsonl`,
-//! `replay-points.jsonl`, `replays.jsonl`), so the report of a resumed run
-//! is the report of the same run made in one go.
+//! `replay-points.jsonl`, `replays.jsonl`, `counterfactuals.jsonl`), so
+//! the report of a resumed run is the report of the same run made in one
+//! go.
 //!
 //! ```no_run
 //! # use sandloop_core::report::*;
@@ -17,6 +19,7 @@
 //! ```
 
 pub mod arms;
+pub mod counterfactuals;
 pub mod durations;
 pub mod economics;
 pub mod error;
@@ -39,6 +42,7 @@ use serde_json::{Map, Value};
 use crate::harness::{RunManifest, RunSummary};
 
 pub use arms::{ArmRow, ArmsComparison, aggregate_arms};
+pub use counterfactuals::CounterfactualFigures;
 pub use durations::{Histogram, duration_histograms};
 pub use economics::EpochEconomics;
 pub use error::ReportError;
@@ -69,6 +73,9 @@ pub struct RunReport {
     pub errors: Vec<ErrorClass>,
     /// Replay points, children and offline replays.
     pub replay: ReplayFigures,
+    /// `sandloop counterfactual` outcomes; `None` when the run has no
+    /// `counterfactuals.jsonl`.
+    pub counterfactuals: Option<CounterfactualFigures>,
     /// Record durations per kind.
     pub durations: Vec<Histogram>,
     /// The summary's `distributed` block, when a distributed run wrote
@@ -93,6 +100,7 @@ impl RunReport {
             economics: economics::per_epoch(&files.epochs),
             errors: errors_by_class(&files.records),
             replay: replay::replay_figures(files.points.as_deref(), &files.records, &files.replays),
+            counterfactuals: files.counterfactuals.map(CounterfactualFigures::of_lines),
             durations: duration_histograms(&files.records),
             distributed: files.summary.distributed.clone(),
             dir: files.dir,

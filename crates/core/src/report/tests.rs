@@ -555,3 +555,275 @@ fn long_lists_are_cut_with_a_note_so_a_huge_run_makes_a_small_page() {
     assert!(page.contains("f37 novel value: 0"));
     assert!(!page.contains("f38 novel value"));
 }
+
+/// An evaluated candidate of a `counterfactuals.jsonl` group.
+fn evaluated(id: &str, decision: &str, reason: &str, fidelity: &str, equivalent: bool) -> Value {
+    json!({"candidate_id": id, "status": "evaluated", "execution_failure": null,
+           "execution_result": {"isolated": true},
+           "replay_result": {"candidate_id": id, "decision": decision, "reason": reason,
+               "failed_fixes": [], "regressed_guards": [], "missing_validations": [],
+               "outcomes": [{"validation_id": "rows-kept", "passed": true, "public_summary": "4 of 4"}],
+               "restore": {"achieved_fidelity": fidelity, "equivalent": equivalent,
+                           "promotion_eligible": equivalent, "prefix_reused": equivalent},
+               "addressed_prefix_event_count": 3,
+               "verified_reused_prefix_event_count": if equivalent { 3 } else { 0 },
+               "replay_distance_events": 4}})
+}
+
+/// A line of `counterfactuals.jsonl` for hypothesis `id` of `item`, from
+/// point rp-1 (exact, restored from state), with `group` and `error`.
+fn counterfactual(id: &str, item: &str, proposed: &[&str], group: Value, error: Value) -> Value {
+    let candidates: Vec<Value> = proposed
+        .iter()
+        .map(|c| json!({"candidate_id": c, "target_branch_id": format!("cf-{c}"), "public_change_set": {}}))
+        .collect();
+    json!({"schema_version": "sandloop_counterfactual_v0",
+           "hypothesis": {"hypothesis_id": id, "item_id": item, "epoch": null,
+               "first_affected_event_id": "g/item/5", "first_affected_sequence": 5,
+               "minimum_fidelity": "semantic_equivalent", "fix_set": [], "guard_set": [],
+               "candidates": candidates},
+           "execution_group_id": "main:epoch-1:group-0001",
+           "replay_point": {"replay_point_id": "rp-1", "fidelity": "exact", "lifecycle": "ready"},
+           "selection": {"fidelity_fallback": false}, "restored_from": "state",
+           "snapshot_compile": null, "child_workers": 2, "group": group, "error": error,
+           "promoted": [], "wall_minutes": 0.01, "metrics": {}, "release_error": null})
+}
+
+/// Two runs of hypothesis `h1` on item `2024-q2`: the first decides four
+/// candidates (promoted; rejected for a failed fix and a regressed guard;
+/// observed only after a best-effort restore; denied at intent), the
+/// second's group failed at restore.
+fn counterfactual_lines() -> Vec<Value> {
+    let mut rejected = evaluated(
+        "drop-rows",
+        "rejected",
+        "one or more guard targets regressed",
+        "exact",
+        true,
+    );
+    rejected["replay_result"]["failed_fixes"] = json!(["amounts-parse"]);
+    rejected["replay_result"]["regressed_guards"] = json!(["rows-kept", "totals"]);
+    let failed = json!({"candidate_id": "widen-scope", "status": "execution_failed",
+        "replay_result": null, "execution_result": null,
+        "execution_failure": {"stage": "intent", "error_type": "replay_risk_denied",
+            "message": "change outside the declared scope", "risk_assessment": null}});
+    let group = json!({"hypothesis_id": "h1", "replay_point_id": "rp-1",
+    "parallel_requested": true, "candidate_count": 4, "evaluated_count": 3,
+    "execution_failure_count": 1,
+    "candidates": [
+        evaluated("read-separators", "promoted", "all fix targets passed", "exact", true),
+        rejected,
+        evaluated("reparse", "observed_only", "restore fidelity is insufficient", "best_effort", false),
+        failed,
+    ]});
+    vec![
+        counterfactual(
+            "h1",
+            "2024-q2",
+            &["read-separators", "drop-rows", "reparse", "widen-scope"],
+            group,
+            Value::Null,
+        ),
+        counterfactual(
+            "h1",
+            "2024-q2",
+            &["read-separators", "drop-rows"],
+            Value::Null,
+            json!({"stage": "restore", "type": "restore_failed", "message": "state file is gone"}),
+        ),
+    ]
+}
+
+#[test]
+fn counterfactual_lines_are_counted_and_each_candidate_decided() {
+    let (dir, _) = tiny(true);
+    let run = dir.path().join("run");
+    write_lines(&run.join("counterfactuals.jsonl"), &counterfactual_lines());
+    let report = RunReport::load(&run).unwrap();
+    let figures = report.counterfactuals.as_ref().unwrap();
+    assert_eq!(figures.lines.len(), 2);
+    assert_eq!(figures.hypotheses, 1, "both lines test h1");
+    assert_eq!(figures.candidates, 4, "the failed group decided none");
+    assert_eq!(figures.promoted, 1);
+    assert_eq!(figures.failed_groups, 1);
+    let first = &figures.lines[0];
+    assert_eq!(first.item_id, "2024-q2");
+    assert_eq!(first.replay_point_id, "rp-1");
+    assert_eq!(first.fidelity, Fidelity::Exact);
+    assert_eq!(first.restored_from, "state");
+    let decisions: Vec<Option<counterfactuals::Decision>> =
+        first.candidates.iter().map(|c| c.decision()).collect();
+    use counterfactuals::Decision::*;
+    assert_eq!(
+        decisions,
+        [Some(Promoted), Some(Rejected), Some(ObservedOnly), None]
+    );
+    let second = &figures.lines[1];
+    assert!(second.candidates.is_empty());
+    assert_eq!(second.proposed, ["read-separators", "drop-rows"]);
+    assert_eq!(second.error.as_ref().unwrap().stage, "restore");
+
+    let page = html::render_run(&report);
+    assert!(
+        page.contains("hypotheses: 1 (2 runs); candidates run: 4, promoted: 1; groups failed: 1."),
+        "{page}"
+    );
+    assert!(page.contains("from point <code>rp-1</code> (exact fidelity, forked from state)"));
+    assert!(page.contains(
+        "<td><code>drop-rows</code></td><td>rejected</td><td>one or more guard targets regressed</td>\
+<td>amounts-parse</td><td>rows-kept, totals</td><td></td><td>exact, equivalent; 3 of 3 prefix events verified</td>"
+    ));
+    assert!(page.contains(
+        "<td>observed only</td><td>restore fidelity is insufficient</td><td></td><td></td><td></td>\
+<td>best_effort, not verified equivalent; 0 of 3 prefix events verified</td>"
+    ));
+    assert!(page.contains(
+        "<td>failed at intent</td><td>replay_risk_denied: change outside the declared scope</td>"
+    ));
+    assert!(page.contains(
+        "The group failed at restore (restore_failed): state file is gone; its 2 candidates were not decided."
+    ));
+}
+
+#[test]
+fn a_real_counterfactual_line_reads_as_promoted_rejected_and_observed_only() {
+    let (dir, _) = tiny(false);
+    let run = dir.path().join("run");
+    std::fs::write(
+        run.join("counterfactuals.jsonl"),
+        include_str!("testdata/counterfactuals.jsonl"),
+    )
+    .unwrap();
+    let report = RunReport::load(&run).unwrap();
+    let figures = report.counterfactuals.unwrap();
+    assert_eq!(
+        (figures.hypotheses, figures.candidates, figures.promoted),
+        (1, 3, 1)
+    );
+    let line = &figures.lines[0];
+    assert_eq!(line.hypothesis_id, "q2-thousands-separator");
+    assert_eq!(line.item_id, "2024-q2");
+    assert_eq!(line.replay_point_id, "rp-1dd0a35fd270a2fb13b2");
+    let ids: Vec<(&str, Option<counterfactuals::Decision>)> = line
+        .candidates
+        .iter()
+        .map(|c| (c.candidate_id.as_str(), c.decision()))
+        .collect();
+    use counterfactuals::Decision::*;
+    assert_eq!(
+        ids,
+        [
+            ("read-thousands-separators", Some(Promoted)),
+            ("drop-unreadable-rows", Some(Rejected)),
+            ("reparse-with-separators", Some(ObservedOnly)),
+        ]
+    );
+}
+
+#[test]
+fn counterfactual_strings_from_the_adapter_are_escaped() {
+    let (dir, _) = tiny(false);
+    let run = dir.path().join("run");
+    let mut lines = counterfactual_lines();
+    let candidate = &mut lines[0]["group"]["candidates"][0];
+    candidate["candidate_id"] = json!("<script>id()</script>");
+    candidate["replay_result"]["reason"] = json!("<script>reason()</script>");
+    candidate["replay_result"]["outcomes"][0]["public_summary"] = json!("<script>s()</script>");
+    candidate["replay_result"]["regressed_guards"] = json!(["<b>guard</b>"]);
+    lines[0]["hypothesis"]["item_id"] = json!("q2 <img src=x>");
+    lines[1]["error"]["message"] = json!("<script>gone()</script>");
+    write_lines(&run.join("counterfactuals.jsonl"), &lines);
+    let page = html::render_run(&RunReport::load(&run).unwrap());
+    assert!(
+        !page.contains("<script>"),
+        "an adapter string became markup"
+    );
+    assert!(!page.contains("<img") && !page.contains("<b>guard"));
+    assert!(page.contains("<code>&lt;script&gt;id()&lt;/script&gt;</code>"));
+    assert!(page.contains("&lt;script&gt;reason()&lt;/script&gt;"));
+    assert!(page.contains("&lt;b&gt;guard&lt;/b&gt;"));
+    assert!(page.contains("q2 &lt;img src=x&gt;"));
+    assert!(page.contains("&lt;script&gt;gone()&lt;/script&gt;"));
+}
+
+#[test]
+fn a_damaged_counterfactual_line_is_named_with_its_line_and_field() {
+    let (dir, _) = tiny(false);
+    let run = dir.path().join("run");
+    let message = |lines: &[Value]| {
+        write_lines(&run.join("counterfactuals.jsonl"), lines);
+        RunReport::load(&run).unwrap_err().to_string()
+    };
+    let mut lines = counterfactual_lines();
+    lines[1]["error"] = Value::Null;
+    let text = message(&lines);
+    assert!(
+        text.contains("counterfactuals.jsonl:2: group: null without an error"),
+        "{text}"
+    );
+
+    let mut lines = counterfactual_lines();
+    lines[0]["group"]["candidates"][1]["replay_result"]["decision"] = json!("maybe");
+    let text = message(&lines);
+    assert!(
+        text.contains("counterfactuals.jsonl:1: group.candidates[1].replay_result.decision: unknown variant `maybe`"),
+        "{text}"
+    );
+
+    let mut lines = counterfactual_lines();
+    lines[0]["group"]["candidates"][2]["replay_result"] = Value::Null;
+    let text = message(&lines);
+    assert!(
+        text.contains("counterfactuals.jsonl:1: group.candidates[2].replay_result: null for an evaluated candidate"),
+        "{text}"
+    );
+
+    let mut lines = counterfactual_lines();
+    lines[1]["replay_point"]["fidelity"] = json!(7);
+    let text = message(&lines);
+    assert!(
+        text.contains("counterfactuals.jsonl:2: replay_point.fidelity: invalid type"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_run_without_counterfactuals_says_so_and_shows_no_table() {
+    let (_dir, report) = tiny(true);
+    assert_eq!(report.counterfactuals, None);
+    let page = html::render_run(&report);
+    assert!(page.contains(">Counterfactual fixes</h2>"));
+    assert!(page.contains("no counterfactual replays in this run"));
+    assert!(!page.contains("<h3>Hypothesis"));
+}
+
+#[test]
+fn a_long_candidate_list_is_cut_with_a_note() {
+    let (dir, _) = tiny(false);
+    let run = dir.path().join("run");
+    let candidates: Vec<Value> = (0..45)
+        .map(|i| {
+            evaluated(
+                &format!("c{i:02}"),
+                "rejected",
+                "a fix failed",
+                "exact",
+                true,
+            )
+        })
+        .collect();
+    let line = counterfactual(
+        "h1",
+        "q2",
+        &[],
+        json!({"candidates": candidates}),
+        Value::Null,
+    );
+    write_lines(&run.join("counterfactuals.jsonl"), &[line]);
+    let report = RunReport::load(&run).unwrap();
+    assert_eq!(report.counterfactuals.as_ref().unwrap().candidates, 45);
+    let page = html::render_run(&report);
+    assert!(page.contains("<code>c39</code>"));
+    assert!(!page.contains("<code>c40</code>"));
+    assert!(page.contains("the first 40 of 45 candidates are shown"));
+}
