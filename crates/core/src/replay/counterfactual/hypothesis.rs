@@ -21,6 +21,11 @@ use serde_json::{Map, Value, json};
 use super::super::fidelity::Fidelity;
 use crate::trace::validate_public_payload;
 
+/// Most candidates one hypothesis may hold: they are forked as one child
+/// group, every child alive at once (the size of a run's child group,
+/// [`MAX_CHILDREN_PER_FORK`](crate::replay::MAX_CHILDREN_PER_FORK)).
+pub const MAX_CANDIDATES: usize = crate::replay::MAX_CHILDREN_PER_FORK;
+
 /// A validation target and how it did in the failed run (reference
 /// `ValidationTarget`).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -72,7 +77,7 @@ pub struct CounterfactualHypothesis {
     /// The weakest fidelity a promotion may rest on (default
     /// `semantic_equivalent`; never `non_replayable`).
     pub minimum_fidelity: Fidelity,
-    /// The candidates (at least one).
+    /// The candidates (at least one, at most [`MAX_CANDIDATES`]).
     pub candidates: Vec<CounterfactualCandidate>,
 }
 
@@ -239,6 +244,16 @@ impl CounterfactualHypothesis {
             return Err((
                 "candidates".into(),
                 "a counterfactual needs at least one candidate".into(),
+            ));
+        }
+        if file.candidates.len() > MAX_CANDIDATES {
+            return Err((
+                "candidates".into(),
+                format!(
+                    "{} candidates; at most {MAX_CANDIDATES} run as one group (every child is \
+                     forked before any runs): split the hypothesis",
+                    file.candidates.len()
+                ),
             ));
         }
         let mut candidates: Vec<CounterfactualCandidate> = Vec::new();

@@ -401,6 +401,15 @@ fn the_hypothesis_rules_of_the_reference_hold() {
         ),
         ("minimum_fidelity", json!("perfect"), "perfect"),
         ("candidates", json!([]), "at least one candidate"),
+        (
+            "candidates",
+            Value::Array(
+                (0..=hypothesis::MAX_CANDIDATES)
+                    .map(|n| json!({"candidate_id": format!("c{n}"), "public_change_set": {}}))
+                    .collect(),
+            ),
+            "at most 32 run as one group",
+        ),
         ("first_affected_sequence", json!("2"), "invalid type"),
     ];
     for (field, bad, message) in cases {
