@@ -157,6 +157,23 @@ fn the_demo_promotes_one_candidate_rejects_one_and_only_observes_one() {
         std::fs::read(run_dir.join("records.jsonl")).unwrap(),
         records_before
     );
+    // The run's report shows the decisions.
+    let page = dir.path().join("report.html");
+    let output = run(&["report", s(&run_dir), "--out", s(&page)]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("Counterfactual fixes"));
+    assert!(!html.contains("no counterfactual replays in this run"));
+    for text in [
+        "read-thousands-separators",
+        "drop-unreadable-rows",
+        "reparse-with-separators",
+        "promoted",
+        "observed only",
+        "rows-kept",
+    ] {
+        assert!(html.contains(text), "{text} in the report");
+    }
 }
 
 #[test]
