@@ -50,6 +50,19 @@
 // Groups are held strongly, by execution group id: componentize-js 0.23
 // keeps a released group in its handle map anyway (so an adapter empties a
 // group at release), and a lane's instance lives for one epoch.
+//
+// An adapter of world `isolated` or `counterfactual-fixes` also exports
+// `replayChildren = replayChildrenExport(runChild, {rebuild})`,
+// `childRisk = childRiskExport({assessIntent, assessOutcome})` and
+// `counterfactual = counterfactualExport(runChange)`, which behave as
+// sandloop_replay.py's `ReplayChildren`, `ChildRisk` and `Counterfactual`:
+// a child adopts the exported JSON state under its `childId` and is
+// validated by digest; `rebuild(state, targetBranchId)` (also an option of
+// `replayExport`) returns undefined for an exact copy or a state rebuilt
+// another way, restored `best-effort` and reported unverified; the risk
+// hooks return `allow(policyId)` or `deny(policyId, reason)` and allow by
+// default (policy `allow-all`); `runChange(state, item, change, request,
+// ctx)` returns one `outcome(validationId, passed, summary)` per target.
 
 import { log } from 'sandloop:adapter/log@0.2.0';
 

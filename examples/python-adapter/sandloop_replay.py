@@ -52,6 +52,31 @@ Rust adapters):
 
 Groups are held weakly where Python allows it (the resource owns the
 group), so a released group does not stay in the registry.
+
+An adapter of world `isolated` or `counterfactual-fixes` also subclasses,
+as `ReplayChildren`, `ChildRisk` and `Counterfactual`, the classes of the
+same names here (defined only when the world has those interfaces):
+
+- `ReplayChildren`: `fork-replay-child` adopts the exported JSON state as
+  the instance's child, kept by its `child-id`;
+  `validate-replay-child-equivalence` compares the child's digest with the
+  point's (one `state-digest` check); `run-replay-child` runs
+  `run_child(state, task, ctx)`, by default `run_suffix`. Children are
+  `thread-safe`.
+- `rebuild(state, target_branch_id)`, a hook of `Replay` and
+  `ReplayChildren`: None (the default) restores an exact copy; a value is a
+  state rebuilt another way for that branch, restored `best_effort`
+  without the prefix and reported unverified (the host never promotes it).
+- `ChildRisk`: `assess_intent(state, intent)` and
+  `assess_outcome(state, intent, outcome)` return `allow(policy_id)` or
+  `deny(policy_id, reason)`; both allow by default (policy `allow-all`).
+- `Counterfactual`: `run_change(state, item, change, request, ctx)` gets
+  the child's state, the failed item and the parsed change set and returns
+  one `outcome(validation_id, passed, summary)` per target, ids unique.
+
+A child id not forked in the instance is `unknown-child`; an intent,
+outcome, item or change set that is not a JSON object is
+`invalid-intent`, `invalid-record`, `invalid-item` or `invalid-change-set`.
 """
 
 import hashlib
