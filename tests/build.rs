@@ -79,12 +79,12 @@ fn build_other_languages(workspace: &std::path::Path, target_dir: &std::path::Pa
         (
             "python-adapter",
             "target/guest-toolchains/venv/bin/componentize-py",
-            &["python_adapter", "python_noop"],
+            &["python_adapter", "python_ledger", "python_noop"],
         ),
         (
             "js-adapter",
             "examples/js-adapter/node_modules/.bin/componentize-js",
-            &["js_adapter", "js_noop"],
+            &["js_adapter", "js_ledger", "js_noop"],
         ),
     ];
     println!(

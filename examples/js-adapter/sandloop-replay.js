@@ -50,6 +50,19 @@
 // Groups are held strongly, by execution group id: componentize-js 0.23
 // keeps a released group in its handle map anyway (so an adapter empties a
 // group at release), and a lane's instance lives for one epoch.
+//
+// An adapter of world `isolated` or `counterfactual-fixes` also exports
+// `replayChildren = replayChildrenExport(runChild, {rebuild})`,
+// `childRisk = childRiskExport({assessIntent, assessOutcome})` and
+// `counterfactual = counterfactualExport(runChange)`, which behave as
+// sandloop_replay.py's `ReplayChildren`, `ChildRisk` and `Counterfactual`:
+// a child adopts the exported JSON state under its `childId` and is
+// validated by digest; `rebuild(state, targetBranchId)` (also an option of
+// `replayExport`) returns undefined for an exact copy or a state rebuilt
+// another way, restored `best-effort` and reported unverified; the risk
+// hooks return `allow(policyId)` or `deny(policyId, reason)` and allow by
+// default (policy `allow-all`); `runChange(state, item, change, request,
+// ctx)` returns one `outcome(validationId, passed, summary)` per target.
 
 import { log } from 'sandloop:adapter/log@0.2.0';
 
@@ -58,6 +71,8 @@ const groups = new Map();
 /** binding token (as a string) -> point, for resumeBinding in snapshot children. */
 const bindings = new Map();
 let nextToken = 1;
+/** child id -> child, for the calls that name a child by id (child-risk, counterfactual). */
+const children = new Map();
 
 /** Deeper than this, a state is taken for a cycle. */
 const MAX_DEPTH = 256;
@@ -70,7 +85,8 @@ class ReplayError {
     this.retryableInfraError = false;
   }
 }
-const declared = (kind, message) => new ReplayError(kind, message);
+/** A declared error of `kind` (throw it): the call's `adapter-error`. */
+export const declared = (kind, message) => new ReplayError(kind, message);
 
 // ------------------------------------------------------------------ groups
 
@@ -358,6 +374,14 @@ export class ReplayBinding {
 const bindingsGlobal = log.constructor('return globalThis')();
 if (bindingsGlobal.ReplayBinding === undefined) bindingsGlobal.ReplayBinding = ReplayBinding;
 
+/** The `replay-child` resource: a handle on a child. */
+export class ReplayChild {
+  constructor(child) {
+    this.child = child;
+  }
+}
+if (bindingsGlobal.ReplayChild === undefined) bindingsGlobal.ReplayChild = ReplayChild;
+
 function livePoint(binding) {
   const { point } = binding;
   if (point.released) throw declared('released', 'the replay binding was released');
@@ -383,7 +407,7 @@ const lease = (point) => ({
  * else thrown is printed to stderr (the host keeps it with the call) and
  * rethrown, which makes the call trap.
  */
-function guard(fn) {
+export function guard(fn) {
   return (...args) => {
     try {
       return fn(...args);
@@ -399,12 +423,88 @@ function guard(fn) {
   };
 }
 
+/** The JSON data of exported state bytes (`invalid-state` otherwise). */
+function parseState(bytes) {
+  const text = utf8Decode(bytes);
+  if (text === undefined) throw declared('invalid-state', 'replay state is not UTF-8');
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw declared('invalid-state', `replay state is not JSON: ${error.message}`);
+  }
+  return copyJson(value, 'state');
+}
+
+/**
+ * The working copy for a suffix or child on `targetBranchId`, as
+ * `{state, rebuilt}`, and its receipt: an exact copy of `captured` (its
+ * digest, prefix reused), or what `rebuild(copy, targetBranchId)` gives when
+ * it gives a value (best effort, prefix not reused).
+ */
+function restore(rebuild, captured, targetBranchId) {
+  const rebuilt = rebuild(copyJson(captured, 'state'), targetBranchId);
+  if (rebuilt !== undefined && rebuilt !== null) {
+    return [
+      { state: copyJson(rebuilt, 'rebuilt state'), rebuilt: true },
+      { achievedFidelity: 'best-effort', restoredProjectionDigest: undefined, prefixReused: false },
+    ];
+  }
+  const state = copyJson(captured, 'state');
+  return [
+    { state, rebuilt: false },
+    { achievedFidelity: 'exact', restoredProjectionDigest: digestOf(state), prefixReused: true },
+  ];
+}
+
+/**
+ * The equivalence report of `restored` against `capturedDigest`: one
+ * `state-digest` check for a copy; best effort and unverified for a rebuilt
+ * state (it is not compared).
+ */
+function equivalence(capturedDigest, restored) {
+  if (restored.rebuilt) {
+    return {
+      achievedFidelity: 'best-effort',
+      equivalent: false,
+      expectedDigest: capturedDigest,
+      observedDigest: undefined,
+      checks: [],
+      sanitizedReason: 'rebuilt by the adapter; not compared with the captured state',
+    };
+  }
+  const observed = digestOf(restored.state);
+  const equal = observed === capturedDigest;
+  return {
+    achievedFidelity: 'exact',
+    equivalent: equal,
+    expectedDigest: capturedDigest,
+    observedDigest: observed,
+    checks: [
+      {
+        checkId: 'state-digest',
+        passed: equal,
+        publicSummary: equal
+          ? 'restored state digest equals the captured digest'
+          : 'restored state digest differs from the captured digest',
+      },
+    ],
+    sanitizedReason: undefined,
+  };
+}
+
+/** By default a restore is an exact copy of the captured state. */
+const noRebuild = () => undefined;
+
 /**
  * The `replay` export. `runSuffix(state, itemJson, ctx)` runs an item (JSON
  * text) on `state` (a working copy of the group's state) and returns its
- * record (JSON text), as `executeEpisode` does on the group.
+ * record (JSON text), as `executeEpisode` does on the group. The optional
+ * `options.rebuild(state, targetBranchId)` returns undefined (an exact copy
+ * of the captured `state` is restored) or a state rebuilt another way for
+ * that branch (best effort, not compared).
  */
-export function replayExport(runSuffix) {
+export function replayExport(runSuffix, { rebuild = noRebuild } = {}) {
   return {
     ReplayBinding,
 
@@ -415,38 +515,18 @@ export function replayExport(runSuffix) {
 
     restoreReplayState: guard((binding, request) => {
       const point = livePoint(binding);
-      point.working = copyJson(point.state, 'state');
-      return {
-        achievedFidelity: 'exact',
-        restoredProjectionDigest: digestOf(point.working),
-        prefixReused: true,
-      };
+      const [restored, receipt] = restore(rebuild, point.state, request.targetBranchId);
+      point.working = restored;
+      return receipt;
     }),
 
     validateReplayEquivalence: guard((binding, receipt) => {
       const point = livePoint(binding);
-      const observed = digestOf(working(point));
-      const equal = observed === point.digest;
-      return {
-        achievedFidelity: 'exact',
-        equivalent: equal,
-        expectedDigest: point.digest,
-        observedDigest: observed,
-        checks: [
-          {
-            checkId: 'state-digest',
-            passed: equal,
-            publicSummary: equal
-              ? 'restored state digest equals the captured digest'
-              : 'restored state digest differs from the captured digest',
-          },
-        ],
-        sanitizedReason: undefined,
-      };
+      return equivalence(point.digest, working(point));
     }),
 
     runReplaySuffix: guard((binding, itemJson, ctx) =>
-      runSuffix(working(livePoint(binding)), itemJson, ctx),
+      runSuffix(working(livePoint(binding)).state, itemJson, ctx),
     ),
 
     finalizeReplaySuffix: guard((binding, request, suffixSucceeded) => {
@@ -459,17 +539,7 @@ export function replayExport(runSuffix) {
 
     exportReplayState: guard((binding) => utf8Encode(livePoint(binding).canonical)),
 
-    importReplayState: guard((state, request) => {
-      const text = utf8Decode(state);
-      if (text === undefined) throw declared('invalid-state', 'replay state is not UTF-8');
-      let value;
-      try {
-        value = JSON.parse(text);
-      } catch (error) {
-        throw declared('invalid-state', `replay state is not JSON: ${error.message}`);
-      }
-      return lease(new Point(copyJson(value, 'state')));
-    }),
+    importReplayState: guard((state, request) => lease(new Point(parseState(state)))),
 
     bindingToken: guard((binding) =>
       binding.point.released ? undefined : BigInt(binding.point.token),
@@ -485,6 +555,170 @@ export function replayExport(runSuffix) {
         );
       }
       return new ReplayBinding(point);
+    }),
+  };
+}
+
+// ---------------------------------------------------------------- children
+
+function liveChild(handle) {
+  const { child } = handle;
+  if (child.released) throw declared('released', 'the replay child was released');
+  return child;
+}
+
+/** The working state of the child forked under `childId` in this instance. */
+export function childState(childId) {
+  const child = children.get(childId);
+  if (child === undefined || child.released) {
+    throw declared(
+      'unknown-child',
+      `no replay child ${JSON.stringify(childId)} was forked in this instance; child-risk and ` +
+        "counterfactual calls need the child-id of the instance's fork-replay-child call",
+    );
+  }
+  return child.restored.state;
+}
+
+function parseObject(text, what, kind) {
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw declared(kind, `${what} is not JSON: ${error.message}`);
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw declared(kind, `${what} must be a JSON object`);
+  }
+  return value;
+}
+
+/**
+ * The `replay-children` export: a child adopts the point's exported state.
+ * `runChild(state, taskJson, ctx)` runs the task on the child's working
+ * state and returns its record (usually the `runSuffix` given to
+ * `replayExport`); `options.rebuild` as for `replayExport`.
+ */
+export function replayChildrenExport(runChild, { rebuild = noRebuild } = {}) {
+  return {
+    ReplayChild,
+
+    forkReplayChild: guard((state, request) => {
+      const captured = parseState(state);
+      const [restored, receipt] = restore(rebuild, captured, request.targetBranchId);
+      const child = {
+        childId: request.childId,
+        restored,
+        capturedDigest: digestOf(captured),
+        released: false,
+      };
+      children.set(request.childId, child);
+      return { child: new ReplayChild(child), receipt, concurrency: 'thread-safe' };
+    }),
+
+    validateReplayChildEquivalence: guard((handle, receipt) => {
+      const child = liveChild(handle);
+      return equivalence(child.capturedDigest, child.restored);
+    }),
+
+    runReplayChild: guard((handle, taskJson, ctx) =>
+      runChild(liveChild(handle).restored.state, taskJson, ctx),
+    ),
+
+    releaseReplayChild: guard((handle) => {
+      const { child } = handle;
+      child.released = true;
+      child.restored = null;
+      if (children.get(child.childId) === child) children.delete(child.childId);
+    }),
+  };
+}
+
+/** A risk assessment that lets the child go on. */
+export const allow = (policyId, reason) => ({
+  disposition: 'allow',
+  policyId,
+  sanitizedReason: reason,
+});
+
+/** A risk assessment that stops the child (public-safe `reason`). */
+export const deny = (policyId, reason) => ({
+  disposition: 'deny',
+  policyId,
+  sanitizedReason: reason,
+});
+
+/**
+ * The `child-risk` export. `assessIntent(state, intent)` and
+ * `assessOutcome(state, intent, outcome)` get the child's working state and
+ * the intent and outcome as objects, and return `allow(policyId)` or
+ * `deny(policyId, reason)`; either left out allows (policy `allow-all`).
+ */
+export function childRiskExport({
+  assessIntent = () => allow('allow-all'),
+  assessOutcome = () => allow('allow-all'),
+} = {}) {
+  return {
+    assessReplayChildIntent: guard((childId, intent) => {
+      const state = childState(childId);
+      return assessIntent(state, parseObject(intent, 'child intent', 'invalid-intent'));
+    }),
+
+    assessReplayChildOutcome: guard((childId, intent, outcome) => {
+      const state = childState(childId);
+      return assessOutcome(
+        state,
+        parseObject(intent, 'child intent', 'invalid-intent'),
+        parseObject(outcome, 'child outcome', 'invalid-record'),
+      );
+    }),
+  };
+}
+
+/** One validation target's result (public-safe `summary`). */
+export const outcome = (validationId, passed, summary) => ({
+  validationId,
+  passed,
+  publicSummary: summary,
+});
+
+/**
+ * The `counterfactual` export. `runChange(state, item, change, request,
+ * ctx)` applies `change` (the candidate's public change set, an object) and
+ * runs `item` (the failed item, an object) on `state` (the child's working
+ * state), returning one `outcome(...)` per validation target checked.
+ */
+export function counterfactualExport(runChange) {
+  return {
+    runCounterfactual: guard((childId, itemJson, request, ctx) => {
+      const state = childState(childId);
+      const item = parseObject(itemJson, 'item', 'invalid-item');
+      const change = parseObject(
+        request.publicChangeSet,
+        'counterfactual change set',
+        'invalid-change-set',
+      );
+      const outcomes = Array.from(runChange(state, item, change, request, ctx));
+      const seen = new Set();
+      outcomes.forEach((result, index) => {
+        if (
+          result === null || typeof result !== 'object' ||
+          typeof result.validationId !== 'string' || typeof result.passed !== 'boolean'
+        ) {
+          throw declared(
+            'invalid-outcome',
+            `runChange result [${index}] is not an outcome(validationId, passed, summary)`,
+          );
+        }
+        if (seen.has(result.validationId)) {
+          throw declared(
+            'invalid-outcome',
+            `runChange result [${index}] repeats validationId ${JSON.stringify(result.validationId)}`,
+          );
+        }
+        seen.add(result.validationId);
+      });
+      return outcomes;
     }),
   };
 }

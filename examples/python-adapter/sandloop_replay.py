@@ -52,6 +52,31 @@ Rust adapters):
 
 Groups are held weakly where Python allows it (the resource owns the
 group), so a released group does not stay in the registry.
+
+An adapter of world `isolated` or `counterfactual-fixes` also subclasses,
+as `ReplayChildren`, `ChildRisk` and `Counterfactual`, the classes of the
+same names here (defined only when the world has those interfaces):
+
+- `ReplayChildren`: `fork-replay-child` adopts the exported JSON state as
+  the instance's child, kept by its `child-id`;
+  `validate-replay-child-equivalence` compares the child's digest with the
+  point's (one `state-digest` check); `run-replay-child` runs
+  `run_child(state, task, ctx)`, by default `run_suffix`. Children are
+  `thread-safe`.
+- `rebuild(state, target_branch_id)`, a hook of `Replay` and
+  `ReplayChildren`: None (the default) restores an exact copy; a value is a
+  state rebuilt another way for that branch, restored `best_effort`
+  without the prefix and reported unverified (the host never promotes it).
+- `ChildRisk`: `assess_intent(state, intent)` and
+  `assess_outcome(state, intent, outcome)` return `allow(policy_id)` or
+  `deny(policy_id, reason)`; both allow by default (policy `allow-all`).
+- `Counterfactual`: `run_change(state, item, change, request, ctx)` gets
+  the child's state, the failed item and the parsed change set and returns
+  one `outcome(validation_id, passed, summary)` per target, ids unique.
+
+A child id not forked in the instance is `unknown-child`; an intent,
+outcome, item or change set that is not a JSON object is
+`invalid-intent`, `invalid-record`, `invalid-item` or `invalid-change-set`.
 """
 
 import hashlib
@@ -70,12 +95,31 @@ from wit_world.imports.types import (
     RestoreReceipt,
 )
 
+# The interfaces past `replay` exist only in the worlds that export them
+# (`isolated`, `counterfactual-fixes`); in world `replayable` the classes
+# that need them are not defined.
+try:
+    from wit_world.exports import replay_children as wit_children
+except ImportError:
+    wit_children = None
+try:
+    from wit_world.exports import child_risk as wit_risk
+except ImportError:
+    wit_risk = None
+try:
+    from wit_world.exports import counterfactual as wit_counterfactual
+except ImportError:
+    wit_counterfactual = None
+
 # execution_group_id -> (a callable giving the registered group, or None
 # once a weakly held group is gone; its state's attribute names, or None
 # for a dict or list).
 _GROUPS = {}
 # binding token -> _Point, for resume-binding in snapshot children.
 _BINDINGS = {}
+# child id -> _Child, for the calls that name a child by id (child-risk,
+# counterfactual).
+_CHILDREN = {}
 _NEXT_TOKEN = [1]
 
 # Deeper than this, a state is taken for a cycle.
@@ -272,6 +316,66 @@ class _Point:
         self.working = None
 
 
+class _Restored:
+    """A working copy of a point's state, and whether the adapter's
+    `rebuild` hook made it (instead of a copy of the captured state)."""
+
+    def __init__(self, state, rebuilt):
+        self.state = state
+        self.rebuilt = rebuilt
+
+
+def _restore(hooks, captured, target_branch_id):
+    """The working copy for a suffix or child on `target_branch_id`, and
+    its receipt: an exact copy of `captured` (its digest, prefix reused),
+    or what `hooks.rebuild` gives (best effort, prefix not reused)."""
+    rebuilt = hooks.rebuild(_copy(captured, "state"), target_branch_id)
+    if rebuilt is not None:
+        receipt = RestoreReceipt(
+            achieved_fidelity=Fidelity.BEST_EFFORT,
+            restored_projection_digest=None,
+            prefix_reused=False,
+        )
+        return _Restored(_copy(rebuilt, "rebuilt state"), True), receipt
+    state = _copy(captured, "state")
+    receipt = RestoreReceipt(
+        achieved_fidelity=Fidelity.EXACT,
+        restored_projection_digest=digest(state),
+        prefix_reused=True,
+    )
+    return _Restored(state, False), receipt
+
+
+def _equivalence(captured_digest, restored):
+    """The equivalence report of `restored` against `captured_digest`: one
+    `state-digest` check for a copy; best effort and unverified for a
+    rebuilt state (it is not compared)."""
+    if restored.rebuilt:
+        return EquivalenceReport(
+            achieved_fidelity=Fidelity.BEST_EFFORT,
+            equivalent=False,
+            expected_digest=captured_digest,
+            observed_digest=None,
+            checks=[],
+            sanitized_reason="rebuilt by the adapter; not compared with the captured state",
+        )
+    observed = digest(restored.state)
+    equal = observed == captured_digest
+    summary = (
+        "restored state digest equals the captured digest"
+        if equal
+        else "restored state digest differs from the captured digest"
+    )
+    return EquivalenceReport(
+        achieved_fidelity=Fidelity.EXACT,
+        equivalent=equal,
+        expected_digest=captured_digest,
+        observed_digest=observed,
+        checks=[EquivalenceCheck(check_id="state-digest", passed=equal, public_summary=summary)],
+        sanitized_reason=None,
+    )
+
+
 class ReplayBinding:
     """The `replay-binding` resource: a handle on a point. A snapshot child
     gets a new one on the same point (`resume-binding`)."""
@@ -303,6 +407,15 @@ def _no_constant(name):
     raise ValueError(f"{name} is not JSON")
 
 
+def _parse_state(state):
+    """The JSON data of exported state bytes (`invalid-state` otherwise)."""
+    try:
+        value = json.loads(bytes(state).decode("utf-8"), parse_constant=_no_constant)
+    except ValueError as error:
+        raise _declared("invalid-state", f"replay state is not JSON: {error}") from None
+    return _copy(value, "state")
+
+
 class Replay(exports.Replay):
     """The `replay` export. Subclass it in the app module as `Replay` and
     define `run_suffix(self, state, item, ctx)`: run `item` (JSON text) on
@@ -316,35 +429,23 @@ class Replay(exports.Replay):
         group, names = _group(request.execution_group_id)
         return _lease(_Point(state_of(group, names)))
 
+    def rebuild(self, state, target_branch_id):
+        """A hook: None (the default) restores an exact copy of the
+        captured `state`; a value is a state rebuilt another way for the
+        branch `target_branch_id` (best effort, not compared)."""
+        return None
+
     def restore_replay_state(self, binding, request):
         point = _point(binding)
-        point.working = _copy(point.state, "state")
-        return RestoreReceipt(
-            achieved_fidelity=Fidelity.EXACT,
-            restored_projection_digest=digest(point.working),
-            prefix_reused=True,
-        )
+        point.working, receipt = _restore(self, point.state, request.target_branch_id)
+        return receipt
 
     def validate_replay_equivalence(self, binding, receipt):
         point = _point(binding)
-        observed = digest(_working(point))
-        equal = observed == point.digest
-        summary = (
-            "restored state digest equals the captured digest"
-            if equal
-            else "restored state digest differs from the captured digest"
-        )
-        return EquivalenceReport(
-            achieved_fidelity=Fidelity.EXACT,
-            equivalent=equal,
-            expected_digest=point.digest,
-            observed_digest=observed,
-            checks=[EquivalenceCheck(check_id="state-digest", passed=equal, public_summary=summary)],
-            sanitized_reason=None,
-        )
+        return _equivalence(point.digest, _working(point))
 
     def run_replay_suffix(self, binding, item, ctx):
-        return self.run_suffix(_working(_point(binding)), item, ctx)
+        return self.run_suffix(_working(_point(binding)).state, item, ctx)
 
     def finalize_replay_suffix(self, binding, request, suffix_succeeded):
         binding.point.working = None
@@ -356,11 +457,7 @@ class Replay(exports.Replay):
         return _point(binding).canonical.encode("utf-8")
 
     def import_replay_state(self, state, request):
-        try:
-            value = json.loads(bytes(state).decode("utf-8"), parse_constant=_no_constant)
-        except ValueError as error:
-            raise _declared("invalid-state", f"replay state is not JSON: {error}") from None
-        return _lease(_Point(_copy(value, "state")))
+        return _lease(_Point(_parse_state(state)))
 
     def binding_token(self, binding):
         point = binding.point
@@ -375,3 +472,188 @@ class Replay(exports.Replay):
                 "a token binding-token gave before the snapshot",
             )
         return ReplayBinding(point)
+
+
+# --------------------------------------------------------------- children
+
+
+class _Child:
+    """An isolated child: its working state (a `_Restored`), the captured
+    point's digest, its id."""
+
+    def __init__(self, child_id, restored, captured_digest):
+        self.child_id = child_id
+        self.restored = restored
+        self.captured_digest = captured_digest
+        self.released = False
+
+
+class ReplayChild:
+    """The `replay-child` resource: a handle on a child."""
+
+    def __init__(self, child):
+        self.child = child
+
+
+def _live_child(handle):
+    child = handle.child
+    if child.released:
+        raise _declared("released", "the replay child was released")
+    return child
+
+
+def child_state(child_id):
+    """The working state of the child forked under `child_id` in this
+    instance (`unknown-child` otherwise)."""
+    child = _CHILDREN.get(child_id)
+    if child is None or child.released:
+        raise _declared(
+            "unknown-child",
+            f"no replay child {json.dumps(child_id, ensure_ascii=False)} was forked in this "
+            "instance; child-risk and counterfactual calls need the child-id of the instance's "
+            "fork-replay-child call",
+        )
+    return child.restored.state
+
+
+def _parse_object(text, what, kind):
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except ValueError as error:
+        raise _declared(kind, f"{what} is not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise _declared(kind, f"{what} must be a JSON object")
+    return value
+
+
+if wit_children is not None:
+
+    class ReplayChildren(exports.ReplayChildren):
+        """The `replay-children` export. Subclass it in the app module as
+        `ReplayChildren`; define `run_child(self, state, task, ctx)` (by
+        default it calls `self.run_suffix(state, task, ctx)`, so a mixin
+        that defines `run_suffix` serves both exports) and, optionally,
+        `rebuild(self, state, target_branch_id)` as for `Replay`."""
+
+        def rebuild(self, state, target_branch_id):
+            return None
+
+        def run_suffix(self, state, item, ctx):
+            raise _declared(
+                "unsupported",
+                "the adapter's ReplayChildren class defines no run_child(state, task, ctx) "
+                "or run_suffix(state, item, ctx)",
+            )
+
+        def run_child(self, state, task, ctx):
+            return self.run_suffix(state, task, ctx)
+
+        def fork_replay_child(self, state, request):
+            captured = _parse_state(state)
+            restored, receipt = _restore(self, captured, request.target_branch_id)
+            child = _Child(request.child_id, restored, digest(captured))
+            _CHILDREN[request.child_id] = child
+            return wit_children.ChildLease(
+                child=ReplayChild(child),
+                receipt=receipt,
+                concurrency=wit_children.ChildConcurrency.THREAD_SAFE,
+            )
+
+        def validate_replay_child_equivalence(self, child, receipt):
+            child = _live_child(child)
+            return _equivalence(child.captured_digest, child.restored)
+
+        def run_replay_child(self, child, task, ctx):
+            return self.run_child(_live_child(child).restored.state, task, ctx)
+
+        def release_replay_child(self, child):
+            child = child.child
+            child.released = True
+            child.restored = None
+            if _CHILDREN.get(child.child_id) is child:
+                del _CHILDREN[child.child_id]
+
+
+if wit_risk is not None:
+
+    def allow(policy_id, reason=None):
+        """A risk assessment that lets the child go on."""
+        return wit_risk.RiskAssessment(
+            disposition=wit_risk.Disposition.ALLOW, policy_id=policy_id, sanitized_reason=reason
+        )
+
+    def deny(policy_id, reason):
+        """A risk assessment that stops the child (public-safe `reason`)."""
+        return wit_risk.RiskAssessment(
+            disposition=wit_risk.Disposition.DENY, policy_id=policy_id, sanitized_reason=reason
+        )
+
+    class ChildRisk(exports.ChildRisk):
+        """The `child-risk` export. Subclass it in the app module as
+        `ChildRisk` and override either hook; both allow by default (policy
+        `allow-all`). `assess_intent(self, state, intent)` and
+        `assess_outcome(self, state, intent, outcome)` get the child's
+        working state and the intent and outcome as dicts, and return
+        `allow(policy_id)` or `deny(policy_id, reason)`."""
+
+        def assess_intent(self, state, intent):
+            return allow("allow-all")
+
+        def assess_outcome(self, state, intent, outcome):
+            return allow("allow-all")
+
+        def assess_replay_child_intent(self, child_id, intent):
+            state = child_state(child_id)
+            return self.assess_intent(state, _parse_object(intent, "child intent", "invalid-intent"))
+
+        def assess_replay_child_outcome(self, child_id, intent, outcome):
+            state = child_state(child_id)
+            intent = _parse_object(intent, "child intent", "invalid-intent")
+            outcome = _parse_object(outcome, "child outcome", "invalid-record")
+            return self.assess_outcome(state, intent, outcome)
+
+
+if wit_counterfactual is not None:
+
+    def outcome(validation_id, passed, summary=None):
+        """One validation target's result (public-safe `summary`)."""
+        return wit_counterfactual.ValidationOutcome(
+            validation_id=validation_id, passed=passed, public_summary=summary
+        )
+
+    class Counterfactual(exports.Counterfactual):
+        """The `counterfactual` export. Subclass it in the app module as
+        `Counterfactual` and define `run_change(self, state, item, change,
+        request, ctx)`: apply `change` (the candidate's public change set, a
+        dict) and run `item` (the failed item, a dict) on `state` (the
+        child's working state), returning one `outcome(...)` per validation
+        target checked."""
+
+        def run_change(self, state, item, change, request, ctx):
+            raise _declared(
+                "unsupported",
+                "the adapter's Counterfactual class defines no "
+                "run_change(state, item, change, request, ctx)",
+            )
+
+        def run_counterfactual(self, child_id, item, request, ctx):
+            state = child_state(child_id)
+            item = _parse_object(item, "item", "invalid-item")
+            change = _parse_object(request.public_change_set, "counterfactual change set", "invalid-change-set")
+            outcomes = list(self.run_change(state, item, change, request, ctx))
+            seen = set()
+            for index, result in enumerate(outcomes):
+                if not isinstance(result, wit_counterfactual.ValidationOutcome):
+                    raise _declared(
+                        "invalid-outcome",
+                        f"run_change result [{index}] is a {type(result).__name__}; "
+                        "return sandloop_replay.outcome(validation_id, passed, summary)",
+                    )
+                if result.validation_id in seen:
+                    raise _declared(
+                        "invalid-outcome",
+                        f"run_change result [{index}] repeats validation_id "
+                        f"{json.dumps(result.validation_id, ensure_ascii=False)}",
+                    )
+                seen.add(result.validation_id)
+            return outcomes

@@ -42,6 +42,12 @@ pub fn python_noop() -> Option<&'static str> {
     other_language(env!("PYTHON_NOOP_WASM"))
 }
 
+/// `examples/python-adapter/ledger.py`: ledger-import
+/// (`examples/counterfactual`) in Python, world `counterfactual-fixes`.
+pub fn python_ledger() -> Option<&'static str> {
+    other_language(env!("PYTHON_LEDGER_WASM"))
+}
+
 /// `examples/js-adapter/adapter.js` (world `replayable`), built with
 /// componentize-js.
 pub fn js_adapter() -> Option<&'static str> {
@@ -51,4 +57,10 @@ pub fn js_adapter() -> Option<&'static str> {
 /// `examples/js-adapter/noop.js`: bench-adapter's no-op logic in JavaScript.
 pub fn js_noop() -> Option<&'static str> {
     other_language(env!("JS_NOOP_WASM"))
+}
+
+/// `examples/js-adapter/ledger.js`: ledger-import (`examples/counterfactual`)
+/// in JavaScript, world `counterfactual-fixes`.
+pub fn js_ledger() -> Option<&'static str> {
+    other_language(env!("JS_LEDGER_WASM"))
 }

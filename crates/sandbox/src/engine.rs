@@ -37,8 +37,11 @@ impl SandboxEngine {
         if config.pool_instances > 0 {
             let slots = config.pool_instances;
             let mut pool = PoolingAllocationConfig::default();
+            // Every slot can hold a component of the per-component maximum
+            // of core instances: a componentize-py component has 14, so
+            // `slots * 8` ran out once three of them were live at once.
             pool.total_component_instances(slots)
-                .total_core_instances(slots * 8)
+                .total_core_instances(slots * 32)
                 .total_memories(slots * 4)
                 .total_tables(slots * 8)
                 .max_memories_per_component(8)

@@ -44,20 +44,7 @@ const ERROR_TYPES: &[&str] = &[
 /// The other-language components, or `None` (after printing why) when the
 /// toolchains are missing and skipping was asked for.
 fn other_languages() -> Option<[(&'static str, &'static str); 2]> {
-    match (python_adapter(), js_adapter()) {
-        (Some(python), Some(js)) => Some([("python", python), ("js", js)]),
-        _ if std::env::var_os("SANDLOOP_SKIP_GUEST_LANGS").is_some() => {
-            eprintln!(
-                "SKIPPED: the Python/JavaScript adapters were not built (SANDLOOP_SKIP_GUEST_LANGS is set)"
-            );
-            None
-        }
-        _ => panic!(
-            "the Python/JavaScript example adapters were not built: their toolchains are \
-             missing. Run `bash .ci/guest-toolchains.sh`, then the tests again \
-             (or set SANDLOOP_SKIP_GUEST_LANGS=1 to skip them knowingly)"
-        ),
-    }
+    guest_langs("adapters", python_adapter(), js_adapter())
 }
 
 /// A finished run: its records and summary.

@@ -1,13 +1,16 @@
 //! `sandloop counterfactual` on the `examples/counterfactual` adapter
-//! (ledger-import): its demo, snapshot points, exit codes and bad input.
+//! (ledger-import): its demo, snapshot points, exit codes and bad input;
+//! and on its Python and JavaScript ports (`examples/python-adapter/ledger.py`,
+//! `examples/js-adapter/ledger.js`), which `SANDLOOP_SKIP_GUEST_LANGS=1`
+//! skips when their toolchains are missing (see conformance.rs).
 
 use std::path::Path;
 
 use serde_json::{Value, json};
 
 use crate::support::{
-    assert_exit, code, inspect_info, jsonl, records, run, run_markdown_explorer, s, sandloop,
-    stderr, stdout, workspace_file, write_items,
+    assert_exit, code, guest_langs, inspect_info, jsonl, records, run, run_markdown_explorer, s,
+    sandloop, stderr, stdout, workspace_file, write_items,
 };
 
 /// Each candidate's decision in a `counterfactuals.jsonl` line, by id.
@@ -80,6 +83,27 @@ fn failed_group(run_dir: &Path) -> String {
 
 fn write_json(path: &Path, value: &Value) {
     std::fs::write(path, value.to_string()).unwrap();
+}
+
+/// Run the demo's candidates on the failed `2024-q2` of `run_dir` (the
+/// hypothesis written to `dir/h.json`), asserting exit 0 (`what` names the
+/// component in a failure), and return the printed JSON line.
+fn demo_counterfactual(dir: &Path, run_dir: &Path, what: &str) -> Value {
+    let hypothesis_path = dir.join("h.json");
+    write_json(
+        &hypothesis_path,
+        &hypothesis(&failed_group(run_dir), demo_candidates()),
+    );
+    let output = run(&[
+        "counterfactual",
+        "--run",
+        s(run_dir),
+        "--hypothesis",
+        s(&hypothesis_path),
+        "--json",
+    ]);
+    assert_eq!(code(&output), 0, "{what}: {}", stderr(&output));
+    serde_json::from_str(&stdout(&output)).unwrap()
 }
 
 #[test]
@@ -205,21 +229,7 @@ fn candidates_of_a_snapshot_point_run_in_instances_of_the_snapshot() {
         s(&run_dir),
     ]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
-    let hypothesis_path = dir.path().join("h.json");
-    write_json(
-        &hypothesis_path,
-        &hypothesis(&failed_group(&run_dir), demo_candidates()),
-    );
-    let output = run(&[
-        "counterfactual",
-        "--run",
-        s(&run_dir),
-        "--hypothesis",
-        s(&hypothesis_path),
-        "--json",
-    ]);
-    assert_eq!(code(&output), 0, "{}", stderr(&output));
-    let line: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let line = demo_counterfactual(dir.path(), &run_dir, "ledger-import");
     assert_eq!(line["restored_from"], "snapshot");
     assert!(line["snapshot_compile"]["compile_ms"].is_number(), "{line}");
     assert_eq!(decisions(&line), expected_decisions());
@@ -229,11 +239,17 @@ fn candidates_of_a_snapshot_point_run_in_instances_of_the_snapshot() {
 
 /// A ledger-import run of the three quarters in `dir/run`.
 fn ledger_run(dir: &Path) -> std::path::PathBuf {
+    ledger_run_of(sandloop_tests::LEDGER_IMPORT, dir)
+}
+
+/// A run of the ledger-import component `adapter` (the Rust example or a
+/// port) over the three quarters in `dir/run`.
+fn ledger_run_of(adapter: &str, dir: &Path) -> std::path::PathBuf {
     let run_dir = dir.join("run");
     let output = run(&[
         "run",
         "--adapter",
-        sandloop_tests::LEDGER_IMPORT,
+        adapter,
         "--epochs",
         "1",
         "--out",
@@ -241,6 +257,53 @@ fn ledger_run(dir: &Path) -> std::path::PathBuf {
     ]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     run_dir
+}
+
+#[test]
+fn the_python_and_javascript_ports_decide_the_demo_as_the_rust_example_does() {
+    let Some(ports) = guest_langs(
+        "ledger ports",
+        sandloop_tests::python_ledger(),
+        sandloop_tests::js_ledger(),
+    ) else {
+        return;
+    };
+    for (language, adapter) in ports {
+        let protocols = inspect_info(adapter)["protocols"].clone();
+        assert!(
+            protocols
+                .as_array()
+                .unwrap()
+                .contains(&json!("counterfactual-v0")),
+            "{language}: {protocols}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let run_dir = ledger_run_of(adapter, dir.path());
+        let line = demo_counterfactual(dir.path(), &run_dir, language);
+        assert_eq!(decisions(&line), expected_decisions(), "{language}: {line}");
+        assert_eq!(line["promoted"], json!(["read-thousands-separators"]));
+        for candidate in line["group"]["candidates"].as_array().unwrap() {
+            let execution = &candidate["execution_result"];
+            assert_eq!(execution["isolated"], true, "{language}: {candidate}");
+            assert_eq!(
+                execution["intent_assessment"]["policy_id"], "change-scope",
+                "{language}: every candidate was screened: {candidate}"
+            );
+        }
+        let rejected = &line["group"]["candidates"][1]["replay_result"];
+        assert_eq!(
+            rejected["regressed_guards"],
+            json!(["rows-kept"]),
+            "{language}"
+        );
+        let observed = &line["group"]["candidates"][2]["replay_result"];
+        assert_eq!(
+            observed["restore"]["achieved_fidelity"], "best_effort",
+            "{language}: {observed}"
+        );
+        assert_eq!(observed["restore"]["prefix_reused"], false, "{language}");
+        assert_eq!(jsonl(&run_dir.join("counterfactuals.jsonl")), vec![line]);
+    }
 }
 
 #[test]

@@ -214,3 +214,29 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// The Python and JavaScript components `python` and `js` (built by the
+/// tests' build script, `None` without their toolchain) labelled `python`
+/// and `js`, or `None` (after printing why) when one is missing and
+/// `SANDLOOP_SKIP_GUEST_LANGS` asks to skip; otherwise a missing one panics
+/// and says how to install it. `what` names them in those messages.
+pub fn guest_langs(
+    what: &str,
+    python: Option<&'static str>,
+    js: Option<&'static str>,
+) -> Option<[(&'static str, &'static str); 2]> {
+    match (python, js) {
+        (Some(python), Some(js)) => Some([("python", python), ("js", js)]),
+        _ if std::env::var_os("SANDLOOP_SKIP_GUEST_LANGS").is_some() => {
+            eprintln!(
+                "SKIPPED: the Python/JavaScript {what} were not built (SANDLOOP_SKIP_GUEST_LANGS is set)"
+            );
+            None
+        }
+        _ => panic!(
+            "the Python/JavaScript {what} were not built: their toolchains are \
+             missing. Run `bash .ci/guest-toolchains.sh`, then the tests again \
+             (or set SANDLOOP_SKIP_GUEST_LANGS=1 to skip them knowingly)"
+        ),
+    }
+}
