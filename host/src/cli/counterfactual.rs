@@ -8,7 +8,6 @@
 //! `run_counterfactual_child_group`). The result is appended to the run's
 //! `counterfactuals.jsonl`.
 
-use std::fs::OpenOptions;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,6 +17,7 @@ use serde_json::{Value, json};
 use super::args::CounterfactualArgs;
 use super::finished_run::{
     AdoptedPoint, ComponentSource, adopt_point, error_fields, load_run_adapter, lock_run,
+    open_run_log,
 };
 use super::{CliError, say};
 use crate::episode::adapter::{CallContext, Item};
@@ -28,7 +28,7 @@ use crate::replay::counterfactual::{
 };
 use crate::replay::durable::{DurableKind, PointLine, load_points, read_durable_state};
 use crate::replay::offline::{
-    ItemPosition, ReplayPlan, ReplaysFile, append_line, find_record, plan_replay, run_source,
+    ItemPosition, ReplayPlan, append_line, find_record, plan_replay, run_source,
 };
 use crate::replay::{
     MemoryAgentStateStore, ReplayCause, ReplayError, ReplayMetricLedger, ReplayPoint,
@@ -61,6 +61,16 @@ pub fn counterfactual(args: CounterfactualArgs) -> Result<(), CliError> {
     let all_points = load_points(run).map_err(|error| input(error.to_string()))?;
     let mut position = find_record(run, &hypothesis.item_id, hypothesis.epoch)
         .map_err(|message| named("item_id", message))?;
+    if !failed(&position.record) {
+        return Err(named(
+            "item_id",
+            format!(
+                "item {:?} did not fail in {} (its record has no adapter_error and was not \
+                 refused: accepted is not false); a counterfactual asks what would have fixed a failure",
+                hypothesis.item_id, position.execution_group_id
+            ),
+        ));
+    }
 
     // The trace the hypothesis addresses: the item's branch and, for an
     // item that ran as a child, the branch of the point it forked from.
@@ -116,14 +126,10 @@ pub fn counterfactual(args: CounterfactualArgs) -> Result<(), CliError> {
 
     // Everything is checked; the result must have somewhere to go.
     let path = run.join(COUNTERFACTUALS_FILE);
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|error| input(format!("cannot write {}: {error}", path.display())))?;
-    let earlier = ReplaysFile::read(&path);
+    let (mut file, earlier) = open_run_log(&path)?;
     let started = Instant::now();
     let metrics = Arc::new(ReplayMetricLedger::new());
+    selection.count(&metrics);
     let mut registry = ReplayPointRegistry::new(MemoryAgentStateStore::new(), Arc::clone(&metrics));
     let AdoptedPoint {
         mut adapter,
@@ -202,6 +208,15 @@ pub fn counterfactual(args: CounterfactualArgs) -> Result<(), CliError> {
         ))),
         Ok(_) => Ok(()),
     }
+}
+
+/// Whether a record is a failure: an error record, or one the adapter
+/// refused (`accepted: false`).
+fn failed(record: &crate::episode::adapter::Record) -> bool {
+    record
+        .get("adapter_error")
+        .is_some_and(|error| !error.is_null())
+        || record.get("accepted") == Some(&Value::Bool(false))
 }
 
 /// The events of the item's trace on its lineage: its own branch and, when
@@ -295,8 +310,8 @@ fn print_table(
     let point = &line.point;
     say(&format!(
         "sandloop counterfactual: {} on {}, from replay point {} ({}, {} fork, sequence {} of trace {})",
-        hypothesis.hypothesis_id,
-        hypothesis.item_id,
+        shown(&hypothesis.hypothesis_id, ID_COLUMN),
+        shown(&hypothesis.item_id, WHY_COLUMN),
         point.replay_point_id,
         point.fidelity,
         match kind {
@@ -307,16 +322,19 @@ fn print_table(
         point.cursor.trace_id,
     ));
     match group {
-        Err(error) => say(&format!("  failed     {error}")),
+        Err(error) => say(&format!(
+            "  failed     {}",
+            shown(&error.to_string(), WHY_COLUMN)
+        )),
         Ok(group) => {
             let width = group
                 .candidates
                 .iter()
-                .map(|c| c.candidate_id().chars().count())
+                .map(|c| shown(c.candidate_id(), ID_COLUMN).chars().count())
                 .max()
                 .unwrap_or(0)
                 .max("candidate".len());
-            say(&format!("  {:width$}  {:13}  why", "candidate", "decision"));
+            say(&format!("  {:width$}  {:16}  why", "candidate", "decision"));
             for candidate in &group.candidates {
                 let (decision, why) = match candidate {
                     CandidateResult::Evaluated { replay, .. } => {
@@ -348,22 +366,78 @@ fn print_table(
                         }
                         (replay.decision.as_str(), why)
                     }
-                    CandidateResult::ExecutionFailed(failure) => (
-                        "failed",
-                        format!(
+                    CandidateResult::ExecutionFailed(failure) => {
+                        let mut why = format!(
                             "{} at {}: {}",
                             failure.error_type,
                             failure.stage.as_str(),
                             failure.error.message
-                        ),
-                    ),
+                        );
+                        if let Some(reason) = failure
+                            .risk_assessment
+                            .as_ref()
+                            .and_then(|assessment| assessment.sanitized_reason.as_deref())
+                        {
+                            why.push_str(&format!(" ({reason})"));
+                        }
+                        ("execution_failed", why)
+                    }
                 };
                 say(&format!(
-                    "  {:width$}  {decision:13}  {why}",
-                    candidate.candidate_id()
+                    "  {:width$}  {decision:16}  {}",
+                    shown(candidate.candidate_id(), ID_COLUMN),
+                    shown(&why, WHY_COLUMN)
                 ));
             }
         }
     }
     say(&format!("  written    {}", path.display()));
+}
+
+/// Widest candidate id the table shows, characters.
+const ID_COLUMN: usize = 48;
+/// Longest reason the table shows, characters (the line has them whole).
+const WHY_COLUMN: usize = 240;
+
+/// `text` for the terminal: control characters escaped, cut at `max`
+/// characters with an ellipsis.
+fn shown(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (count, c) in text.chars().enumerate() {
+        if count == max {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_text_is_escaped_and_cut() {
+        assert_eq!(shown("a\nb\u{1b}[31m", 10), "a\\nb\\u{1b}[31m");
+        assert_eq!(shown("abcdef", 3), "abc…");
+        assert_eq!(shown("", 3), "");
+        let long = "c".repeat(70_000);
+        assert_eq!(shown(&long, ID_COLUMN).chars().count(), ID_COLUMN + 1);
+    }
+
+    #[test]
+    fn a_failure_is_an_error_record_or_a_refused_one() {
+        let record = |value: Value| value.as_object().unwrap().clone();
+        assert!(failed(&record(json!({"adapter_error": {"type": "trap"}}))));
+        assert!(failed(&record(json!({"accepted": false}))));
+        assert!(!failed(&record(
+            json!({"accepted": true, "adapter_error": null})
+        )));
+        assert!(!failed(&record(json!({}))));
+    }
 }

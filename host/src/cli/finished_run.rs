@@ -13,7 +13,7 @@ use super::run::sandbox_config;
 use super::{CliError, open_sandbox};
 use crate::harness::run_files::MANIFEST_FILE;
 use crate::replay::durable::{DurableKind, PointLine};
-use crate::replay::offline::{RunSource, as_run_saw_it};
+use crate::replay::offline::{ReplaysFile, RunSource, as_run_saw_it};
 use crate::replay::{MemoryAgentStateStore, ReplayError, ReplayPoint, ReplayPointRegistry};
 use crate::sandbox::adapter::{
     BindingHandle, SnapshotCompileCost, adopt_durable_point, adopt_snapshot_point,
@@ -125,6 +125,13 @@ pub fn load_run_adapter(
         &config.dirs,
     )
     .map_err(CliError::Input)?;
+    // The run's component, by its bytes, before anything is compiled.
+    if let Ok(bytes) = std::fs::read(&adapter_path) {
+        let sha256 = sandloop_core::digest::sha256_hex(&bytes);
+        if sha256 != source.sha256 {
+            return Err(not_the_runs(&adapter_path, &sha256, &source.sha256));
+        }
+    }
     let (engine, config) = open_sandbox(config)?;
     let loaded = Arc::new(load(&adapter_path, engine, config).map_err(|error| match error {
         crate::sandbox::LoadError::Read { .. } if from.adapter.is_none() => input(format!(
@@ -133,12 +140,11 @@ pub fn load_run_adapter(
         other => other.into(),
     })?);
     if loaded.info.sha256 != source.sha256 {
-        return Err(input(format!(
-            "{} is not the component this run used (sha256 {}…, the run's is {}…)",
-            adapter_path.display(),
-            &loaded.info.sha256[..12],
-            &source.sha256[..12.min(source.sha256.len())]
-        )));
+        return Err(not_the_runs(
+            &adapter_path,
+            &loaded.info.sha256,
+            &source.sha256,
+        ));
     }
     if !loaded.protocols.replay {
         return Err(input(format!(
@@ -147,6 +153,16 @@ pub fn load_run_adapter(
         )));
     }
     Ok(loaded)
+}
+
+/// `path` (sha256 `found`) is not the run's component (`expected`).
+fn not_the_runs(path: &Path, found: &str, expected: &str) -> CliError {
+    input(format!(
+        "{} is not the component this run used (sha256 {}…, the run's is {}…)",
+        path.display(),
+        &found[..12.min(found.len())],
+        &expected[..12.min(expected.len())]
+    ))
 }
 
 /// A durable point adopted into a fresh instance.
@@ -209,12 +225,34 @@ pub fn adopt_point(
 pub fn lock_run(run: &Path, command: &str) -> Result<sandloop_core::dir_lock::DirLock, CliError> {
     sandloop_core::dir_lock::lock_dir(run).map_err(|error| match error {
         sandloop_core::dir_lock::DirLockError::Held { holder, .. } => input(format!(
-            "{} is in use by a sandloop run or another replay ({}); {command} once it has finished",
+            "{} is in use by another sandloop process ({}); run `sandloop {command}` again once it has finished",
             run.display(),
             sandloop_core::dir_lock::Holder(holder)
         )),
         other => CliError::Failed(other.to_string()),
     })
+}
+
+/// Open the run's log `path` (`replays.jsonl`, `counterfactuals.jsonl`)
+/// for appending, what it already holds, and refuse (exit 2) a symbolic
+/// link: a command writes inside its run directory only.
+pub fn open_run_log(path: &Path) -> Result<(std::fs::File, ReplaysFile), CliError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|error| {
+            let why = if error.raw_os_error() == Some(libc::ELOOP) {
+                "it is a symbolic link, and results are written inside the run directory only"
+                    .to_string()
+            } else {
+                error.to_string()
+            };
+            input(format!("cannot write {}: {why}", path.display()))
+        })?;
+    Ok((file, ReplaysFile::read(path)))
 }
 
 /// An error's `stage`, `type` and `message`, as `replays.jsonl` and

@@ -3,7 +3,6 @@
 //! item's first affected trace event — instead of running its whole prefix
 //! again — and report whether the restore was verified equivalent.
 
-use std::fs::OpenOptions;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,13 +11,14 @@ use serde_json::{Map, Value, json};
 use super::args::ReplayArgs;
 use super::finished_run::{
     AdoptedPoint, ComponentSource, adopt_point, error_fields, load_run_adapter, lock_run,
+    open_run_log,
 };
 use super::{CliError, say};
 use crate::episode::adapter::{CallContext, Item, Record};
 use crate::replay::RiskAssessmentRules;
 use crate::replay::durable::{PointLine, load_points, read_durable_state};
 use crate::replay::offline::{
-    REPLAYS_FILE, ReplayPlan, ReplaysFile, append_line, find_record, plan_replay, run_source,
+    REPLAYS_FILE, ReplayPlan, append_line, find_record, plan_replay, run_source,
 };
 use crate::replay::registry::judge_replay_intent;
 use crate::replay::{
@@ -84,16 +84,12 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
 
     // Everything is checked; the result must have somewhere to go.
     let replays_path = run.join(REPLAYS_FILE);
-    let mut replays = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&replays_path)
-        .map_err(|error| input(format!("cannot write {}: {error}", replays_path.display())))?;
+    let (mut replays, earlier) = open_run_log(&replays_path)?;
     let started = Instant::now();
-    let earlier = ReplaysFile::read(&replays_path);
     let replay_number = earlier.lines + 1;
     let target_branch = format!("replay-{replay_number}:{}", args.item);
     let metrics = Arc::new(ReplayMetricLedger::new());
+    selection.count(&metrics);
     let mut registry = ReplayPointRegistry::new(MemoryAgentStateStore::new(), Arc::clone(&metrics));
     let import_started = Instant::now();
     let AdoptedPoint {

@@ -405,6 +405,14 @@ fn bad_hypotheses_are_exit_2_naming_the_field_and_write_nothing() {
         ),
         (
             {
+                let mut h = hypothesis(&group, demo_candidates());
+                h["item_id"] = json!("2024-q1");
+                h
+            },
+            "item_id: item \"2024-q1\" did not fail",
+        ),
+        (
+            {
                 // Before the point: no point lies at or before sequence 0.
                 let mut h = hypothesis(&group, demo_candidates());
                 h["first_affected_event_id"] = json!(format!("{group}/main/0"));
@@ -427,6 +435,21 @@ fn bad_hypotheses_are_exit_2_naming_the_field_and_write_nothing() {
     }
     assert!(!run_dir.join("counterfactuals.jsonl").exists());
 
+    // Results are written inside the run directory only.
+    let elsewhere = dir.path().join("elsewhere.jsonl");
+    std::fs::write(&elsewhere, "").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, run_dir.join("counterfactuals.jsonl")).unwrap();
+    write_json(&path, &hypothesis(&group, demo_candidates()));
+    let output = run(&[
+        "counterfactual",
+        "--run",
+        s(&run_dir),
+        "--hypothesis",
+        s(&path),
+    ]);
+    assert_exit(&output, 2, &["is a symbolic link"]);
+    assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "");
+
     // A component without the interface is refused by name.
     let markdown = dir.path().join("markdown");
     let output = run_markdown_explorer(&markdown, &["--epochs", "1"], &[]);
@@ -442,13 +465,32 @@ fn bad_hypotheses_are_exit_2_naming_the_field_and_write_nothing() {
     h["first_affected_event_id"] = json!(format!("{group}/{item}/2"));
     h["first_affected_sequence"] = json!(2);
     write_json(&path, &h);
-    let output = run(&[
-        "counterfactual",
-        "--run",
-        s(&markdown),
-        "--hypothesis",
-        s(&path),
-    ]);
+    let counterfactual = || {
+        run(&[
+            "counterfactual",
+            "--run",
+            s(&markdown),
+            "--hypothesis",
+            s(&path),
+        ])
+    };
+    // The item succeeded: there is no failure to fix.
+    assert_exit(&counterfactual(), 2, &["item_id: ", "did not fail"]);
+    // Say the adapter refused it, as a failed item's record would.
+    let records_path = markdown.join("records.jsonl");
+    let text = std::fs::read_to_string(&records_path).unwrap();
+    let refused: String = text
+        .lines()
+        .map(|line| {
+            let mut value: Value = serde_json::from_str(line).unwrap();
+            if value["item_id"] == item && value["record_kind"] == "episode_suffix" {
+                value["accepted"] = json!(false);
+            }
+            format!("{value}\n")
+        })
+        .collect();
+    std::fs::write(&records_path, refused).unwrap();
+    let output = counterfactual();
     assert_exit(
         &output,
         2,

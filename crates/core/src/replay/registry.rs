@@ -98,6 +98,20 @@ pub struct Selection {
     pub fidelity_filtered: bool,
 }
 
+impl Selection {
+    /// Count one selection in `metrics` (reference `select_before`): a
+    /// `replay_point_selection_count`, and its fidelity fallback or
+    /// filtering.
+    pub fn count(&self, metrics: &ReplayMetricLedger) {
+        metrics.increment(ReplayCount::ReplayPointSelection);
+        if self.fidelity_fallback {
+            metrics.increment(ReplayCount::ReplayPointFidelityFallback);
+        } else if self.fidelity_filtered {
+            metrics.increment(ReplayCount::ReplayPointFidelityFilteredSelection);
+        }
+    }
+}
+
 /// The nearest ready, replayable point of `trace_id`/`branch_id` at or
 /// before `first_affected_sequence`, preferring points that meet `minimum`
 /// (reference `select_before`). Non-replayable markers are never chosen.
@@ -665,14 +679,7 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
         .ok_or_else(|| {
             ReplayError::unavailable("no replayable replay point exists before the affected event")
         })?;
-        self.metrics.increment(ReplayCount::ReplayPointSelection);
-        if selection.fidelity_fallback {
-            self.metrics
-                .increment(ReplayCount::ReplayPointFidelityFallback);
-        } else if selection.fidelity_filtered {
-            self.metrics
-                .increment(ReplayCount::ReplayPointFidelityFilteredSelection);
-        }
+        selection.count(&self.metrics);
         Ok(point)
     }
 

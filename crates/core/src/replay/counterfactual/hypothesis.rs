@@ -50,8 +50,10 @@ pub struct CounterfactualCandidate {
     /// The branch the child runs on (default `counterfactual-ID`, as the
     /// reference's serial replay names it).
     pub target_branch_id: String,
-    /// The public intent the adapter's risk policy screens (default:
-    /// `hypothesis_id`, `candidate_id` and `public_change_set`).
+    /// The public intent the adapter's risk policy screens: the file's
+    /// `intent` (if any) with `hypothesis_id`, `candidate_id` and
+    /// `public_change_set` set by the host, so the policy always sees the
+    /// change.
     pub intent: Map<String, Value>,
 }
 
@@ -139,19 +141,53 @@ struct HypothesisFile {
     candidates: Vec<CandidateFile>,
 }
 
-/// A non-blank text, trimmed (reference `_required_text`).
+/// Largest hypothesis file read, bytes.
+pub const MAX_HYPOTHESIS_BYTES: u64 = 1 << 20;
+
+/// Longest id (hypothesis, item, event, candidate, validation target,
+/// branch), bytes.
+pub const MAX_ID_BYTES: usize = 1024;
+
+/// A non-blank text, trimmed (reference `_required_text`), of at most
+/// [`MAX_ID_BYTES`] and without control characters.
 fn required(value: &str, field: &str) -> Result<String, (String, String)> {
     let trimmed = value.trim();
     if trimmed.is_empty() {
         return Err((field.to_string(), format!("{field} must be non-empty")));
     }
+    if trimmed.len() > MAX_ID_BYTES {
+        return Err((
+            field.to_string(),
+            format!(
+                "{} bytes; an id is at most {MAX_ID_BYTES} bytes",
+                trimmed.len()
+            ),
+        ));
+    }
+    if trimmed.chars().any(char::is_control) {
+        return Err((
+            field.to_string(),
+            "an id may not hold control characters (newlines, escapes, NUL)".to_string(),
+        ));
+    }
     Ok(trimmed.to_string())
 }
 
-/// `value` as a public-safe object (reference `freeze_public_mapping`).
+/// `value` as a public-safe object (reference `freeze_public_mapping`):
+/// the trace payload rule — no key in
+/// [`FORBIDDEN_PUBLIC_KEYS`](crate::trace::FORBIDDEN_PUBLIC_KEYS), no
+/// absolute path in any string — with the offending place named from
+/// `field`.
 fn public(value: &Map<String, Value>, field: &str) -> Result<(), (String, String)> {
-    validate_public_payload(&Value::Object(value.clone()))
-        .map_err(|error| (field.to_string(), format!("not public-safe: {error}")))
+    validate_public_payload(&Value::Object(value.clone())).map_err(|error| {
+        (
+            field.to_string(),
+            format!(
+                "not public-safe: {}",
+                error.to_string().replace("public_payload", field)
+            ),
+        )
+    })
 }
 
 impl CounterfactualHypothesis {
@@ -161,11 +197,21 @@ impl CounterfactualHypothesis {
     /// (unknown fields included), or breaks a rule of
     /// [`CounterfactualHypothesis::parse`]; each names the field.
     pub fn read(path: &Path) -> Result<Self, HypothesisError> {
-        let text = std::fs::read_to_string(path).map_err(|error| HypothesisError {
+        let whole = |message: String| HypothesisError {
             path: path.to_path_buf(),
             field: String::new(),
-            message: format!("cannot read the hypothesis: {error}"),
-        })?;
+            message,
+        };
+        let size = std::fs::metadata(path)
+            .map_err(|error| whole(format!("cannot read the hypothesis: {error}")))?
+            .len();
+        if size > MAX_HYPOTHESIS_BYTES {
+            return Err(whole(format!(
+                "{size} bytes; a hypothesis is at most {MAX_HYPOTHESIS_BYTES} bytes"
+            )));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| whole(format!("cannot read the hypothesis: {error}")))?;
         Self::parse(&text, path)
     }
 
@@ -181,6 +227,14 @@ impl CounterfactualHypothesis {
             field,
             message,
         };
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        if !text.trim_start().starts_with('{') {
+            return Err(error((
+                String::new(),
+                "a hypothesis is one JSON object ({\"hypothesis_id\": ..., \"candidates\": [...]})"
+                    .to_string(),
+            )));
+        }
         let mut deserializer = serde_json::Deserializer::from_str(text);
         let file: HypothesisFile = serde_path_to_error::deserialize(&mut deserializer)
             .map_err(|failure| {
@@ -269,8 +323,14 @@ impl CounterfactualHypothesis {
             }
             public(&candidate.public_change_set, &at("public_change_set"))?;
             let target_branch_id = match &candidate.target_branch_id {
-                Some(branch) => required(branch, "target_branch_id")
-                    .map_err(|(_, message)| (at("target_branch_id"), message))?,
+                Some(branch) => {
+                    let branch = required(branch, "target_branch_id")
+                        .map_err(|(_, message)| (at("target_branch_id"), message))?;
+                    let mut named = Map::new();
+                    named.insert("target_branch_id".into(), Value::from(branch.as_str()));
+                    public(&named, &at("target_branch_id"))?;
+                    branch
+                }
                 None => format!("counterfactual-{candidate_id}"),
             };
             if candidates
@@ -282,20 +342,16 @@ impl CounterfactualHypothesis {
                     format!("candidates need branches of their own: {target_branch_id:?} repeats"),
                 ));
             }
-            let intent = match candidate.intent {
-                Some(intent) => {
-                    public(&intent, &at("intent"))?;
-                    intent
-                }
-                None => match json!({
-                    "hypothesis_id": hypothesis_id,
-                    "candidate_id": candidate_id,
-                    "public_change_set": candidate.public_change_set,
-                }) {
-                    Value::Object(intent) => intent,
-                    _ => unreachable!("an object literal"),
-                },
-            };
+            // The policy always sees the change it screens: the host's
+            // keys are added to (and win over) an intent the file gives.
+            let mut intent = candidate.intent.unwrap_or_default();
+            public(&intent, &at("intent"))?;
+            intent.insert("hypothesis_id".into(), json!(hypothesis_id));
+            intent.insert("candidate_id".into(), json!(candidate_id));
+            intent.insert(
+                "public_change_set".into(),
+                Value::Object(candidate.public_change_set.clone()),
+            );
             candidates.push(CounterfactualCandidate {
                 candidate_id,
                 public_change_set: candidate.public_change_set,

@@ -314,9 +314,21 @@ fn adapter_owned_paths_are_rejected_in_public_summaries_and_change_sets() {
     value["candidates"][0]["public_change_set"] = json!({"patch": "/etc/passwd"});
     let error = parse(&value).unwrap_err();
     assert_eq!(error.field, "candidates[0].public_change_set");
+    assert!(
+        error
+            .message
+            .contains("candidates[0].public_change_set.patch"),
+        "the place is named from the field: {error}"
+    );
     let mut value = hypothesis_json();
     value["candidates"][1]["intent"] = json!({"token": "x"});
     assert_eq!(parse(&value).unwrap_err().field, "candidates[1].intent");
+    let mut value = hypothesis_json();
+    value["candidates"][1]["target_branch_id"] = json!("/etc/passwd");
+    assert_eq!(
+        parse(&value).unwrap_err().field,
+        "candidates[1].target_branch_id"
+    );
 }
 
 #[test]
@@ -444,6 +456,27 @@ fn the_hypothesis_rules_of_the_reference_hold() {
             .contains("unknown field `fix_sets`")
     );
 
+    for (field, bad, message) in [
+        (
+            "hypothesis_id",
+            json!("x".repeat(hypothesis::MAX_ID_BYTES + 1)),
+            "an id is at most",
+        ),
+        ("item_id", json!("a\nb"), "control characters"),
+    ] {
+        let mut value = hypothesis_json();
+        value[field] = bad;
+        let error = parse(&value).unwrap_err();
+        assert_eq!(error.field, field, "{error}");
+        assert!(error.message.contains(message), "{error}");
+    }
+    for text in ["[1]", "\"h\"", " 3"] {
+        let error = CounterfactualHypothesis::parse(text, Path::new("H.json")).unwrap_err();
+        assert!(error.message.contains("one JSON object"), "{error}");
+    }
+    let with_bom = format!("\u{feff}{}", hypothesis_json());
+    assert!(CounterfactualHypothesis::parse(&with_bom, Path::new("H.json")).is_ok());
+
     let parsed = hypothesis();
     assert_eq!(parsed.minimum_fidelity, Fidelity::SemanticEquivalent);
     let good = &parsed.candidates[0];
@@ -451,6 +484,16 @@ fn the_hypothesis_rules_of_the_reference_hold() {
     assert_eq!(
         Value::Object(good.intent.clone()),
         json!({"hypothesis_id": "h1", "candidate_id": "good", "public_change_set": {"escape": "html"}})
+    );
+    // A given intent cannot hide the change from the policy.
+    let mut value = hypothesis_json();
+    value["candidates"][0]["intent"] =
+        json!({"summary": "small", "public_change_set": {"nothing": "here"}});
+    let parsed = parse(&value).unwrap();
+    assert_eq!(
+        Value::Object(parsed.candidates[0].intent.clone()),
+        json!({"summary": "small", "hypothesis_id": "h1", "candidate_id": "good",
+               "public_change_set": {"escape": "html"}})
     );
 }
 
