@@ -6,11 +6,22 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-/// A compiled-component cache private to this test process.
+/// A compiled-component cache private to this test run: one directory
+/// under cargo's target tmp dir, emptied when the run starts. (A `TempDir`
+/// in a static is never dropped, so each run would leave its cache —
+/// hundreds of MB — behind in the system's temp dir.)
 fn cache_dir() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| tempfile::tempdir().expect("temp dir"))
-        .path()
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-component-cache");
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => panic!("empty {}: {error}", dir.display()),
+        }
+        std::fs::create_dir_all(&dir).expect("create the component cache");
+        dir
+    })
 }
 
 /// The `sandloop` binary with a private cache and no inherited cache
