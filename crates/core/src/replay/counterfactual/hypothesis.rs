@@ -274,7 +274,14 @@ impl CounterfactualHypothesis {
                     ));
                 }
                 Ok(fidelity) => fidelity,
-                Err(unknown) => return Err(("minimum_fidelity".into(), unknown.to_string())),
+                Err(_) => {
+                    return Err((
+                        "minimum_fidelity".into(),
+                        format!(
+                            "unknown fidelity {text:?}; use exact, semantic_equivalent or best_effort"
+                        ),
+                    ));
+                }
             },
         };
         let fix_set = targets(file.fix_set, "fix_set", false)?;
