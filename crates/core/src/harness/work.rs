@@ -153,6 +153,43 @@ pub fn execute_work_unit<A: EpisodeAdapter + ?Sized>(
     })
 }
 
+/// What a queue lane runs its units on. Every [`EpisodeAdapter`] is one
+/// (the unit runs in this process through [`execute_work_unit`]); a
+/// transport that runs the unit elsewhere (another machine's sandbox) is
+/// another, returning the records that unit produced there. The arm only
+/// sees the records, so everything around the lanes (ordering, novelty,
+/// checkpoints) stays the same whichever runs them.
+pub trait UnitRunner {
+    /// Runs `unit` under `ctx` (arm, epoch, lane) and `policy`, returning
+    /// its records in the order the unit produced them. Durations are
+    /// measured with `clock` where the unit runs in this process.
+    ///
+    /// # Errors
+    /// As [`execute_work_unit`]: [`UnitError::Fatal`] when the failure
+    /// policy stops the arm, [`UnitError::Read`] when a stored group's
+    /// items cannot be read back; a remote runner also reports its
+    /// transport failures as [`UnitError::Remote`].
+    fn run_unit(
+        &mut self,
+        unit: &WorkUnit,
+        ctx: &CallContext,
+        policy: FailurePolicy,
+        clock: &dyn Clock,
+    ) -> Result<Vec<Record>, UnitError>;
+}
+
+impl<A: EpisodeAdapter + ?Sized> UnitRunner for A {
+    fn run_unit(
+        &mut self,
+        unit: &WorkUnit,
+        ctx: &CallContext,
+        policy: FailurePolicy,
+        clock: &dyn Clock,
+    ) -> Result<Vec<Record>, UnitError> {
+        execute_work_unit(self, unit, ctx, policy, clock)
+    }
+}
+
 /// Why a lane could not run a unit.
 #[derive(Debug, thiserror::Error)]
 pub enum UnitError {
@@ -168,6 +205,11 @@ pub enum UnitError {
         #[source]
         source: std::io::Error,
     },
+    /// A runner that sends units elsewhere could not get this one run
+    /// (the transport failed, or no worker could take it); the message
+    /// says which unit and why.
+    #[error("{0}")]
+    Remote(String),
 }
 
 #[cfg(test)]
