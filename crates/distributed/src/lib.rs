@@ -1,0 +1,23 @@
+//! Distributed runs on NATS JetStream.
+//!
+//! `sandloop run --nats URL` stays the coordinator of its run (run
+//! directory, epochs, checkpoint, novelty, ordering, summary); its queue
+//! lanes send their units through a [`coordinator::Dispatcher`] to
+//! `sandloop worker` processes ([`worker::run_worker`]) on any number of
+//! machines, which run them in their own sandboxes and send the records
+//! back. Modules: [`wire`] (the messages), [`transport`] (connection,
+//! streams, the component's object store), [`ledger`] (units in flight,
+//! one result per unit, the summary's figures), [`coordinator`],
+//! [`worker`].
+
+pub mod coordinator;
+pub mod ledger;
+pub mod transport;
+pub mod wire;
+pub mod worker;
+
+pub use coordinator::{Dispatcher, RemoteLane, RunSpec};
+pub use ledger::DistributedSummary;
+pub use transport::NatsTarget;
+pub use wire::{GuestNeed, Limits};
+pub use worker::{WorkerConfig, run_worker};
