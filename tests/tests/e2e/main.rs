@@ -4,6 +4,7 @@
 mod children;
 mod cli_errors;
 mod conformance;
+mod distributed;
 mod host_resources;
 mod hostile;
 mod llm_loop;

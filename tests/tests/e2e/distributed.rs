@@ -1,0 +1,270 @@
+//! Distributed runs on NATS JetStream: a local `nats-server` (started on a
+//! free loopback port with its own store directory, stopped on drop),
+//! `sandloop worker` processes, and `sandloop run --nats` as the
+//! coordinator. A missing `nats-server` fails these tests with the command
+//! that installs it.
+
+use std::collections::BTreeMap;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{
+    KillOnDrop, assert_exit, code, json_file, jsonl, records, run_markdown_explorer, s, sandloop,
+    stderr, workspace_file,
+};
+
+/// A `nats-server -js` of this test alone.
+struct NatsServer {
+    url: String,
+    _process: KillOnDrop,
+    _store: tempfile::TempDir,
+}
+
+impl NatsServer {
+    fn start() -> Self {
+        let binary = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|path| path.is_file())
+            .or_else(|| {
+                std::env::var_os("PATH").and_then(|paths| {
+                    std::env::split_paths(&paths)
+                        .map(|dir| dir.join("nats-server"))
+                        .find(|path| path.is_file())
+                })
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "nats-server is not installed; the distributed-run tests need it: \
+                     apt-get install -y nats-server"
+                )
+            });
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let store = tempfile::tempdir().expect("temp dir");
+        let process = std::process::Command::new(&binary)
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| panic!("start {}: {error}", binary.display()));
+        let process = KillOnDrop(process);
+        let started = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "nats-server did not listen on port {port} within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self {
+            url: format!("nats://127.0.0.1:{port}"),
+            _process: process,
+            _store: store,
+        }
+    }
+}
+
+/// A `sandloop worker` named `name` on `nats`, plus `extra` flags; its
+/// stderr goes to `log`.
+fn worker(nats: &NatsServer, name: &str, extra: &[&str], log: &Path) -> KillOnDrop {
+    let log = std::fs::File::create(log).expect("worker log");
+    let child = sandloop()
+        .args(["worker", "--nats", &nats.url, "--name", name])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn sandloop worker");
+    KillOnDrop(child)
+}
+
+/// `--dir` granting the markdown explorer's sample documents at `/docs`.
+fn docs_grant() -> String {
+    format!(
+        "{}::/docs:ro",
+        s(&workspace_file("examples/markdown-explorer/sample-docs"))
+    )
+}
+
+/// The run's stderr and every worker log, for a failure message.
+fn diagnostics(output: &Output, logs: &[PathBuf]) -> String {
+    let mut text = format!("run stderr:\n{}", stderr(output));
+    for log in logs {
+        let body = std::fs::read_to_string(log).unwrap_or_default();
+        text.push_str(&format!("\n{}:\n{body}", log.display()));
+    }
+    text
+}
+
+/// A run's records without what may differ between two runs of the same
+/// inputs (durations, lanes, and which of two same-key records of an epoch
+/// got the novelty credit), sorted.
+fn comparable(dir: &Path) -> Vec<String> {
+    let mut lines: Vec<String> = records(dir)
+        .into_iter()
+        .map(|mut record| {
+            let map = record.as_object_mut().expect("records are objects");
+            for field in ["duration_minutes", "branch_id", "novel_value"] {
+                map.remove(field);
+            }
+            record.to_string()
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Lines of each JSONL file under `dir/folder`, by file name.
+fn line_counts(dir: &Path, folder: &str) -> BTreeMap<String, usize> {
+    let Ok(entries) = std::fs::read_dir(dir.join(folder)) else {
+        return BTreeMap::new();
+    };
+    entries
+        .map(|entry| {
+            let path = entry.expect("a directory entry").path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, jsonl(&path).len())
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_on_three_workers_writes_the_records_of_a_local_run() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--epochs", "3", "--workers", "3", "--no-replay"];
+    let local = dir.path().join("local");
+    let output = run_markdown_explorer(&local, &flags, &[]);
+    assert_eq!(code(&output), 0, "local run: {}", stderr(&output));
+
+    let grant = docs_grant();
+    let logs: Vec<PathBuf> = (1..=3)
+        .map(|n| dir.path().join(format!("w{n}.log")))
+        .collect();
+    let _workers: Vec<KillOnDrop> = logs
+        .iter()
+        .enumerate()
+        .map(|(n, log)| worker(&nats, &format!("w{}", n + 1), &["--dir", &grant], log))
+        .collect();
+    let remote = dir.path().join("remote");
+    let mut remote_flags = flags.to_vec();
+    remote_flags.extend(["--nats", &nats.url]);
+    let output = run_markdown_explorer(&remote, &remote_flags, &[]);
+    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &logs));
+
+    assert!(!records(&local).is_empty());
+    assert_eq!(
+        comparable(&remote),
+        comparable(&local),
+        "the same records as the local run"
+    );
+    let (local_summary, summary) = (
+        json_file(&local.join("summary.json")),
+        json_file(&remote.join("summary.json")),
+    );
+    for total in [
+        "record_count",
+        "raw_value_total",
+        "novel_value_total",
+        "epoch_count",
+    ] {
+        assert_eq!(summary[total], local_summary[total], "{total}");
+    }
+    for folder in ["traces", "adapter-output"] {
+        assert_eq!(
+            line_counts(&remote, folder),
+            line_counts(&local, folder),
+            "the workers' {folder} lines reach the run directory"
+        );
+    }
+    let units: u64 = jsonl(&remote.join("epochs.jsonl"))
+        .iter()
+        .map(|epoch| epoch["execution_unit_count"].as_u64().unwrap())
+        .sum();
+    let distributed = &summary["distributed"];
+    let per_worker = distributed["units_per_worker"].as_object().unwrap();
+    assert_eq!(
+        per_worker
+            .values()
+            .map(|n| n.as_u64().unwrap())
+            .sum::<u64>(),
+        units,
+        "every unit recorded once: {distributed}"
+    );
+    assert!(
+        per_worker
+            .keys()
+            .all(|name| ["w1", "w2", "w3"].contains(&name.as_str())),
+        "{distributed}"
+    );
+    let seen = distributed["workers_seen"].as_array().unwrap();
+    assert!(
+        !seen.is_empty()
+            && seen
+                .iter()
+                .all(|name| ["w1", "w2", "w3"].contains(&name.as_str().unwrap())),
+        "{distributed}"
+    );
+    assert_eq!(distributed["redeliveries"], 0, "{distributed}");
+    assert!(
+        distributed["bytes_sent"].as_u64().unwrap() > 0,
+        "{distributed}"
+    );
+    assert!(
+        local_summary.get("distributed").is_none(),
+        "a local run has no block"
+    );
+    let manifest = json_file(&remote.join("manifest.json"));
+    assert_eq!(
+        manifest["invocations"][0]["options"]["nats"],
+        nats.url.as_str()
+    );
+}
+
+#[test]
+fn a_run_whose_guest_paths_no_worker_offers_says_so_and_writes_nothing() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("bare.log");
+    let _worker = worker(&nats, "bare", &[], &log);
+    let out = dir.path().join("run");
+    let output = run_markdown_explorer(&out, &["--no-replay", "--nats", &nats.url], &[]);
+    assert_exit(
+        &output,
+        1,
+        &[
+            "no connected worker offers the guest paths",
+            "/docs:ro",
+            "bare offers no directories",
+            "nothing was run",
+        ],
+    );
+    assert!(!out.exists(), "nothing written");
+}
+
+#[test]
+fn what_nats_runs_do_not_support_yet_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    // Checked before connecting: no server is needed to be refused.
+    let unreachable = "nats://127.0.0.1:9";
+    let output = run_markdown_explorer(&out, &["--nats", unreachable], &[]);
+    assert_exit(
+        &output,
+        2,
+        &["--nats does not yet support replay points", "--no-replay"],
+    );
+    let output = run_markdown_explorer(
+        &out,
+        &["--nats", unreachable, "--no-replay"],
+        &[("SANDLOOP_E2E_UNUSED", "1")],
+    );
+    assert_exit(&output, 2, &["--nats does not yet support --env"]);
+    assert!(!out.exists(), "nothing written");
+}
