@@ -38,8 +38,9 @@ pub const COMPONENTS_BUCKET: &str = "sandloop-components";
 /// Where the coordinator asks which workers are connected.
 pub const ROLL_CALL_SUBJECT: &str = "sandloop.workers.roll-call";
 /// How long a delivered unit may go without an ack or progress before it
-/// is delivered again.
-pub const ACK_WAIT: Duration = Duration::from_secs(30);
+/// is delivered again (a worker sends progress every third of it while a
+/// unit runs, so only a dead or stuck worker's unit goes elsewhere).
+pub const ACK_WAIT: Duration = Duration::from_secs(10);
 /// Deliveries of one unit before JetStream gives up on it (and the
 /// coordinator fails the run naming the unit).
 pub const MAX_DELIVER: i64 = 10;

@@ -300,6 +300,7 @@ impl<'a> Lane<'a> {
             .info()
             .map(|info| info.delivered.max(1) as u64)
             .unwrap_or(1);
+        tracing::debug!("unit {}: running (delivery {attempt})", unit.unit_id);
         let heartbeat = {
             let message = message.clone();
             runtime.handle().spawn(async move {
@@ -342,9 +343,7 @@ impl<'a> Lane<'a> {
             Ok(loaded) => loaded,
             Err(reason) => {
                 tracing::warn!("unit {}: {reason}", unit.unit_id);
-                return Outcome::Failed {
-                    reason: format!("worker {}: {reason}", self.shared.config.name),
-                };
+                return Outcome::Failed { reason };
             }
         };
         let key = format!("{}/{}/{}", unit.run_id, unit.epoch, Components::key(unit));

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
+
 use crate::support::{
     KillOnDrop, assert_exit, code, json_file, jsonl, records, run_markdown_explorer, s, sandloop,
     stderr, workspace_file,
@@ -267,4 +269,199 @@ fn what_nats_runs_do_not_support_yet_is_refused_before_anything_runs() {
     );
     assert_exit(&output, 2, &["--nats does not yet support --env"]);
     assert!(!out.exists(), "nothing written");
+}
+
+/// The output of `process` (spawned with piped stdout and stderr), once
+/// it exits on its own within `limit`.
+fn output_within(process: &mut KillOnDrop, limit: Duration, what: &str) -> Output {
+    use std::io::Read;
+    process.wait_within(limit, what);
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    if let Some(mut pipe) = process.0.stdout.take() {
+        pipe.read_to_end(&mut stdout).expect("read stdout");
+    }
+    if let Some(mut pipe) = process.0.stderr.take() {
+        pipe.read_to_end(&mut stderr).expect("read stderr");
+    }
+    let status = process.0.wait().expect("the exit status");
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// Waits until `log` holds `text`, at most `limit`.
+fn wait_for_log(log: &Path, text: &str, limit: Duration) {
+    let started = Instant::now();
+    loop {
+        if std::fs::read_to_string(log).is_ok_and(|body| body.contains(text)) {
+            return;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{} did not say {text:?} within {limit:?}: {}",
+            log.display(),
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_unit_whose_worker_is_killed_runs_again_elsewhere_and_is_recorded_once() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // Each item spins until its 2 s deadline: long enough to kill a
+    // worker in the middle of one.
+    let items: Vec<Value> = (1..=3)
+        .map(|n| {
+            serde_json::json!({"item_id": format!("spin-{n}"), "family": format!("f{n}"),
+                               "text": "x", "attack": "infinite_loop"})
+        })
+        .collect();
+    let items = crate::support::write_items(dir.path(), "items.jsonl", &items);
+    let (first_log, second_log) = (dir.path().join("first.log"), dir.path().join("second.log"));
+    let first = sandloop()
+        .args(["worker", "--nats", &nats.url, "--name", "first"])
+        .env("RUST_LOG", "info,sandloop_distributed=debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&first_log).unwrap())
+        .spawn()
+        .expect("spawn the first worker");
+    let mut first = KillOnDrop(first);
+    let out = dir.path().join("run");
+    let run = sandloop()
+        .args([
+            "run",
+            "--adapter",
+            sandloop_tests::HOSTILE_ADAPTER,
+            "--items",
+            s(&items),
+        ])
+        .args(["--out", s(&out), "--call-timeout", "2", "--nats", &nats.url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sandloop run");
+    let mut run = KillOnDrop(run);
+    wait_for_log(&first_log, "running (delivery 1)", Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(500));
+    first.0.kill().expect("kill -9 the first worker");
+    let _ = first.0.wait();
+    let _second = worker(&nats, "second", &[], &second_log);
+    let output = output_within(&mut run, Duration::from_secs(120), "the run");
+    let logs = [first_log, second_log];
+    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &logs));
+    let records = records(&out);
+    let mut ids: Vec<&str> = records
+        .iter()
+        .map(|record| record["item_id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    let expected: Vec<String> = (1..=3)
+        .flat_map(|n| [format!("spin-{n}"), format!("spin-{n}:shared-prefix")])
+        .collect();
+    assert_eq!(ids, expected, "each item (and its group's prefix) once");
+    for record in records
+        .iter()
+        .filter(|record| record["record_kind"] != "shared_prefix")
+    {
+        assert_eq!(record["adapter_error"]["type"], "deadline", "{record}");
+    }
+    let distributed = &json_file(&out.join("summary.json"))["distributed"];
+    assert_eq!(
+        distributed["units_per_worker"],
+        serde_json::json!({"second": 3}),
+        "{distributed}"
+    );
+    assert!(
+        distributed["redeliveries"].as_u64().unwrap() >= 1,
+        "{distributed}"
+    );
+}
+
+#[test]
+fn a_tampered_component_in_the_object_store_is_refused() {
+    use sandloop::distributed::transport::{COMPONENTS_BUCKET, NatsTarget, Runtime, connect};
+
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let item = serde_json::json!({"item_id": "a", "family": "f", "text": "some words"});
+    let items = crate::support::write_items(dir.path(), "items.jsonl", &[item]);
+    // No worker yet: the coordinator stores the component and waits.
+    let run = sandloop()
+        .args([
+            "run",
+            "--adapter",
+            sandloop_tests::HELLO_ADAPTER,
+            "--out",
+            s(&out),
+        ])
+        .args([
+            "--items",
+            s(&items),
+            "--nats",
+            &nats.url,
+            "--nats-wait",
+            "60",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sandloop run");
+    let mut run = KillOnDrop(run);
+    let sha256 = sandloop::distributed::transport::sha256_hex(
+        &std::fs::read(sandloop_tests::HELLO_ADAPTER).unwrap(),
+    );
+    let runtime = Runtime::start().unwrap();
+    let target = NatsTarget {
+        url: nats.url.clone(),
+        creds: None,
+    };
+    let connection = runtime.block_on(connect(&target, "tamperer")).unwrap();
+    let started = Instant::now();
+    let store = loop {
+        let stored = runtime.block_on(async {
+            let store = connection
+                .jetstream
+                .get_object_store(COMPONENTS_BUCKET)
+                .await
+                .ok()?;
+            store.info(&sha256).await.ok().map(|_| store)
+        });
+        if let Some(store) = stored {
+            break store;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the component was not stored"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut forged: &[u8] = b"\0asm\x0d\0\x01\0 not the component";
+    runtime
+        .block_on(store.put(sha256.as_str(), &mut forged))
+        .unwrap();
+    let log = dir.path().join("worker.log");
+    let cache = dir.path().join("cache");
+    let _worker = worker(&nats, "honest", &["--cache-dir", s(&cache)], &log);
+    let output = output_within(&mut run, Duration::from_secs(60), "the run");
+    assert_exit(
+        &output,
+        1,
+        &[
+            "worker honest",
+            "refusing to run a tampered component",
+            &sha256,
+        ],
+    );
+    assert!(
+        !cache
+            .join("components")
+            .join(format!("{sha256}.wasm"))
+            .exists(),
+        "the forged bytes are not kept"
+    );
 }
