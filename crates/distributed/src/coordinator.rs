@@ -46,7 +46,7 @@ pub struct RunSpec {
 /// What wakes a lane waiting for its unit.
 enum Delivery {
     /// The unit's first result.
-    Result(UnitResult),
+    Result(Box<UnitResult>),
     /// JetStream gave up delivering the unit.
     Abandoned,
 }
@@ -201,7 +201,7 @@ impl Dispatcher {
     fn wait(&self, unit_id: &str, receiver: &Receiver<Delivery>) -> Result<UnitResult, UnitError> {
         loop {
             match receiver.recv_timeout(Duration::from_millis(500)) {
-                Ok(Delivery::Result(result)) => return Ok(result),
+                Ok(Delivery::Result(result)) => return Ok(*result),
                 Ok(Delivery::Abandoned) => {
                     return Err(UnitError::Remote(format!(
                         "unit {unit_id} was delivered {MAX_DELIVER} times without a result \
@@ -373,7 +373,7 @@ fn route(ledger: &SharedLedger, payload: &[u8]) {
     );
     match settled {
         Settled::First(waiter) => {
-            let _ = waiter.send(Delivery::Result(result));
+            let _ = waiter.send(Delivery::Result(Box::new(result)));
         }
         Settled::Duplicate => tracing::info!(
             "unit {} ran again on {} (delivery {}); its first result stands",

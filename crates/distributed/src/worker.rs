@@ -264,7 +264,7 @@ impl<'a> Lane<'a> {
                     .expires(Duration::from_secs(5))
                     .messages()
                     .await?;
-                Ok::<_, async_nats::Error>(batch.next().await.transpose()?)
+                batch.next().await.transpose()
             });
             match next {
                 Ok(Some(message)) => self.handle(message),

@@ -144,6 +144,11 @@ pub(super) fn summary_line(dispatcher: &Dispatcher) -> String {
 
 /// A queue lane of `sandloop run`: a sandboxed instance in this process, or
 /// (with `--nats`) the workers behind the dispatcher.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one value per lane thread, held in place for an epoch: boxing the local \
+              adapter would only add an indirection to every local call"
+)]
 pub(super) enum Lane {
     /// Runs units here.
     Local(WasmAdapter),

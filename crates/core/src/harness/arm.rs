@@ -875,7 +875,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::episode::adapter::{ErrorType, Item};
+    use crate::episode::adapter::{EpisodeAdapter, ErrorType, Item};
     use crate::episode::clock::ManualClock;
     use crate::episode::policy::FailurePolicy;
     use crate::episode::testing::{Call, PrepareScript, Script, ScriptedAdapter, obj, seed};
