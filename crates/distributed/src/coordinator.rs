@@ -14,10 +14,11 @@ use futures_util::StreamExt;
 use sandloop_core::episode::adapter::{CallContext, Record};
 use sandloop_core::episode::clock::Clock;
 use sandloop_core::episode::policy::{FailurePolicy, FatalError};
-use sandloop_core::harness::work::{UnitError, UnitRunner, WorkUnit};
+use sandloop_core::harness::work::{UnitError, UnitRunner, WorkUnit, load_stored};
 use sandloop_sandbox::CallLog;
 
 use crate::ledger::{DistributedSummary, Ledger, Settled};
+use crate::lock;
 use crate::transport::{
     Connection, MAX_DELIVER, NatsTarget, RESULTS_PREFIX, ROLL_CALL_SUBJECT, Runtime,
     TransportError, UNITS_STREAM, UNITS_SUBJECT, WORKERS_CONSUMER, connect,
@@ -272,17 +273,7 @@ impl UnitRunner for RemoteLane {
 fn body_of(unit: &WorkUnit) -> Result<UnitBody, UnitError> {
     Ok(match unit {
         WorkUnit::Episode(unit) => UnitBody::of(unit),
-        WorkUnit::Stored(group) => {
-            let unit = group.load().map_err(|source| UnitError::Read {
-                context: format!(
-                    "cannot read the items of {} from {}",
-                    group.execution_group_id,
-                    group.path().display()
-                ),
-                source,
-            })?;
-            UnitBody::of(&unit)
-        }
+        WorkUnit::Stored(group) => UnitBody::of(&load_stored(group)?),
         WorkUnit::Standalone(item) => UnitBody::standalone(item),
     })
 }
@@ -473,22 +464,13 @@ fn new_run_id() -> String {
     format!("{nanos:x}{:x}", std::process::id())
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn unmet_needs_name_what_each_worker_offers() {
-        let need = |guest: &str, read_only| GuestNeed {
-            guest: guest.into(),
-            read_only,
-        };
+        let need = GuestNeed::new;
         let hellos = [
             WorkerHello {
                 version: WIRE_VERSION,

@@ -21,3 +21,11 @@ pub use ledger::DistributedSummary;
 pub use transport::NatsTarget;
 pub use wire::{GuestNeed, Limits};
 pub use worker::{WorkerConfig, run_worker};
+
+/// Locks `mutex`, taking over a poisoned one (a panicked lane's state is
+/// plain bookkeeping, still consistent).
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -43,6 +43,16 @@ pub struct GuestNeed {
     pub read_only: bool,
 }
 
+impl GuestNeed {
+    /// `guest`, read-only when `read_only`.
+    pub fn new(guest: impl Into<String>, read_only: bool) -> Self {
+        Self {
+            guest: guest.into(),
+            read_only,
+        }
+    }
+}
+
 /// The work of one unit, as [`WorkUnit`] holds it (a stored group's items
 /// already read by the coordinator).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -374,10 +384,7 @@ mod tests {
                 max_guest_output_bytes: 64 << 10,
                 max_open_files: 256,
             },
-            needs: vec![GuestNeed {
-                guest: "/docs".into(),
-                read_only: true,
-            }],
+            needs: vec![GuestNeed::new("/docs", true)],
             arm: "main".into(),
             epoch: 3,
             branch_id: "queue_worker_02".into(),
@@ -475,10 +482,7 @@ mod tests {
 
     #[test]
     fn grants_are_met_by_the_same_guest_path_with_enough_access() {
-        let need = |guest: &str, read_only| GuestNeed {
-            guest: guest.into(),
-            read_only,
-        };
+        let need = GuestNeed::new;
         let offers = [need("/docs", true), need("/out", false)];
         assert!(meets(&offers, &[]));
         assert!(meets(&offers, &[need("/docs", true), need("/out", true)]));

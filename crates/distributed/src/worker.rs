@@ -21,6 +21,7 @@ use sandloop_sandbox::{
     WasmAdapter, load,
 };
 
+use crate::lock;
 use crate::transport::{ACK_WAIT, Connection, NatsTarget, ROLL_CALL_SUBJECT, Runtime, connect};
 use crate::wire::{
     GuestNeed, Outcome, UnitMessage, UnitResult, WIRE_VERSION, WorkerHello, decode, meets,
@@ -66,10 +67,7 @@ pub fn run_worker(config: WorkerConfig) -> Result<(), String> {
         offers: config
             .offers
             .iter()
-            .map(|grant| GuestNeed {
-                guest: grant.guest.clone(),
-                read_only: grant.read_only,
-            })
+            .map(|grant| GuestNeed::new(grant.guest.clone(), grant.read_only))
             .collect(),
     };
     runtime
@@ -364,12 +362,6 @@ impl<'a> Lane<'a> {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,19 +371,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let spec = format!("{}::/docs", dir.path().display());
         let offers = DirGrant::parse_all(&[spec]).unwrap();
-        let need = |read_only| GuestNeed {
-            guest: "/docs".into(),
-            read_only,
-        };
+        let need = |read_only| GuestNeed::new("/docs", read_only);
         let granted = grants_for(&offers, &[need(true)]);
         assert_eq!(granted.len(), 1);
         assert!(granted[0].read_only);
         assert_eq!(granted[0].host, offers[0].host);
         assert!(!grants_for(&offers, &[need(false)])[0].read_only);
-        let other = GuestNeed {
-            guest: "/other".into(),
-            read_only: true,
-        };
+        let other = GuestNeed::new("/other", true);
         assert!(grants_for(&offers, &[other]).is_empty());
     }
 }

@@ -113,10 +113,7 @@ fn needs(config: &SandboxConfig) -> Vec<GuestNeed> {
     config
         .dirs
         .iter()
-        .map(|grant| GuestNeed {
-            guest: grant.guest.clone(),
-            read_only: grant.read_only,
-        })
+        .map(|grant| GuestNeed::new(grant.guest.clone(), grant.read_only))
         .collect()
 }
 

@@ -135,21 +135,30 @@ pub fn execute_work_unit<A: EpisodeAdapter + ?Sized>(
     Ok(match unit {
         WorkUnit::Episode(unit) => execute_episode_group(adapter, unit, ctx, policy, clock)?,
         WorkUnit::Stored(group) => {
-            let unit = group.load().map_err(|source| UnitError::Read {
-                context: format!(
-                    "cannot read the items of {} from {}",
-                    group.execution_group_id,
-                    group.path().display()
-                ),
-                source,
-            })?;
-            execute_episode_group(adapter, &unit, ctx, policy, clock)?
+            execute_episode_group(adapter, &load_stored(group)?, ctx, policy, clock)?
         }
         WorkUnit::Standalone(item) => {
             vec![execute_standalone_item(
                 adapter, &item.item, ctx, policy, clock,
             )?]
         }
+    })
+}
+
+/// A stored group's items, read back from its items file as an episode
+/// unit.
+///
+/// # Errors
+/// [`UnitError::Read`], naming the group and the file, when the items file
+/// was changed or removed under the run.
+pub fn load_stored(group: &StoredGroup) -> Result<ExecutionUnit, UnitError> {
+    group.load().map_err(|source| UnitError::Read {
+        context: format!(
+            "cannot read the items of {} from {}",
+            group.execution_group_id,
+            group.path().display()
+        ),
+        source,
     })
 }
 
