@@ -199,7 +199,12 @@ impl Dispatcher {
         self.wait(&unit_id, &receiver)
     }
 
+    /// Waits for `unit_id`'s result. Every [`RunSpec::worker_wait`] without
+    /// it, the connected workers are asked again: when none that could run
+    /// the unit answers (they all died or left), the unit fails saying so
+    /// instead of waiting forever.
     fn wait(&self, unit_id: &str, receiver: &Receiver<Delivery>) -> Result<UnitResult, UnitError> {
+        let mut next_check = Instant::now() + self.spec.worker_wait;
         loop {
             match receiver.recv_timeout(Duration::from_millis(500)) {
                 Ok(Delivery::Result(result)) => return Ok(*result),
@@ -215,12 +220,41 @@ impl Dispatcher {
                         lock(&self.ledger).forget(unit_id);
                         return Err(UnitError::Remote(reason));
                     }
+                    if Instant::now() >= next_check {
+                        self.check_workers(unit_id)?;
+                        next_check = Instant::now() + self.spec.worker_wait;
+                    }
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(UnitError::Remote(format!(
                         "unit {unit_id}: the dispatcher stopped"
                     )));
                 }
+            }
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Asks the workers again while `unit_id` waits; `Err` when none that
+    /// could run it answers within [`RunSpec::worker_wait`].
+    fn check_workers(&self, unit_id: &str) -> Result<(), UnitError> {
+        match self
+            .runtime
+            .block_on(roll_call(&self.connection, &self.spec))
+        {
+            Ok(hellos) => {
+                let mut ledger = lock(&self.ledger);
+                for hello in &hellos {
+                    ledger.saw_worker(&hello.worker);
+                }
+                Ok(())
+            }
+            Err(reason) => {
+                lock(&self.ledger).forget(unit_id);
+                Err(UnitError::Remote(format!(
+                    "unit {unit_id} is still waiting for a worker: {reason}"
+                )))
             }
         }
     }

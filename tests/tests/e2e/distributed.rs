@@ -465,3 +465,50 @@ fn a_tampered_component_in_the_object_store_is_refused() {
         "the forged bytes are not kept"
     );
 }
+
+#[test]
+fn a_run_whose_workers_all_died_says_so_instead_of_waiting() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let item = serde_json::json!({"item_id": "spin", "family": "f", "text": "x",
+                                  "attack": "infinite_loop"});
+    let items = crate::support::write_items(dir.path(), "items.jsonl", &[item]);
+    let log = dir.path().join("only.log");
+    let only = sandloop()
+        .args(["worker", "--nats", &nats.url, "--name", "only"])
+        .env("RUST_LOG", "info,sandloop_distributed=debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn the worker");
+    let mut only = KillOnDrop(only);
+    let out = dir.path().join("run");
+    let run = sandloop()
+        .args([
+            "run",
+            "--adapter",
+            sandloop_tests::HOSTILE_ADAPTER,
+            "--items",
+            s(&items),
+        ])
+        .args(["--out", s(&out), "--call-timeout", "5", "--nats", &nats.url])
+        .args(["--nats-wait", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sandloop run");
+    let mut run = KillOnDrop(run);
+    wait_for_log(&log, "running (delivery 1)", Duration::from_secs(60));
+    only.0.kill().expect("kill -9 the only worker");
+    let _ = only.0.wait();
+    let output = output_within(&mut run, Duration::from_secs(60), "the run");
+    assert_exit(
+        &output,
+        1,
+        &[
+            "is still waiting for a worker",
+            "no sandloop worker answered",
+            "within 2 s",
+        ],
+    );
+}
