@@ -218,6 +218,25 @@ fn grants_for(offers: &[DirGrant], needs: &[GuestNeed]) -> Vec<DirGrant> {
         .collect()
 }
 
+/// `result` as JSON, or — when that is more than the server's
+/// `max_payload` bytes — a [`Outcome::Failed`] saying so (a result that
+/// cannot be published would only be run again and again).
+fn encode_within(mut result: UnitResult, max_payload: usize) -> Vec<u8> {
+    let payload = serde_json::to_vec(&result).expect("a result serialises");
+    if payload.len() <= max_payload {
+        return payload;
+    }
+    result.outcome = Outcome::Failed {
+        reason: format!(
+            "its result is {} bytes, more than the NATS server's max_payload ({max_payload} \
+             bytes); raise max_payload in the server's configuration",
+            payload.len()
+        ),
+    };
+    result.calls.clear();
+    serde_json::to_vec(&result).expect("a result serialises")
+}
+
 /// Collects the call lines of one lane's adapter, per unit.
 #[derive(Default)]
 struct Collector(Mutex<Vec<CallLines>>);
@@ -318,7 +337,10 @@ impl<'a> Lane<'a> {
             outcome,
             calls: std::mem::take(&mut *lock(&self.collector.0)),
         };
-        let payload = serde_json::to_vec(&result).expect("a result serialises");
+        let payload = encode_within(
+            result,
+            self.shared.connection.client.server_info().max_payload,
+        );
         let stored = runtime.block_on(async {
             self.shared
                 .connection
@@ -365,6 +387,36 @@ impl<'a> Lane<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_result_too_large_to_publish_becomes_a_failure_that_says_so() {
+        let record: sandloop_core::episode::adapter::Record =
+            serde_json::from_str(r#"{"text": "0123456789012345678901234567890123456789"}"#)
+                .unwrap();
+        let result = UnitResult {
+            version: WIRE_VERSION,
+            unit_id: "r.e1.u0".into(),
+            attempt: 1,
+            worker: "w".into(),
+            outcome: Outcome::Records {
+                records: vec![record],
+            },
+            calls: vec![CallLines::default()],
+        };
+        let whole = serde_json::to_vec(&result).unwrap();
+        assert_eq!(encode_within(result.clone(), whole.len()), whole);
+        let shrunk: UnitResult = decode("r", &encode_within(result, 40)).unwrap();
+        let Outcome::Failed { reason } = shrunk.outcome else {
+            panic!("a failure");
+        };
+        assert!(
+            reason.contains(&format!("{} bytes", whole.len())),
+            "{reason}"
+        );
+        assert!(reason.contains("max_payload (40 bytes)"), "{reason}");
+        assert!(shrunk.calls.is_empty());
+        assert_eq!(shrunk.unit_id, "r.e1.u0");
+    }
 
     #[test]
     fn a_need_is_granted_from_the_workers_own_directory_read_only_when_asked() {

@@ -512,3 +512,55 @@ fn a_run_whose_workers_all_died_says_so_instead_of_waiting() {
         ],
     );
 }
+
+#[test]
+fn a_plain_adapter_runs_on_a_worker_as_it_runs_locally_under_either_policy() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let items: Vec<Value> = ["some words here", "", "more words"]
+        .iter()
+        .enumerate()
+        .map(|(n, text)| serde_json::json!({"item_id": format!("i{n}"), "family": "f", "text": text}))
+        .collect();
+    let items = crate::support::write_items(dir.path(), "items.jsonl", &items);
+    let log = dir.path().join("plain.log");
+    let _worker = worker(&nats, "plain", &["--lanes", "2"], &log);
+    let run = |out: &Path, extra: &[&str]| {
+        sandloop()
+            .args([
+                "run",
+                "--adapter",
+                sandloop_tests::HELLO_ADAPTER,
+                "--items",
+                s(&items),
+            ])
+            .args(["--out", s(out), "--epochs", "2"])
+            .args(extra)
+            .output()
+            .expect("spawn sandloop run")
+    };
+    let local = dir.path().join("local");
+    let output = run(&local, &[]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let remote = dir.path().join("remote");
+    let output = run(&remote, &["--nats", &nats.url]);
+    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &[log.clone()]));
+    assert_eq!(comparable(&remote), comparable(&local));
+    assert!(!line_counts(&local, "adapter-output").is_empty(), "hello logs");
+    assert_eq!(
+        line_counts(&remote, "adapter-output"),
+        line_counts(&local, "adapter-output"),
+        "the guest's log lines reach the run directory"
+    );
+    // Under the fatal policy the empty item stops both runs the same way.
+    let local_fatal = run(
+        &dir.path().join("local-fatal"),
+        &["--failure-policy", "fatal"],
+    );
+    let remote_fatal = run(
+        &dir.path().join("remote-fatal"),
+        &["--failure-policy", "fatal", "--nats", &nats.url],
+    );
+    assert_exit(&local_fatal, 1, &["item has no text"]);
+    assert_exit(&remote_fatal, 1, &["item has no text"]);
+}
