@@ -544,9 +544,17 @@ fn a_plain_adapter_runs_on_a_worker_as_it_runs_locally_under_either_policy() {
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     let remote = dir.path().join("remote");
     let output = run(&remote, &["--nats", &nats.url]);
-    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &[log.clone()]));
+    assert_eq!(
+        code(&output),
+        0,
+        "{}",
+        diagnostics(&output, std::slice::from_ref(&log))
+    );
     assert_eq!(comparable(&remote), comparable(&local));
-    assert!(!line_counts(&local, "adapter-output").is_empty(), "hello logs");
+    assert!(
+        !line_counts(&local, "adapter-output").is_empty(),
+        "hello logs"
+    );
     assert_eq!(
         line_counts(&remote, "adapter-output"),
         line_counts(&local, "adapter-output"),
