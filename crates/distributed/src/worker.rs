@@ -237,6 +237,15 @@ fn encode_within(mut result: UnitResult, max_payload: usize) -> Vec<u8> {
     serde_json::to_vec(&result).expect("a result serialises")
 }
 
+/// How long a unit handed back at its `delivery`-th delivery (this worker
+/// lacks its grants) waits before it is offered again: 1 s, doubling per
+/// delivery up to a minute, so that a unit whose capable workers are busy
+/// spends its [`crate::transport::MAX_DELIVER`] deliveries over about a
+/// quarter of an hour rather than seconds.
+fn hand_back_delay(delivery: u64) -> Duration {
+    Duration::from_secs(1u64 << delivery.saturating_sub(1).min(6)).min(Duration::from_secs(60))
+}
+
 /// Collects the call lines of one lane's adapter, per unit.
 #[derive(Default)]
 struct Collector(Mutex<Vec<CallLines>>);
@@ -304,19 +313,19 @@ impl<'a> Lane<'a> {
                 return;
             }
         };
+        let attempt = message
+            .info()
+            .map(|info| info.delivered.max(1) as u64)
+            .unwrap_or(1);
         if !meets(&self.shared.offers, &unit.needs) {
             tracing::info!(
                 "unit {} needs guest paths this worker does not offer; handing it back",
                 unit.unit_id
             );
-            let nak = AckKind::Nak(Some(Duration::from_secs(1)));
+            let nak = AckKind::Nak(Some(hand_back_delay(attempt)));
             let _ = runtime.block_on(message.ack_with(nak));
             return;
         }
-        let attempt = message
-            .info()
-            .map(|info| info.delivered.max(1) as u64)
-            .unwrap_or(1);
         tracing::debug!("unit {}: running (delivery {attempt})", unit.unit_id);
         let heartbeat = {
             let message = message.clone();
@@ -387,6 +396,16 @@ impl<'a> Lane<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hand_backs_wait_longer_each_time_up_to_a_minute() {
+        let delays: Vec<u64> = (1..=9).map(|n| hand_back_delay(n).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        let total: u64 = (1..=crate::transport::MAX_DELIVER as u64)
+            .map(|n| hand_back_delay(n).as_secs())
+            .sum();
+        assert!((600..=1200).contains(&total), "{total} s of patience");
+    }
 
     #[test]
     fn a_result_too_large_to_publish_becomes_a_failure_that_says_so() {

@@ -572,3 +572,25 @@ fn a_plain_adapter_runs_on_a_worker_as_it_runs_locally_under_either_policy() {
     assert_exit(&local_fatal, 1, &["item has no text"]);
     assert_exit(&remote_fatal, 1, &["item has no text"]);
 }
+
+#[test]
+fn units_needing_a_guest_path_run_only_on_workers_that_offer_it() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let grant = docs_grant();
+    let logs = [dir.path().join("bare.log"), dir.path().join("docs.log")];
+    let _bare = worker(&nats, "bare", &["--lanes", "2"], &logs[0]);
+    let _docs = worker(&nats, "docs", &["--dir", &grant], &logs[1]);
+    let out = dir.path().join("run");
+    let flags = ["--workers", "2", "--no-replay", "--nats", &nats.url];
+    let output = run_markdown_explorer(&out, &flags, &[]);
+    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &logs));
+    let distributed = &json_file(&out.join("summary.json"))["distributed"];
+    let per_worker = distributed["units_per_worker"].as_object().unwrap();
+    assert_eq!(
+        per_worker.keys().collect::<Vec<_>>(),
+        ["docs"],
+        "{distributed}"
+    );
+    assert!(!records(&out).is_empty());
+}
