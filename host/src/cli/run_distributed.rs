@@ -15,9 +15,12 @@ use crate::harness::work::{UnitError, UnitRunner, WorkUnit};
 use crate::sandbox::{CallLog, LoadedAdapter, SandboxConfig, WasmAdapter};
 
 /// Refuses (exit 2) what `--nats` does not support yet, so that a
-/// distributed run never silently differs from a local one: `--resume`,
-/// `--env`, and replay points (an adapter exporting `replay` needs
-/// `--no-replay`).
+/// distributed run never silently differs from a local one: `--env`, and
+/// replay points (an adapter exporting `replay` needs `--no-replay`).
+///
+/// `--resume` works as locally: the interrupted epoch runs again from the
+/// checkpoint (what it wrote is cut back), under a new run id, so results
+/// the interrupted coordinator left in the stream are never read.
 pub(super) fn check_unsupported(args: &RunArgs, protocols: Protocols) -> Result<(), CliError> {
     if args.nats.is_none() {
         return Ok(());
@@ -27,12 +30,6 @@ pub(super) fn check_unsupported(args: &RunArgs, protocols: Protocols) -> Result<
             "--nats does not yet support {what}"
         )))
     };
-    if args.resume {
-        return refuse(
-            "--resume (the coordinator cannot yet pick up results already in the stream); \
-             resume the run without --nats",
-        );
-    }
     if !args.sandbox.env.is_empty() {
         return refuse("--env (a worker's environment is its own machine's)");
     }

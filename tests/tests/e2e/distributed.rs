@@ -594,3 +594,69 @@ fn units_needing_a_guest_path_run_only_on_workers_that_offer_it() {
     );
     assert!(!records(&out).is_empty());
 }
+
+#[test]
+fn a_coordinator_killed_mid_run_resumes_to_the_records_of_an_uninterrupted_run() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // Two items that spin to their 1 s deadline, over three epochs.
+    let items: Vec<Value> = (1..=2)
+        .map(|n| {
+            serde_json::json!({"item_id": format!("spin-{n}"), "family": format!("f{n}"),
+                               "text": "x", "attack": "infinite_loop"})
+        })
+        .collect();
+    let items = crate::support::write_items(dir.path(), "items.jsonl", &items);
+    let run = |out: &Path, extra: &[&str]| {
+        let mut command = sandloop();
+        command
+            .args([
+                "run",
+                "--adapter",
+                sandloop_tests::HOSTILE_ADAPTER,
+                "--items",
+                s(&items),
+            ])
+            .args(["--out", s(out), "--epochs", "3", "--call-timeout", "1"])
+            .args(extra);
+        command
+    };
+    let local = dir.path().join("local");
+    let output = run(&local, &[]).output().unwrap();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+
+    let logs = [dir.path().join("w1.log")];
+    let _worker = worker(&nats, "w1", &[], &logs[0]);
+    let remote = dir.path().join("remote");
+    let coordinator = run(&remote, &["--nats", &nats.url])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut coordinator = KillOnDrop(coordinator);
+    let started = Instant::now();
+    while std::fs::read_to_string(remote.join("epochs.jsonl")).map_or(true, |text| text.is_empty())
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no epoch finished"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    coordinator.0.kill().expect("kill -9 the coordinator");
+    let _ = coordinator.0.wait();
+    assert!(
+        jsonl(&remote.join("epochs.jsonl")).len() < 3,
+        "killed before the last epoch"
+    );
+    let output = run(&remote, &["--nats", &nats.url, "--resume"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &logs));
+    assert_eq!(
+        comparable(&remote),
+        comparable(&local),
+        "nothing lost or doubled"
+    );
+    assert_eq!(jsonl(&remote.join("epochs.jsonl")).len(), 3);
+}
