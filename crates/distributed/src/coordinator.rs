@@ -133,6 +133,11 @@ impl Dispatcher {
         lock(&self.ledger).summary()
     }
 
+    /// Units published and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        lock(&self.ledger).in_flight()
+    }
+
     /// The component's sha256, as stored.
     pub fn component_sha256(&self) -> &str {
         &self.sha256

@@ -181,7 +181,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         None => &mut control,
     };
 
-    let progress = Progress::new(args.epochs, args.json);
+    let mut progress = Progress::new(args.epochs, args.json);
+    progress.distributed = dispatcher.clone();
     let side_writes = {
         let call_log = Arc::clone(&call_log);
         let points = replay.as_ref().and_then(|options| options.store.clone());
@@ -731,6 +732,10 @@ struct Progress {
     max_epochs: u32,
     error_types: Mutex<BTreeMap<String, u64>>,
     warned: Mutex<std::collections::BTreeSet<String>>,
+    /// A distributed run's dispatcher: the message then shows its units.
+    distributed: Option<Arc<Dispatcher>>,
+    /// The current epoch's units, and how many are done.
+    units: Mutex<(usize, usize)>,
 }
 
 impl Progress {
@@ -751,12 +756,16 @@ impl Progress {
             max_epochs,
             error_types: Mutex::new(BTreeMap::new()),
             warned: Mutex::new(Default::default()),
+            distributed: None,
+            units: Mutex::new((0, 0)),
         }
     }
 
     fn on_event(&self, event: &ArmEvent<'_>) {
         match event {
-            ArmEvent::UnitDone { records, .. } => {
+            ArmEvent::UnitDone {
+                records, branch_id, ..
+            } => {
                 for record in records.iter() {
                     let failures = [
                         record.get("adapter_error"),
@@ -775,6 +784,14 @@ impl Progress {
                 }
                 if let Some(bar) = &self.bar {
                     bar.inc(records.len() as u64);
+                    if let Some(dispatcher) = &self.distributed
+                        && *branch_id != crate::harness::arm::CONTROL_BRANCH_ID
+                    {
+                        let mut units = self.units.lock().unwrap_or_else(|p| p.into_inner());
+                        units.1 += 1;
+                        let remaining = units.0.saturating_sub(units.1);
+                        bar.set_message(run_distributed::progress_message(dispatcher, remaining));
+                    }
                 }
             }
             ArmEvent::EpochStarted {
@@ -782,7 +799,13 @@ impl Progress {
             } => {
                 if let Some(bar) = &self.bar {
                     bar.set_prefix(format!("epoch {epoch}/{}", self.max_epochs));
-                    bar.set_message(format!("{unit_count} unit(s) queued"));
+                    *self.units.lock().unwrap_or_else(|p| p.into_inner()) = (*unit_count, 0);
+                    bar.set_message(match &self.distributed {
+                        Some(dispatcher) => {
+                            run_distributed::progress_message(dispatcher, *unit_count)
+                        }
+                        None => format!("{unit_count} unit(s) queued"),
+                    });
                 }
             }
             ArmEvent::Warning { message } => {

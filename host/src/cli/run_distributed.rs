@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use super::CliError;
 use super::args::RunArgs;
-use crate::distributed::{Dispatcher, GuestNeed, Limits, NatsTarget, RemoteLane, RunSpec};
+use crate::distributed::{
+    Dispatcher, DistributedSummary, GuestNeed, Limits, NatsTarget, RemoteLane, RunSpec,
+};
 use crate::episode::adapter::{CallContext, Protocols, Record};
 use crate::episode::clock::Clock;
 use crate::episode::policy::FailurePolicy;
@@ -114,6 +116,22 @@ fn needs(config: &SandboxConfig) -> Vec<GuestNeed> {
         .collect()
 }
 
+/// The progress bar's message during a distributed run's epoch, with
+/// `remaining` of its units not yet done: how many wait in the queue, how
+/// many are in flight on how many workers, and how many were redelivered.
+pub(super) fn progress_message(dispatcher: &Dispatcher, remaining: usize) -> String {
+    progress_text(&dispatcher.summary(), dispatcher.in_flight(), remaining)
+}
+
+fn progress_text(summary: &DistributedSummary, in_flight: usize, remaining: usize) -> String {
+    format!(
+        "{} unit(s) queued, {in_flight} in flight on {} worker(s), {} redelivered",
+        remaining.saturating_sub(in_flight),
+        summary.workers_seen.len(),
+        summary.redeliveries
+    )
+}
+
 /// The closing line of a distributed run: workers and their units.
 pub(super) fn summary_line(dispatcher: &Dispatcher) -> String {
     let summary = dispatcher.summary();
@@ -162,5 +180,27 @@ impl UnitRunner for Lane {
             Lane::Local(adapter) => adapter.run_unit(unit, ctx, policy, clock),
             Lane::Remote(lane) => lane.run_unit(unit, ctx, policy, clock),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_progress_message_counts_queued_in_flight_workers_and_redeliveries() {
+        let summary = DistributedSummary {
+            workers_seen: vec!["w1".into(), "w2".into()],
+            redeliveries: 1,
+            ..DistributedSummary::default()
+        };
+        assert_eq!(
+            progress_text(&summary, 2, 5),
+            "3 unit(s) queued, 2 in flight on 2 worker(s), 1 redelivered"
+        );
+        assert_eq!(
+            progress_text(&summary, 2, 1),
+            "0 unit(s) queued, 2 in flight on 2 worker(s), 1 redelivered"
+        );
     }
 }
