@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use sandloop_core::episode::adapter::{CallContext, Record};
+use sandloop_core::episode::adapter::{CallContext, Protocols, Record};
 use sandloop_core::episode::clock::Clock;
 use sandloop_core::episode::policy::{FailurePolicy, FatalError};
 use sandloop_core::harness::work::{UnitError, UnitRunner, WorkUnit, load_stored};
@@ -19,6 +19,7 @@ use sandloop_sandbox::CallLog;
 
 use crate::ledger::{DistributedSummary, Ledger, Settled};
 use crate::lock;
+use crate::lost::lost_unit_records;
 use crate::transport::{
     Connection, MAX_DELIVER, NatsTarget, RESULTS_PREFIX, ROLL_CALL_SUBJECT, Runtime,
     TransportError, UNITS_STREAM, UNITS_SUBJECT, WORKERS_CONSUMER, connect,
@@ -42,6 +43,8 @@ pub struct RunSpec {
     pub needs: Vec<GuestNeed>,
     /// How long to wait for a worker meeting `needs` to answer.
     pub worker_wait: Duration,
+    /// The component's protocols (the records of a lost unit follow them).
+    pub protocols: Protocols,
 }
 
 /// What wakes a lane waiting for its unit.
@@ -147,13 +150,14 @@ impl Dispatcher {
         lock(&self.failure).clone()
     }
 
-    /// Publishes `unit` and waits for its first result.
+    /// Publishes `unit` and waits for its first result; `None` when
+    /// JetStream gave up delivering it.
     fn run(
         &self,
         unit: &WorkUnit,
         ctx: &CallContext,
         fatal: bool,
-    ) -> Result<UnitResult, UnitError> {
+    ) -> Result<Option<UnitResult>, UnitError> {
         let body = body_of(unit)?;
         let index = self.next_unit.fetch_add(1, Ordering::Relaxed);
         let unit_id = format!("{}.e{}.u{index}", self.run_id, ctx.epoch);
@@ -208,18 +212,16 @@ impl Dispatcher {
     /// it, the connected workers are asked again: when none that could run
     /// the unit answers (they all died or left), the unit fails saying so
     /// instead of waiting forever.
-    fn wait(&self, unit_id: &str, receiver: &Receiver<Delivery>) -> Result<UnitResult, UnitError> {
+    fn wait(
+        &self,
+        unit_id: &str,
+        receiver: &Receiver<Delivery>,
+    ) -> Result<Option<UnitResult>, UnitError> {
         let mut next_check = Instant::now() + self.spec.worker_wait;
         loop {
             match receiver.recv_timeout(Duration::from_millis(500)) {
-                Ok(Delivery::Result(result)) => return Ok(*result),
-                Ok(Delivery::Abandoned) => {
-                    return Err(UnitError::Remote(format!(
-                        "unit {unit_id} was delivered {MAX_DELIVER} times without a result \
-                         (workers died running it, or none of them offers its guest paths); \
-                         see the workers' logs"
-                    )));
-                }
+                Ok(Delivery::Result(result)) => return Ok(Some(*result)),
+                Ok(Delivery::Abandoned) => return Ok(None),
                 Err(RecvTimeoutError::Timeout) => {
                     if let Some(reason) = self.failure() {
                         lock(&self.ledger).forget(unit_id);
@@ -280,7 +282,15 @@ impl UnitRunner for RemoteLane {
         policy: FailurePolicy,
         _clock: &dyn Clock,
     ) -> Result<Vec<Record>, UnitError> {
-        let result = self.dispatcher.run(unit, ctx, policy.is_fatal())?;
+        let Some(result) = self.dispatcher.run(unit, ctx, policy.is_fatal())? else {
+            let why = format!(
+                "a unit of {} was delivered {MAX_DELIVER} times without a result (workers died \
+                 running it, or none offering its guest paths was free); see the workers' logs",
+                ctx.branch_id
+            );
+            tracing::warn!("{why}");
+            return lost_unit_records(unit, ctx, policy, self.dispatcher.spec.protocols, why);
+        };
         if let Some(log) = &self.dispatcher.call_log {
             for lines in &result.calls {
                 log.write_lines(lines);

@@ -7,11 +7,13 @@
 //! machines, which run them in their own sandboxes and send the records
 //! back. Modules: [`wire`] (the messages), [`transport`] (connection,
 //! streams, the component's object store), [`ledger`] (units in flight,
-//! one result per unit, the summary's figures), [`coordinator`],
+//! one result per unit, the summary's figures), [`lost`] (the records of
+//! a unit no worker could finish), [`coordinator`],
 //! [`worker`].
 
 pub mod coordinator;
 pub mod ledger;
+pub mod lost;
 pub mod transport;
 pub mod wire;
 pub mod worker;

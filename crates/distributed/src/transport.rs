@@ -42,7 +42,7 @@ pub const ROLL_CALL_SUBJECT: &str = "sandloop.workers.roll-call";
 /// unit runs, so only a dead or stuck worker's unit goes elsewhere).
 pub const ACK_WAIT: Duration = Duration::from_secs(10);
 /// Deliveries of one unit before JetStream gives up on it (and the
-/// coordinator fails the run naming the unit). Hand-backs by workers that
+/// coordinator records it as lost: [`crate::lost`]). Hand-backs by workers that
 /// lack the unit's grants count as deliveries, and wait longer each time.
 pub const MAX_DELIVER: i64 = 20;
 /// How long results stay in [`RESULTS_STREAM`].

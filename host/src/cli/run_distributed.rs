@@ -82,6 +82,7 @@ pub(super) fn open_dispatcher(
         limits: limits(loaded.config()),
         needs: needs(loaded.config()),
         worker_wait: Duration::from_secs(args.nats_wait),
+        protocols: loaded.protocols,
     };
     let dispatcher = Dispatcher::open(spec, Some(Arc::clone(call_log)))
         .map_err(|error| CliError::Failed(format!("{error}; nothing was run")))?;
