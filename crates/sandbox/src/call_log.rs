@@ -180,3 +180,59 @@ impl CallObserver for CallLog {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::{CallOutput, OutputEntry};
+
+    fn report<'a>(output: &'a CallOutput, refusals: u32) -> CallReport<'a> {
+        CallReport {
+            branch_id: "queue_worker_01",
+            epoch: 3,
+            call: "execute",
+            item_id: Some("a"),
+            output,
+            trace_events: &[],
+            trace_refusals: refusals,
+        }
+    }
+
+    #[test]
+    fn a_call_that_left_nothing_has_no_lines() {
+        let quiet = CallOutput::default();
+        assert_eq!(CallLines::of(&report(&quiet, 0)).unwrap(), None);
+        let refused = CallLines::of(&report(&quiet, 2)).unwrap().expect("a line");
+        assert!(refused.output.unwrap().contains(r#""trace_refusals":2"#));
+    }
+
+    #[test]
+    fn lines_written_from_elsewhere_land_in_their_epochs_file_as_a_reports_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = CallOutput {
+            entries: vec![OutputEntry {
+                stream: "log",
+                level: Some("info"),
+                text: "hello".into(),
+            }],
+            dropped_bytes: 0,
+        };
+        let lines = CallLines::of(&report(&output, 0)).unwrap().expect("a line");
+        // Through the wire and back, as a worker's lines travel.
+        let lines: CallLines =
+            serde_json::from_str(&serde_json::to_string(&lines).unwrap()).unwrap();
+        let log = CallLog::new(dir.path());
+        log.on_call(&report(&output, 0));
+        log.write_lines(&lines);
+        let written =
+            std::fs::read_to_string(dir.path().join("adapter-output/epoch-0003.jsonl")).unwrap();
+        let written: Vec<&str> = written.lines().collect();
+        assert_eq!(written.len(), 2);
+        assert_eq!(written[0], written[1], "the same line either way");
+        assert_eq!(
+            written[0],
+            r#"{"branch_id":"queue_worker_01","call":"execute","dropped_bytes":0,"entries":[{"level":"info","stream":"log","text":"hello"}],"item_id":"a","trace_refusals":0}"#
+        );
+        assert!(log.errors().is_empty());
+    }
+}

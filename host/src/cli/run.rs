@@ -637,6 +637,7 @@ fn invocation_options(args: &RunArgs) -> serde_json::Map<String, Value> {
                     json!(crate::distributed::transport::shown_url(url)),
                 );
                 options.insert("nats_creds".into(), json!(args.nats_creds));
+                options.insert("nats_wait_secs".into(), json!(args.nats_wait));
             }
             options
         }
