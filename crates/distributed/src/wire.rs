@@ -494,4 +494,49 @@ mod tests {
         assert!(!meets(&offers, &[need("/data", true)]), "not offered");
         assert!(!meets(&[], &[need("/docs", true)]));
     }
+
+    mod prop {
+        use proptest::prelude::*;
+        use sandloop_core::hostile_inputs::{config, mutate_bytes, value_not_of};
+
+        use super::*;
+
+        fn valid_unit() -> serde_json::Value {
+            serde_json::to_value(unit(UnitBody::Standalone {
+                item: obj(json!({"item_id": "a"})),
+            }))
+            .unwrap()
+        }
+
+        proptest! {
+            #![proptest_config(config(128))]
+
+            #[test]
+            fn prop_a_damaged_message_never_panics_and_says_what_it_was(
+                bytes in mutate_bytes(serde_json::to_vec(&valid_unit()).unwrap(), false),
+            ) {
+                if let Err(error) = decode::<UnitMessage>("a unit", &bytes) {
+                    prop_assert!(error.starts_with("a unit: "), "{}", error);
+                }
+                if let Err(error) = decode::<UnitResult>("a unit result", &bytes) {
+                    prop_assert!(error.starts_with("a unit result: "), "{}", error);
+                }
+                if let Err(error) = decode::<WorkerHello>("a worker's answer", &bytes) {
+                    prop_assert!(error.starts_with("a worker's answer: "), "{}", error);
+                }
+            }
+
+            #[test]
+            fn prop_a_field_of_the_wrong_type_is_named(
+                field in prop::sample::select(vec!["unit_id", "run_id", "arm", "results_subject"]),
+                value in value_not_of(&["string"]),
+            ) {
+                let mut message = valid_unit();
+                message[field] = value;
+                let error = decode::<UnitMessage>("a unit", message.to_string().as_bytes())
+                    .unwrap_err();
+                prop_assert!(error.contains(field), "{}", error);
+            }
+        }
+    }
 }
