@@ -495,7 +495,7 @@ mod tests {
         assert!(!meets(&[], &[need("/docs", true)]));
     }
 
-    mod prop {
+    mod properties {
         use proptest::prelude::*;
         use sandloop_core::hostile_inputs::{config, mutate_bytes, value_not_of};
 
