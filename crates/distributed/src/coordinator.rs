@@ -22,7 +22,7 @@ use crate::lock;
 use crate::lost::lost_unit_records;
 use crate::transport::{
     Connection, MAX_DELIVER, NatsTarget, RESULTS_PREFIX, ROLL_CALL_SUBJECT, Runtime,
-    TransportError, UNITS_STREAM, UNITS_SUBJECT, WORKERS_CONSUMER, connect,
+    TransportError, UNITS_PREFIX, UNITS_STREAM, WORKERS_CONSUMER, connect,
 };
 use crate::wire::{
     GuestNeed, Limits, Outcome, UnitBody, UnitMessage, UnitResult, WIRE_VERSION, WorkerHello,
@@ -146,6 +146,11 @@ impl Dispatcher {
         &self.sha256
     }
 
+    /// Where this run's units are published.
+    fn units_subject(&self) -> String {
+        format!("{UNITS_PREFIX}.{}", self.run_id)
+    }
+
     fn failure(&self) -> Option<String> {
         lock(&self.failure).clone()
     }
@@ -191,7 +196,7 @@ impl Dispatcher {
             headers.insert(async_nats::header::NATS_MESSAGE_ID, unit_id.as_str());
             self.connection
                 .jetstream
-                .publish_with_headers(UNITS_SUBJECT, headers, payload.into())
+                .publish_with_headers(self.units_subject(), headers, payload.into())
                 .await?
                 .await
         });
@@ -200,7 +205,8 @@ impl Dispatcher {
             Err(error) => {
                 lock(&self.ledger).forget(&unit_id);
                 return Err(UnitError::Remote(format!(
-                    "publishing unit {unit_id} to {UNITS_SUBJECT} on {}: {error}",
+                    "publishing unit {unit_id} to {} on {}: {error}",
+                    self.units_subject(),
                     self.connection.url
                 )));
             }
@@ -263,6 +269,27 @@ impl Dispatcher {
                     "unit {unit_id} is still waiting for a worker: {reason}"
                 )))
             }
+        }
+    }
+}
+
+impl Drop for Dispatcher {
+    /// Withdraws the units the run left queued (a unit whose workers all
+    /// died), so that a worker started later does not run them for nobody.
+    fn drop(&mut self) {
+        let subject = self.units_subject();
+        let withdrawn = self.runtime.block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                self.connection.withdraw_units(&subject),
+            )
+            .await
+        });
+        match withdrawn {
+            Ok(Ok(0)) => {}
+            Ok(Ok(count)) => tracing::debug!("withdrew {count} queued unit(s) from {subject}"),
+            Ok(Err(error)) => tracing::warn!("{error}"),
+            Err(_) => tracing::warn!("withdrawing the units on {subject}: no answer within 5 s"),
         }
     }
 }

@@ -4,7 +4,9 @@
 //! and checked by its sha256.
 //!
 //! Layout (JetStream, all created on first use by either end):
-//! - stream [`UNITS_STREAM`] (work-queue retention) on [`UNITS_SUBJECT`],
+//! - stream [`UNITS_STREAM`] (work-queue retention) on
+//!   `sandloop.units.<run id>` ([`UNITS_PREFIX`]; a run withdraws what it
+//!   left there when it stops, [`Connection::withdraw_units`]),
 //!   read by the one durable pull consumer [`WORKERS_CONSUMER`] every
 //!   worker shares: each unit goes to one worker, is redelivered after
 //!   [`ACK_WAIT`] without an ack (a worker sends progress while it runs a
@@ -25,8 +27,8 @@ use tokio::io::AsyncReadExt;
 
 /// The work-queue stream of units.
 pub const UNITS_STREAM: &str = "SANDLOOP_UNITS";
-/// The subject units are published on.
-pub const UNITS_SUBJECT: &str = "sandloop.units";
+/// Units of run `R` are published on `sandloop.units.R`.
+pub const UNITS_PREFIX: &str = "sandloop.units";
 /// The durable pull consumer all workers share.
 pub const WORKERS_CONSUMER: &str = "sandloop-workers";
 /// The stream of results.
@@ -139,7 +141,7 @@ impl Connection {
         self.jetstream
             .get_or_create_stream(stream::Config {
                 name: UNITS_STREAM.into(),
-                subjects: vec![UNITS_SUBJECT.into()],
+                subjects: vec![format!("{UNITS_PREFIX}.>")],
                 retention: stream::RetentionPolicy::WorkQueue,
                 storage: stream::StorageType::File,
                 duplicate_window: Duration::from_secs(120),
@@ -147,6 +149,20 @@ impl Connection {
             })
             .await
             .map_err(|error| self.error(format!("creating stream {UNITS_STREAM}"), error))
+    }
+
+    /// Removes the units still queued on `subject` (a run that stopped
+    /// withdraws what no worker needs to run any more); returns how many.
+    ///
+    /// # Errors
+    /// The stream cannot be reached or refuses the purge.
+    pub async fn withdraw_units(&self, subject: &str) -> Result<u64, TransportError> {
+        let stream = self.units_stream().await?;
+        let purged =
+            stream.purge().filter(subject).await.map_err(|error| {
+                self.error(format!("withdrawing the units on {subject}"), error)
+            })?;
+        Ok(purged.purged)
     }
 
     /// The workers' shared pull consumer of the units stream.

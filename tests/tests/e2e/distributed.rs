@@ -511,6 +511,27 @@ fn a_run_whose_workers_all_died_says_so_instead_of_waiting() {
             "within 2 s",
         ],
     );
+    assert_eq!(
+        queued_units(&nats),
+        0,
+        "the stopped run withdrew its unit: a worker started later does not run it for nobody"
+    );
+}
+
+/// Messages in the units stream of `nats`.
+fn queued_units(nats: &NatsServer) -> u64 {
+    use sandloop::distributed::transport::{NatsTarget, Runtime, UNITS_STREAM, connect};
+
+    let runtime = Runtime::start().unwrap();
+    let target = NatsTarget {
+        url: nats.url.clone(),
+        creds: None,
+    };
+    runtime.block_on(async {
+        let connection = connect(&target, "observer").await.unwrap();
+        let mut stream = connection.jetstream.get_stream(UNITS_STREAM).await.unwrap();
+        stream.info().await.unwrap().state.messages
+    })
 }
 
 #[test]
