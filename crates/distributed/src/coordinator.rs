@@ -17,12 +17,12 @@ use sandloop_core::episode::policy::{FailurePolicy, FatalError};
 use sandloop_core::harness::work::{UnitError, UnitRunner, WorkUnit, load_stored};
 use sandloop_sandbox::CallLog;
 
-use crate::ledger::{DistributedSummary, Ledger, Settled};
+use crate::ledger::{DistributedSummary, Ledger, MAX_STARTS, Settled};
 use crate::lock;
 use crate::lost::lost_unit_records;
 use crate::transport::{
-    Connection, MAX_DELIVER, NatsTarget, RESULTS_PREFIX, ROLL_CALL_SUBJECT, Runtime,
-    TransportError, UNITS_PREFIX, UNITS_STREAM, WORKERS_CONSUMER, connect,
+    Connection, NatsTarget, RESULTS_PREFIX, ROLL_CALL_SUBJECT, Runtime, TransportError,
+    UNITS_PREFIX, connect,
 };
 use crate::wire::{
     GuestNeed, Limits, Outcome, UnitBody, UnitMessage, UnitResult, WIRE_VERSION, WorkerHello,
@@ -51,7 +51,8 @@ pub struct RunSpec {
 enum Delivery {
     /// The unit's first result.
     Result(Box<UnitResult>),
-    /// JetStream gave up delivering the unit.
+    /// The unit started more than [`MAX_STARTS`] times without a result:
+    /// it was given up.
     Abandoned,
 }
 
@@ -155,8 +156,8 @@ impl Dispatcher {
         lock(&self.failure).clone()
     }
 
-    /// Publishes `unit` and waits for its first result; `None` when
-    /// JetStream gave up delivering it.
+    /// Publishes `unit` and waits for its first result; `None` when it was
+    /// given up (it kept starting on workers without a result).
     fn run(
         &self,
         unit: &WorkUnit,
@@ -311,9 +312,10 @@ impl UnitRunner for RemoteLane {
     ) -> Result<Vec<Record>, UnitError> {
         let Some(result) = self.dispatcher.run(unit, ctx, policy.is_fatal())? else {
             let why = format!(
-                "a unit of {} was delivered {MAX_DELIVER} times without a result (workers died \
-                 running it, or none offering its guest paths was free); see the workers' logs",
-                ctx.branch_id
+                "a unit of {} started {} times on workers without a result (they died running \
+                 it); see the workers' logs",
+                ctx.branch_id,
+                MAX_STARTS + 1
             );
             tracing::warn!("{why}");
             return lost_unit_records(unit, ctx, policy, self.dispatcher.spec.protocols, why);
@@ -341,6 +343,8 @@ impl UnitRunner for RemoteLane {
                 }))
             }
             Outcome::Failed { reason } => Err(remote(reason)),
+            // Never handed to a lane: `route` counts starts.
+            Outcome::Started => Err(remote("a start notice where a result belongs".into())),
         }
     }
 }
@@ -381,14 +385,8 @@ async fn prepare(
         .messages()
         .await
         .map_err(|error| TransportError::new(format!("reading {results_subject}"), error))?;
-    let advisory =
-        format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{UNITS_STREAM}.{WORKERS_CONSUMER}");
-    let mut advisories = connection
-        .client
-        .subscribe(advisory.clone())
-        .await
-        .map_err(|error| TransportError::new(format!("subscribing to {advisory}"), error))?;
     let (routing, failing) = (Arc::clone(ledger), Arc::clone(failure));
+    let withdrawing = connection.clone();
     let shown = connection.url.clone();
     tokio::spawn(async move {
         while let Some(message) = messages.next().await {
@@ -400,44 +398,41 @@ async fn prepare(
                 }
             };
             let _ = message.ack().await;
-            route(&routing, &message.payload);
+            if let Some(sequence) = route(&routing, &message.payload)
+                && let Err(error) = withdrawing.delete_unit(sequence).await
+            {
+                tracing::warn!("{error}");
+            }
         }
         *lock(&failing) = Some(format!("the results stream on {shown} ended"));
-    });
-    let abandoning = Arc::clone(ledger);
-    tokio::spawn(async move {
-        while let Some(message) = advisories.next().await {
-            #[derive(serde::Deserialize)]
-            struct MaxDeliveries {
-                stream_seq: u64,
-            }
-            let Ok(advisory) = serde_json::from_slice::<MaxDeliveries>(&message.payload) else {
-                continue;
-            };
-            if let Some((unit_id, waiter)) = lock(&abandoning).abandoned(advisory.stream_seq) {
-                tracing::warn!("JetStream gave up delivering unit {unit_id}");
-                let _ = waiter.send(Delivery::Abandoned);
-            }
-        }
     });
     Ok(sha256)
 }
 
 /// Hands one result to the lane waiting for its unit (once).
-fn route(ledger: &SharedLedger, payload: &[u8]) {
+///
+/// A unit starting on a worker is counted; past [`MAX_STARTS`] its lane is
+/// told it was given up, and its stream sequence is returned, to withdraw
+/// it.
+fn route(ledger: &SharedLedger, payload: &[u8]) -> Option<u64> {
     let result: UnitResult = match decode("a unit result", payload) {
         Ok(result) => result,
         Err(error) => {
             tracing::warn!("{error}");
-            return;
+            return None;
         }
     };
-    let settled = lock(ledger).settle(
-        &result.unit_id,
-        result.attempt,
-        &result.worker,
-        payload.len() as u64,
-    );
+    if result.outcome == Outcome::Started {
+        let (sequence, waiter) = lock(ledger).started(&result.unit_id)?;
+        tracing::warn!(
+            "unit {} started {} times without a result; giving it up",
+            result.unit_id,
+            MAX_STARTS + 1
+        );
+        let _ = waiter.send(Delivery::Abandoned);
+        return Some(sequence);
+    }
+    let settled = lock(ledger).settle(&result.unit_id, &result.worker, payload.len() as u64);
     match settled {
         Settled::First(waiter) => {
             let _ = waiter.send(Delivery::Result(Box::new(result)));
@@ -450,6 +445,7 @@ fn route(ledger: &SharedLedger, payload: &[u8]) {
         ),
         Settled::Unknown => {}
     }
+    None
 }
 
 /// Asks the connected workers who they are until one offers every guest

@@ -1,12 +1,18 @@
 //! The coordinator's bookkeeping of units in flight: which lane waits for
 //! which unit, which results were already taken (a unit delivered twice —
 //! its first worker died after publishing, or was merely slow — is
-//! recorded once: the first result of a unit wins, by unit id), and the
-//! figures of the summary's `distributed` block.
+//! recorded once: the first result of a unit wins, by unit id), how often
+//! each unit started on a worker (a unit that keeps killing workers is
+//! given up after [`MAX_STARTS`]), and the figures of the summary's
+//! `distributed` block.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
+
+/// Starts of one unit on workers without a result before it is given up
+/// (its next start withdraws it, and it is recorded as lost).
+pub const MAX_STARTS: u64 = 3;
 
 /// The `distributed` block of a distributed run's `summary.json`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -17,8 +23,8 @@ pub struct DistributedSummary {
     pub workers_seen: Vec<String>,
     /// Units whose result was recorded, by the worker that ran them.
     pub units_per_worker: BTreeMap<String, u64>,
-    /// Deliveries beyond the first of recorded units (a worker died or
-    /// stalled past the ack deadline, and the unit ran again).
+    /// Starts beyond the first of recorded units (a worker died or stalled
+    /// past the ack deadline, and the unit ran again elsewhere).
     pub redeliveries: u64,
     /// Results dropped because their unit was already recorded.
     pub duplicate_results: u64,
@@ -44,7 +50,8 @@ pub enum Settled<W> {
 #[derive(Debug)]
 pub struct Ledger<W> {
     waiting: HashMap<String, W>,
-    by_sequence: HashMap<u64, String>,
+    sequences: HashMap<String, u64>,
+    starts: HashMap<String, u64>,
     recorded: HashSet<String>,
     summary: DistributedSummary,
 }
@@ -54,7 +61,8 @@ impl<W> Ledger<W> {
     pub fn new(nats: &str) -> Self {
         Self {
             waiting: HashMap::new(),
-            by_sequence: HashMap::new(),
+            sequences: HashMap::new(),
+            starts: HashMap::new(),
             recorded: HashSet::new(),
             summary: DistributedSummary {
                 nats: nats.to_owned(),
@@ -68,10 +76,10 @@ impl<W> Ledger<W> {
         self.waiting.insert(unit_id.to_owned(), waiter);
     }
 
-    /// The units stream holds `unit_id` at `sequence` (for JetStream's
-    /// advisories, which name sequences).
+    /// The units stream holds `unit_id` at `sequence` (to withdraw it when
+    /// it is given up).
     pub fn published(&mut self, unit_id: &str, sequence: u64, bytes: u64) {
-        self.by_sequence.insert(sequence, unit_id.to_owned());
+        self.sequences.insert(unit_id.to_owned(), sequence);
         self.summary.bytes_sent += bytes;
     }
 
@@ -87,10 +95,10 @@ impl<W> Ledger<W> {
         }
     }
 
-    /// A result of `unit_id` arrived from `worker` at delivery `attempt`
-    /// (`bytes` long): the first one of a unit in flight is handed over
-    /// and counted; later ones are dropped.
-    pub fn settle(&mut self, unit_id: &str, attempt: u64, worker: &str, bytes: u64) -> Settled<W> {
+    /// A result of `unit_id` arrived from `worker` (`bytes` long): the
+    /// first one of a unit in flight is handed over and counted; later ones
+    /// are dropped.
+    pub fn settle(&mut self, unit_id: &str, worker: &str, bytes: u64) -> Settled<W> {
         self.summary.bytes_received += bytes;
         if self.recorded.contains(unit_id) {
             self.summary.duplicate_results += 1;
@@ -106,16 +114,28 @@ impl<W> Ledger<W> {
             .units_per_worker
             .entry(worker.to_owned())
             .or_default() += 1;
-        self.summary.redeliveries += attempt.saturating_sub(1);
+        let starts = self.starts.remove(unit_id).unwrap_or(0);
+        self.summary.redeliveries += starts.saturating_sub(1);
+        self.sequences.remove(unit_id);
         Settled::First(waiter)
     }
 
-    /// JetStream gave up on the unit at `sequence`: its waiter, if the
-    /// unit is still in flight, with the unit's id.
-    pub fn abandoned(&mut self, sequence: u64) -> Option<(String, W)> {
-        let unit_id = self.by_sequence.get(&sequence)?.clone();
-        let waiter = self.waiting.remove(&unit_id)?;
-        Some((unit_id, waiter))
+    /// `unit_id` started on a worker. Past [`MAX_STARTS`] starts of a unit
+    /// still in flight, it is given up: its stream sequence (to withdraw
+    /// it) and its waiter.
+    pub fn started(&mut self, unit_id: &str) -> Option<(u64, W)> {
+        if !self.waiting.contains_key(unit_id) {
+            return None;
+        }
+        let starts = self.starts.entry(unit_id.to_owned()).or_default();
+        *starts += 1;
+        if *starts <= MAX_STARTS {
+            return None;
+        }
+        let waiter = self.waiting.remove(unit_id)?;
+        self.starts.remove(unit_id);
+        let sequence = self.sequences.remove(unit_id)?;
+        Some((sequence, waiter))
     }
 
     /// A lane stopped waiting for `unit_id` (it gave up).
@@ -145,11 +165,19 @@ mod tests {
         ledger.expect("r.e1.u1", 'b');
         ledger.published("r.e1.u0", 7, 100);
         assert_eq!(ledger.in_flight(), 2);
-        // The first worker died after publishing; the redelivery ran too.
-        assert_eq!(ledger.settle("r.e1.u0", 2, "w2", 10), Settled::First('a'));
-        assert_eq!(ledger.settle("r.e1.u0", 1, "w1", 10), Settled::Duplicate);
-        assert_eq!(ledger.settle("r.e1.u1", 1, "w1", 5), Settled::First('b'));
-        assert_eq!(ledger.settle("other.e1.u0", 1, "w1", 5), Settled::Unknown);
+        // The first worker died after publishing; the unit started again
+        // elsewhere, and both results arrive.
+        assert_eq!(ledger.started("r.e1.u0"), None);
+        assert_eq!(ledger.started("r.e1.u0"), None);
+        assert_eq!(ledger.settle("r.e1.u0", "w2", 10), Settled::First('a'));
+        assert_eq!(ledger.settle("r.e1.u0", "w1", 10), Settled::Duplicate);
+        assert_eq!(
+            ledger.started("r.e1.u0"),
+            None,
+            "recorded: no longer counted"
+        );
+        assert_eq!(ledger.settle("r.e1.u1", "w1", 5), Settled::First('b'));
+        assert_eq!(ledger.settle("other.e1.u0", "w1", 5), Settled::Unknown);
         assert_eq!(ledger.in_flight(), 0);
         let summary = ledger.summary();
         assert_eq!(
@@ -164,17 +192,26 @@ mod tests {
     }
 
     #[test]
-    fn an_abandoned_sequence_wakes_its_unit_once_and_only_while_in_flight() {
+    fn a_unit_that_keeps_starting_without_a_result_is_given_up_once() {
         let mut ledger = Ledger::new("n");
         ledger.expect("u0", 1);
         ledger.published("u0", 3, 0);
-        ledger.expect("u1", 2);
-        ledger.published("u1", 4, 0);
-        assert_eq!(ledger.abandoned(3), Some(("u0".into(), 1)));
-        assert_eq!(ledger.abandoned(3), None, "woken once");
-        assert_eq!(ledger.settle("u1", 1, "w", 0), Settled::First(2));
-        assert_eq!(ledger.abandoned(4), None, "already recorded");
-        assert_eq!(ledger.abandoned(99), None, "not ours");
+        for _ in 0..MAX_STARTS {
+            assert_eq!(ledger.started("u0"), None);
+        }
+        assert_eq!(
+            ledger.started("u0"),
+            Some((3, 1)),
+            "given up past the bound"
+        );
+        assert_eq!(ledger.started("u0"), None, "once");
+        assert_eq!(ledger.in_flight(), 0);
+        assert_eq!(
+            ledger.settle("u0", "w", 0),
+            Settled::Unknown,
+            "a late result is dropped"
+        );
+        assert_eq!(ledger.started("not-ours"), None);
     }
 
     #[test]

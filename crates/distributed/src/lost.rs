@@ -1,6 +1,5 @@
-//! A unit JetStream gave up delivering (it was delivered
-//! [`crate::transport::MAX_DELIVER`] times without a result: it kept killing
-//! workers, or no worker offering its guest paths was free) is recorded,
+//! A unit given up (it started more than [`crate::ledger::MAX_STARTS`]
+//! times on workers without a result: it kept killing them) is recorded,
 //! not dropped: it gets the records a local run writes when none of the
 //! unit's calls can get an instance — error records of type
 //! `instantiation`, marked retryable, under the run's failure policy (the
@@ -110,7 +109,7 @@ mod tests {
                 execute: true,
                 ..Protocols::default()
             },
-            "unit u was delivered 20 times without a result".into(),
+            "a unit started 4 times without a result".into(),
         )
         .unwrap();
         assert_eq!(records.len(), 1);
@@ -118,7 +117,7 @@ mod tests {
         assert_eq!(records[0]["adapter_error"]["type"], "instantiation");
         assert_eq!(records[0]["retryable_infra_error"], true);
         let message = records[0]["adapter_error"]["message"].as_str().unwrap();
-        assert!(message.contains("delivered 20 times"), "{message}");
+        assert!(message.contains("started 4 times"), "{message}");
     }
 
     #[test]

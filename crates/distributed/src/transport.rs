@@ -8,9 +8,11 @@
 //!   `sandloop.units.<run id>` ([`UNITS_PREFIX`]; a run withdraws what it
 //!   left there when it stops, [`Connection::withdraw_units`]),
 //!   read by the one durable pull consumer [`WORKERS_CONSUMER`] every
-//!   worker shares: each unit goes to one worker, is redelivered after
+//!   worker shares: each unit goes to one worker, and is redelivered after
 //!   [`ACK_WAIT`] without an ack (a worker sends progress while it runs a
-//!   unit), at most [`MAX_DELIVER`] times;
+//!   unit) or [`HAND_BACK_DELAY`] after a worker lacking its grants handed
+//!   it back; the coordinator bounds how often a unit may start
+//!   ([`crate::ledger::MAX_STARTS`]);
 //! - stream [`RESULTS_STREAM`] on `sandloop.results.<run id>`: what workers
 //!   send back, kept for [`RESULTS_MAX_AGE`];
 //! - object store bucket [`COMPONENTS_BUCKET`]: components by sha256;
@@ -43,10 +45,10 @@ pub const ROLL_CALL_SUBJECT: &str = "sandloop.workers.roll-call";
 /// is delivered again (a worker sends progress every third of it while a
 /// unit runs, so only a dead or stuck worker's unit goes elsewhere).
 pub const ACK_WAIT: Duration = Duration::from_secs(10);
-/// Deliveries of one unit before JetStream gives up on it (and the
-/// coordinator records it as lost: [`crate::lost`]). Hand-backs by workers that
-/// lack the unit's grants count as deliveries, and wait longer each time.
-pub const MAX_DELIVER: i64 = 20;
+/// How long a unit handed back by a worker lacking its grants waits
+/// before it is offered again. Hand-backs are not bounded: a unit waits as
+/// long as it takes a worker offering its guest paths to be free.
+pub const HAND_BACK_DELAY: Duration = Duration::from_secs(1);
 /// How long results stay in [`RESULTS_STREAM`].
 pub const RESULTS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
@@ -165,6 +167,25 @@ impl Connection {
         Ok(purged.purged)
     }
 
+    /// Deletes the unit at `sequence` from the units stream (a unit given
+    /// up), so that no worker starts it again.
+    ///
+    /// # Errors
+    /// The stream cannot be reached or refuses the deletion.
+    pub async fn delete_unit(&self, sequence: u64) -> Result<(), TransportError> {
+        let stream = self.units_stream().await?;
+        stream
+            .delete_message(sequence)
+            .await
+            .map(|_| ())
+            .map_err(|error| {
+                self.error(
+                    format!("deleting unit {sequence} from {UNITS_STREAM}"),
+                    error,
+                )
+            })
+    }
+
     /// The workers' shared pull consumer of the units stream.
     ///
     /// # Errors
@@ -180,7 +201,8 @@ impl Connection {
                     durable_name: Some(WORKERS_CONSUMER.into()),
                     ack_policy: consumer::AckPolicy::Explicit,
                     ack_wait: ACK_WAIT,
-                    max_deliver: MAX_DELIVER,
+                    // Unbounded: the coordinator bounds the starts.
+                    max_deliver: -1,
                     ..Default::default()
                 },
             )

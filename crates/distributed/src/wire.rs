@@ -250,10 +250,14 @@ impl WireAdapterError {
     }
 }
 
-/// How a unit ended on a worker.
+/// How a unit ended on a worker (or that it starts).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
+    /// Sent before the worker runs the unit: the coordinator counts the
+    /// starts of each unit and gives up one that keeps starting without a
+    /// result ([`crate::ledger::MAX_STARTS`]).
+    Started,
     /// The unit ran: its records, in order.
     Records {
         /// The records.
@@ -284,7 +288,8 @@ impl Outcome {
     }
 }
 
-/// What a worker publishes once per delivery it ran.
+/// What a worker publishes for a delivery it runs: that it starts, then
+/// how it ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct UnitResult {
     /// [`WIRE_VERSION`].

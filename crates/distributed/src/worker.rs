@@ -22,7 +22,9 @@ use sandloop_sandbox::{
 };
 
 use crate::lock;
-use crate::transport::{ACK_WAIT, Connection, NatsTarget, ROLL_CALL_SUBJECT, Runtime, connect};
+use crate::transport::{
+    ACK_WAIT, Connection, HAND_BACK_DELAY, NatsTarget, ROLL_CALL_SUBJECT, Runtime, connect,
+};
 use crate::wire::{
     GuestNeed, Outcome, UnitMessage, UnitResult, WIRE_VERSION, WorkerHello, decode, meets,
 };
@@ -237,15 +239,6 @@ fn encode_within(mut result: UnitResult, max_payload: usize) -> Vec<u8> {
     serde_json::to_vec(&result).expect("a result serialises")
 }
 
-/// How long a unit handed back at its `delivery`-th delivery (this worker
-/// lacks its grants) waits before it is offered again: 1 s, doubling per
-/// delivery up to a minute, so that a unit whose capable workers are busy
-/// spends its [`crate::transport::MAX_DELIVER`] deliveries over about a
-/// quarter of an hour rather than seconds.
-fn hand_back_delay(delivery: u64) -> Duration {
-    Duration::from_secs(1u64 << delivery.saturating_sub(1).min(6)).min(Duration::from_secs(60))
-}
-
 /// Collects the call lines of one lane's adapter, per unit.
 #[derive(Default)]
 struct Collector(Mutex<Vec<CallLines>>);
@@ -322,10 +315,11 @@ impl<'a> Lane<'a> {
                 "unit {} needs guest paths this worker does not offer; handing it back",
                 unit.unit_id
             );
-            let nak = AckKind::Nak(Some(hand_back_delay(attempt)));
+            let nak = AckKind::Nak(Some(HAND_BACK_DELAY));
             let _ = runtime.block_on(message.ack_with(nak));
             return;
         }
+        self.publish_started(&unit, attempt);
         tracing::debug!("unit {}: running (delivery {attempt})", unit.unit_id);
         let heartbeat = {
             let message = message.clone();
@@ -338,14 +332,8 @@ impl<'a> Lane<'a> {
         };
         let outcome = self.execute(&unit);
         heartbeat.abort();
-        let result = UnitResult {
-            version: WIRE_VERSION,
-            unit_id: unit.unit_id.clone(),
-            attempt,
-            worker: self.shared.config.name.clone(),
-            outcome,
-            calls: std::mem::take(&mut *lock(&self.collector.0)),
-        };
+        let calls = std::mem::take(&mut *lock(&self.collector.0));
+        let result = self.result(&unit, attempt, outcome, calls);
         let payload = encode_within(
             result,
             self.shared.connection.client.server_info().max_payload,
@@ -363,6 +351,42 @@ impl<'a> Lane<'a> {
             Ok(()) => tracing::debug!("unit {} done (delivery {attempt})", unit.unit_id),
             // Not acked: the unit is delivered again after the ack deadline.
             Err(error) => tracing::warn!("unit {}: storing its result: {error}", unit.unit_id),
+        }
+    }
+
+    /// The result message of `unit`'s delivery `attempt`.
+    fn result(
+        &self,
+        unit: &UnitMessage,
+        attempt: u64,
+        outcome: Outcome,
+        calls: Vec<CallLines>,
+    ) -> UnitResult {
+        UnitResult {
+            version: WIRE_VERSION,
+            unit_id: unit.unit_id.clone(),
+            attempt,
+            worker: self.shared.config.name.clone(),
+            outcome,
+            calls,
+        }
+    }
+
+    /// Tells the coordinator that `unit` starts (stored before it runs, so
+    /// a unit that kills its workers is counted); a failure is only logged.
+    fn publish_started(&self, unit: &UnitMessage, attempt: u64) {
+        let started = self.result(unit, attempt, Outcome::Started, Vec::new());
+        let payload = serde_json::to_vec(&started).expect("a result serialises");
+        let stored = self.shared.runtime.block_on(async {
+            self.shared
+                .connection
+                .jetstream
+                .publish(unit.results_subject.clone(), payload.into())
+                .await?
+                .await
+        });
+        if let Err(error) = stored {
+            tracing::warn!("unit {}: telling that it starts: {error}", unit.unit_id);
         }
     }
 
@@ -396,16 +420,6 @@ impl<'a> Lane<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hand_backs_wait_longer_each_time_up_to_a_minute() {
-        let delays: Vec<u64> = (1..=9).map(|n| hand_back_delay(n).as_secs()).collect();
-        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
-        let total: u64 = (1..=crate::transport::MAX_DELIVER as u64)
-            .map(|n| hand_back_delay(n).as_secs())
-            .sum();
-        assert!((600..=1200).contains(&total), "{total} s of patience");
-    }
 
     #[test]
     fn a_result_too_large_to_publish_becomes_a_failure_that_says_so() {

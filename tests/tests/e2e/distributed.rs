@@ -73,12 +73,14 @@ impl NatsServer {
 }
 
 /// A `sandloop worker` named `name` on `nats`, plus `extra` flags; its
-/// stderr goes to `log`.
+/// stderr goes to `log`, with a `running (delivery N)` line per unit it
+/// starts.
 fn worker(nats: &NatsServer, name: &str, extra: &[&str], log: &Path) -> KillOnDrop {
     let log = std::fs::File::create(log).expect("worker log");
     let child = sandloop()
         .args(["worker", "--nats", &nats.url, "--name", name])
         .args(extra)
+        .env("RUST_LOG", "info,sandloop_distributed=debug")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -291,6 +293,45 @@ fn output_within(process: &mut KillOnDrop, limit: Duration, what: &str) -> Outpu
     }
 }
 
+/// `DIR/items.jsonl` with `count` items `spin-N` (families `fN`) of the
+/// hostile adapter that spin until their call's deadline.
+fn spin_items(dir: &Path, count: usize) -> PathBuf {
+    let items: Vec<Value> = (1..=count)
+        .map(|n| {
+            serde_json::json!({"item_id": format!("spin-{n}"), "family": format!("f{n}"),
+                               "text": "x", "attack": "infinite_loop"})
+        })
+        .collect();
+    crate::support::write_items(dir, "items.jsonl", &items)
+}
+
+/// `sandloop run` of the hostile adapter over `items` into `out`, with
+/// calls cut at `timeout` seconds, plus `extra` flags.
+fn hostile_run(items: &Path, out: &Path, timeout: &str, extra: &[&str]) -> std::process::Command {
+    let mut command = sandloop();
+    command
+        .args([
+            "run",
+            "--adapter",
+            sandloop_tests::HOSTILE_ADAPTER,
+            "--items",
+            s(items),
+        ])
+        .args(["--out", s(out), "--call-timeout", timeout])
+        .args(extra);
+    command
+}
+
+/// `command` started with its stdout and stderr piped.
+fn spawn_piped(command: &mut std::process::Command) -> KillOnDrop {
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sandloop run");
+    KillOnDrop(child)
+}
+
 /// Waits until `log` holds `text`, at most `limit`.
 fn wait_for_log(log: &Path, text: &str, limit: Duration) {
     let started = Instant::now();
@@ -314,37 +355,11 @@ fn a_unit_whose_worker_is_killed_runs_again_elsewhere_and_is_recorded_once() {
     let dir = tempfile::tempdir().unwrap();
     // Each item spins until its 2 s deadline: long enough to kill a
     // worker in the middle of one.
-    let items: Vec<Value> = (1..=3)
-        .map(|n| {
-            serde_json::json!({"item_id": format!("spin-{n}"), "family": format!("f{n}"),
-                               "text": "x", "attack": "infinite_loop"})
-        })
-        .collect();
-    let items = crate::support::write_items(dir.path(), "items.jsonl", &items);
+    let items = spin_items(dir.path(), 3);
     let (first_log, second_log) = (dir.path().join("first.log"), dir.path().join("second.log"));
-    let first = sandloop()
-        .args(["worker", "--nats", &nats.url, "--name", "first"])
-        .env("RUST_LOG", "info,sandloop_distributed=debug")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&first_log).unwrap())
-        .spawn()
-        .expect("spawn the first worker");
-    let mut first = KillOnDrop(first);
+    let mut first = worker(&nats, "first", &[], &first_log);
     let out = dir.path().join("run");
-    let run = sandloop()
-        .args([
-            "run",
-            "--adapter",
-            sandloop_tests::HOSTILE_ADAPTER,
-            "--items",
-            s(&items),
-        ])
-        .args(["--out", s(&out), "--call-timeout", "2", "--nats", &nats.url])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sandloop run");
-    let mut run = KillOnDrop(run);
+    let mut run = spawn_piped(&mut hostile_run(&items, &out, "2", &["--nats", &nats.url]));
     wait_for_log(&first_log, "running (delivery 1)", Duration::from_secs(60));
     std::thread::sleep(Duration::from_millis(500));
     first.0.kill().expect("kill -9 the first worker");
@@ -470,34 +485,12 @@ fn a_tampered_component_in_the_object_store_is_refused() {
 fn a_run_whose_workers_all_died_says_so_instead_of_waiting() {
     let nats = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let item = serde_json::json!({"item_id": "spin", "family": "f", "text": "x",
-                                  "attack": "infinite_loop"});
-    let items = crate::support::write_items(dir.path(), "items.jsonl", &[item]);
+    let items = spin_items(dir.path(), 1);
     let log = dir.path().join("only.log");
-    let only = sandloop()
-        .args(["worker", "--nats", &nats.url, "--name", "only"])
-        .env("RUST_LOG", "info,sandloop_distributed=debug")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("spawn the worker");
-    let mut only = KillOnDrop(only);
+    let mut only = worker(&nats, "only", &[], &log);
     let out = dir.path().join("run");
-    let run = sandloop()
-        .args([
-            "run",
-            "--adapter",
-            sandloop_tests::HOSTILE_ADAPTER,
-            "--items",
-            s(&items),
-        ])
-        .args(["--out", s(&out), "--call-timeout", "5", "--nats", &nats.url])
-        .args(["--nats-wait", "2"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sandloop run");
-    let mut run = KillOnDrop(run);
+    let flags = ["--nats", &nats.url, "--nats-wait", "2"];
+    let mut run = spawn_piped(&mut hostile_run(&items, &out, "5", &flags));
     wait_for_log(&log, "running (delivery 1)", Duration::from_secs(60));
     only.0.kill().expect("kill -9 the only worker");
     let _ = only.0.wait();
@@ -621,25 +614,10 @@ fn a_coordinator_killed_mid_run_resumes_to_the_records_of_an_uninterrupted_run()
     let nats = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     // Two items that spin to their 1 s deadline, over three epochs.
-    let items: Vec<Value> = (1..=2)
-        .map(|n| {
-            serde_json::json!({"item_id": format!("spin-{n}"), "family": format!("f{n}"),
-                               "text": "x", "attack": "infinite_loop"})
-        })
-        .collect();
-    let items = crate::support::write_items(dir.path(), "items.jsonl", &items);
+    let items = spin_items(dir.path(), 2);
     let run = |out: &Path, extra: &[&str]| {
-        let mut command = sandloop();
-        command
-            .args([
-                "run",
-                "--adapter",
-                sandloop_tests::HOSTILE_ADAPTER,
-                "--items",
-                s(&items),
-            ])
-            .args(["--out", s(out), "--epochs", "3", "--call-timeout", "1"])
-            .args(extra);
+        let mut command = hostile_run(&items, out, "1", &["--epochs", "3"]);
+        command.args(extra);
         command
     };
     let local = dir.path().join("local");
@@ -680,4 +658,49 @@ fn a_coordinator_killed_mid_run_resumes_to_the_records_of_an_uninterrupted_run()
         "nothing lost or doubled"
     );
     assert_eq!(jsonl(&remote.join("epochs.jsonl")).len(), 3);
+}
+
+#[test]
+fn a_unit_that_kills_every_worker_it_starts_on_is_given_up_as_an_error_record() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let items = spin_items(dir.path(), 1);
+    let start_worker = |n: usize| {
+        let log = dir.path().join(format!("w{n}.log"));
+        (worker(&nats, &format!("w{n}"), &[], &log), log)
+    };
+    let (mut first, first_log) = start_worker(1);
+    let out = dir.path().join("run");
+    let mut run = spawn_piped(&mut hostile_run(&items, &out, "60", &["--nats", &nats.url]));
+    // Every worker the unit starts on dies: the fourth start gives it up.
+    wait_for_log(&first_log, "running (delivery", Duration::from_secs(60));
+    first.0.kill().unwrap();
+    let mut logs = vec![first_log];
+    for n in 2..=4 {
+        let (mut worker, log) = start_worker(n);
+        wait_for_log(&log, "running (delivery", Duration::from_secs(60));
+        worker.0.kill().unwrap();
+        logs.push(log);
+    }
+    let output = output_within(&mut run, Duration::from_secs(60), "the run");
+    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &logs));
+    let records = records(&out);
+    assert_eq!(records.len(), 1, "{records:?}");
+    let error = &records[0]["adapter_error"];
+    assert_eq!(error["type"], "instantiation", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("started 4 times on workers without a result"),
+        "{error}"
+    );
+    assert_eq!(records[0]["retryable_infra_error"], true);
+    let distributed = &json_file(&out.join("summary.json"))["distributed"];
+    assert_eq!(
+        distributed["units_per_worker"],
+        serde_json::json!({}),
+        "{distributed}"
+    );
+    assert_eq!(queued_units(&nats), 0, "the unit was withdrawn");
 }
