@@ -359,7 +359,7 @@ fn body_of(unit: &WorkUnit) -> Result<UnitBody, UnitError> {
 }
 
 /// Creates the streams, stores the component, and starts routing results
-/// and JetStream's give-up advisories to the ledger. Returns the
+/// to the ledger (withdrawing the units it gives up). Returns the
 /// component's sha256.
 async fn prepare(
     connection: &Connection,
