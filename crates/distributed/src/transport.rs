@@ -82,6 +82,18 @@ impl TransportError {
     }
 }
 
+/// Why a component could not be had from the object store.
+#[derive(Debug, thiserror::Error)]
+pub enum ComponentError {
+    /// The store could not be read (the server, the network): a later try
+    /// may work.
+    #[error(transparent)]
+    Unavailable(#[from] TransportError),
+    /// The stored bytes do not hash to their name: never run.
+    #[error("{0}")]
+    Tampered(String),
+}
+
 /// A connection, with its JetStream context.
 #[derive(Clone)]
 pub struct Connection {
@@ -270,19 +282,18 @@ impl Connection {
     /// to that name.
     ///
     /// # Errors
-    /// Missing or unreadable, or its digest differs (a tampered object).
-    pub async fn get_component(&self, sha256: &str) -> Result<Vec<u8>, TransportError> {
+    /// [`ComponentError::Unavailable`] when it is missing or cannot be read;
+    /// [`ComponentError::Tampered`] when its digest differs.
+    pub async fn get_component(&self, sha256: &str) -> Result<Vec<u8>, ComponentError> {
         let store = self.components().await?;
         let bytes = self.read_object(&store, sha256).await?;
         let found = sha256_hex(&bytes);
         if found != sha256 {
-            return Err(self.error(
-                format!("component {sha256} in object store {COMPONENTS_BUCKET}"),
-                format!(
-                    "its bytes hash to {found}, not to its name: refusing to run a tampered \
-                     component"
-                ),
-            ));
+            return Err(ComponentError::Tampered(format!(
+                "component {sha256} in object store {COMPONENTS_BUCKET} (on {}): its bytes hash \
+                 to {found}, not to its name: refusing to run a tampered component",
+                self.url
+            )));
         }
         Ok(bytes)
     }

@@ -23,7 +23,8 @@ use sandloop_sandbox::{
 
 use crate::lock;
 use crate::transport::{
-    ACK_WAIT, Connection, HAND_BACK_DELAY, NatsTarget, ROLL_CALL_SUBJECT, Runtime, connect,
+    ACK_WAIT, ComponentError, Connection, HAND_BACK_DELAY, NatsTarget, ROLL_CALL_SUBJECT, Runtime,
+    connect,
 };
 use crate::wire::{
     GuestNeed, Outcome, UnitMessage, UnitResult, WIRE_VERSION, WorkerHello, decode, meets,
@@ -147,7 +148,7 @@ impl Components {
 
     /// `unit`'s component, loaded under its limits with the worker's
     /// grants of the guest paths it needs.
-    fn get(&self, shared: &Shared, unit: &UnitMessage) -> Result<Arc<LoadedAdapter>, String> {
+    fn get(&self, shared: &Shared, unit: &UnitMessage) -> Result<Arc<LoadedAdapter>, Unusable> {
         let key = Self::key(unit);
         if let Some(loaded) = lock(&self.loaded).get(&key) {
             return Ok(Arc::clone(loaded));
@@ -166,10 +167,13 @@ impl Components {
             pool_instances: 0,
             incremental_compilation: false,
         };
-        let engine = SandboxEngine::new(&config)
-            .map_err(|error| format!("starting wasmtime under the run's limits: {error:#}"))?;
+        let engine = SandboxEngine::new(&config).map_err(|error| {
+            Unusable::Never(format!(
+                "starting wasmtime under the run's limits: {error:#}"
+            ))
+        })?;
         let loaded = load(&path, Arc::new(engine), Arc::new(config))
-            .map_err(|error| format!("loading {}: {error}", path.display()))?;
+            .map_err(|error| Unusable::Never(format!("loading {}: {error}", path.display())))?;
         let loaded = Arc::new(loaded);
         lock(&self.loaded).insert(key, Arc::clone(&loaded));
         Ok(loaded)
@@ -177,9 +181,9 @@ impl Components {
 
     /// The component's file in the cache, fetched (and its digest checked)
     /// when missing or not matching its name.
-    fn fetch(&self, shared: &Shared, sha256: &str) -> Result<PathBuf, String> {
+    fn fetch(&self, shared: &Shared, sha256: &str) -> Result<PathBuf, Unusable> {
         if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(format!("{sha256:?} is not a sha256"));
+            return Err(Unusable::Never(format!("{sha256:?} is not a sha256")));
         }
         let folder = self.dir.join("components");
         let path = folder.join(format!("{sha256}.wasm"));
@@ -191,11 +195,24 @@ impl Components {
         let bytes = shared
             .runtime
             .block_on(shared.connection.get_component(sha256))
-            .map_err(|error| error.to_string())?;
+            .map_err(|error| match error {
+                ComponentError::Unavailable(error) => Unusable::Later(error.to_string()),
+                ComponentError::Tampered(reason) => Unusable::Never(reason),
+            })?;
         write_atomically(&folder, &path, &bytes)
-            .map_err(|error| format!("writing {}: {error}", path.display()))?;
+            .map_err(|error| Unusable::Later(format!("writing {}: {error}", path.display())))?;
         Ok(path)
     }
+}
+
+/// Why a worker cannot run a unit's component.
+enum Unusable {
+    /// Not now (the object store or this machine's disk failed): the unit
+    /// is handed back for a later try, here or elsewhere.
+    Later(String),
+    /// Never (a tampered component, one that does not load under the
+    /// run's limits): the run is told, and stops.
+    Never(String),
 }
 
 fn write_atomically(folder: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -319,8 +336,6 @@ impl<'a> Lane<'a> {
             let _ = runtime.block_on(message.ack_with(nak));
             return;
         }
-        self.publish_started(&unit, attempt);
-        tracing::debug!("unit {}: running (delivery {attempt})", unit.unit_id);
         let heartbeat = {
             let message = message.clone();
             runtime.handle().spawn(async move {
@@ -330,7 +345,26 @@ impl<'a> Lane<'a> {
                 }
             })
         };
-        let outcome = self.execute(&unit);
+        // Fetching and compiling the component count as running the unit
+        // (the heartbeat covers them); a start is told once it can run.
+        let outcome = match self.shared.components.get(self.shared, &unit) {
+            Err(Unusable::Later(reason)) => {
+                heartbeat.abort();
+                tracing::warn!("unit {}: {reason}; handing it back", unit.unit_id);
+                let nak = AckKind::Nak(Some(HAND_BACK_DELAY));
+                let _ = runtime.block_on(message.ack_with(nak));
+                return;
+            }
+            Err(Unusable::Never(reason)) => {
+                tracing::warn!("unit {}: {reason}", unit.unit_id);
+                Outcome::Failed { reason }
+            }
+            Ok(loaded) => {
+                self.publish_started(&unit, attempt);
+                tracing::debug!("unit {}: running (delivery {attempt})", unit.unit_id);
+                self.execute(&unit, loaded)
+            }
+        };
         heartbeat.abort();
         let calls = std::mem::take(&mut *lock(&self.collector.0));
         let result = self.result(&unit, attempt, outcome, calls);
@@ -390,15 +424,9 @@ impl<'a> Lane<'a> {
         }
     }
 
-    /// Runs `unit` on this lane's adapter (a new one for each run's epoch).
-    fn execute(&mut self, unit: &UnitMessage) -> Outcome {
-        let loaded = match self.shared.components.get(self.shared, unit) {
-            Ok(loaded) => loaded,
-            Err(reason) => {
-                tracing::warn!("unit {}: {reason}", unit.unit_id);
-                return Outcome::Failed { reason };
-            }
-        };
+    /// Runs `unit` on this lane's adapter of `loaded` (a new one for each
+    /// run's epoch).
+    fn execute(&mut self, unit: &UnitMessage, loaded: Arc<LoadedAdapter>) -> Outcome {
         let key = format!("{}/{}/{}", unit.run_id, unit.epoch, Components::key(unit));
         if self.adapter.as_ref().is_none_or(|(held, _)| *held != key) {
             let observer: Arc<dyn CallObserver> = self.collector.clone();
