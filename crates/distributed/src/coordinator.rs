@@ -105,12 +105,7 @@ impl Dispatcher {
             ))
             .map_err(|error| error.to_string())?;
         let hellos = runtime.block_on(roll_call(&connection, &spec))?;
-        {
-            let mut ledger = lock(&ledger);
-            for hello in &hellos {
-                ledger.saw_worker(&hello.worker);
-            }
-        }
+        note_workers(&ledger, &hellos);
         Ok(Arc::new(Self {
             runtime,
             connection,
@@ -258,10 +253,7 @@ impl Dispatcher {
             .block_on(roll_call(&self.connection, &self.spec))
         {
             Ok(hellos) => {
-                let mut ledger = lock(&self.ledger);
-                for hello in &hellos {
-                    ledger.saw_worker(&hello.worker);
-                }
+                note_workers(&self.ledger, &hellos);
                 Ok(())
             }
             Err(reason) => {
@@ -493,6 +485,14 @@ async fn roll_call(connection: &Connection, spec: &RunSpec) -> Result<Vec<Worker
                 connection.url
             ));
         }
+    }
+}
+
+/// Counts the workers that answered a roll call as seen.
+fn note_workers(ledger: &SharedLedger, hellos: &[WorkerHello]) {
+    let mut ledger = lock(ledger);
+    for hello in hellos {
+        ledger.saw_worker(&hello.worker);
     }
 }
 
