@@ -9,7 +9,9 @@
 //!   sandbox, and the run report's figures;
 //! - [`sandloop_sandbox`] ([`sandbox`]): wasmtime, and the components'
 //!   implementation of the core's traits;
-//! - [`sandloop_loop`] ([`coordinator`]): the loop coordinator.
+//! - [`sandloop_loop`] ([`coordinator`]): the loop coordinator;
+//! - [`sandloop_distributed`] ([`distributed`]): runs spread over
+//!   `sandloop worker` processes through NATS JetStream.
 //!
 //! `ARCHITECTURE.md` at the repository's root draws the map.
 
@@ -20,5 +22,6 @@ pub mod cli;
 mod docs_check;
 
 pub use sandloop_core::{digest, dir_grant, episode, harness, replay, report, step, trace};
+pub use sandloop_distributed as distributed;
 pub use sandloop_loop as coordinator;
 pub use sandloop_sandbox as sandbox;

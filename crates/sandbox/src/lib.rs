@@ -30,7 +30,7 @@ pub mod workflow;
 pub use sandloop_core::dir_grant;
 
 pub use adapter::{BindingHandle, CallObserver, CallReport, ReplayOptions, WasmAdapter};
-pub use call_log::CallLog;
+pub use call_log::{CallLines, CallLog};
 pub use component::{ComponentInfo, LoadError, LoadedAdapter, load};
 pub use config::{DirGrant, SandboxConfig};
 pub use engine::SandboxEngine;

@@ -56,6 +56,40 @@ pub enum Command {
     /// Print the man page (roff) to stdout, or write one page per command
     /// into a directory with `--out DIR`.
     Man(super::manual::ManArgs),
+    /// Run the units of distributed runs (`sandloop run --nats`), pulled
+    /// from a NATS JetStream server, each in its own sandbox; runs until
+    /// stopped.
+    Worker(WorkerArgs),
+}
+
+/// Options of `sandloop worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The NATS server (JetStream enabled): nats://HOST:4222,
+    /// nats://USER:PASSWORD@HOST:4222, or tls://HOST:4222.
+    #[arg(long, value_name = "URL")]
+    pub nats: String,
+    /// A NATS credentials file (nkey seed and user JWT).
+    #[arg(long, value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+    /// Offer a host directory to the units that need its guest path
+    /// (repeatable): HOST::GUEST read-write, HOST::GUEST:ro read-only. A
+    /// unit needing a guest path this worker does not offer is left to
+    /// other workers.
+    #[arg(long = "dir", value_name = "HOST::GUEST[:ro]")]
+    pub dirs: Vec<String>,
+    /// Units run at once, each in its own sandboxed instance.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub lanes: usize,
+    /// Where fetched components and their compiled code are kept
+    /// (default: $SANDLOOP_CACHE_DIR, $XDG_CACHE_HOME/sandloop or
+    /// ~/.cache/sandloop).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// The name results and the run's summary show (default: host name and
+    /// process id).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
 }
 
 /// `sandloop new` commands.
@@ -445,6 +479,21 @@ pub struct RunArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Run the units on `sandloop worker` processes through this NATS
+    /// server (JetStream enabled): nats://HOST:4222,
+    /// nats://USER:PASSWORD@HOST:4222 or tls://HOST:4222. This process
+    /// stays the coordinator (run directory, epochs, checkpoint, novelty);
+    /// --workers is how many units are in flight at once, and the GUEST
+    /// parts of --dir are what a worker must offer to run them.
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
+    /// A NATS credentials file (nkey seed and user JWT), with --nats.
+    #[arg(long, value_name = "FILE", requires = "nats")]
+    pub nats_creds: Option<PathBuf>,
+    /// With --nats: how long to wait for a worker offering the run's guest
+    /// paths to answer before giving up, seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub nats_wait: u64,
     /// Limits and grants for every instance.
     #[command(flatten)]
     pub sandbox: SandboxArgs,

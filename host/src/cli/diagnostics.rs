@@ -1,6 +1,6 @@
 //! The CLI's diagnostics: what the host crates report through `tracing`
 //! (warnings, progress of a loop) goes to stderr, filtered by `RUST_LOG`
-//! (default `info`; e.g. `RUST_LOG=warn` keeps only warnings,
+//! (default `info`, warnings only from the NATS client; e.g. `RUST_LOG=warn` keeps only warnings,
 //! `RUST_LOG=info,sandloop_loop=debug` shows the coordinator's details).
 //!
 //! Lines read as the CLI's own messages always have: `warning: …` and
@@ -46,6 +46,10 @@ where
     }
 }
 
+/// The filter without `RUST_LOG`: `info`, but only warnings of the NATS
+/// client (its connection chatter is not the CLI's to show).
+const DEFAULT_FILTER: &str = "info,async_nats=warn";
+
 /// Install the stderr subscriber once, at the start of `main`. A `RUST_LOG`
 /// that does not parse falls back to `info` with a warning, rather than
 /// silencing everything.
@@ -54,11 +58,11 @@ pub fn init() {
         Ok(text) if !text.trim().is_empty() => match EnvFilter::try_new(&text) {
             Ok(filter) => (filter, None),
             Err(error) => (
-                EnvFilter::new("info"),
+                EnvFilter::new(DEFAULT_FILTER),
                 Some(format!("RUST_LOG={text:?}: {error}")),
             ),
         },
-        _ => (EnvFilter::new("info"), None),
+        _ => (EnvFilter::new(DEFAULT_FILTER), None),
     };
     let installed = tracing_subscriber::fmt()
         .with_env_filter(filter)

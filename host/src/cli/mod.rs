@@ -14,6 +14,8 @@ pub mod plan;
 pub mod replay;
 pub mod report;
 pub mod run;
+mod run_distributed;
+pub mod worker;
 
 use std::sync::Arc;
 
@@ -113,6 +115,7 @@ pub fn main() -> i32 {
         args::Command::New(command) => new_cmd::run(command),
         args::Command::Completions(args) => manual::completions(&args),
         args::Command::Man(args) => manual::man(&args),
+        args::Command::Worker(args) => worker::worker(args),
     };
     match result {
         Ok(()) => 0,

@@ -11,7 +11,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use super::args::{FailurePolicyArg, ForkArg, RunArgs, SandboxArgs};
+use super::run_distributed::{self, Lane};
 use super::{CliError, open_sandbox, say};
+use crate::distributed::Dispatcher;
 use crate::episode::adapter::SeedSource;
 use crate::episode::policy::FailurePolicy;
 use crate::episode::stored::StoredItems;
@@ -120,6 +122,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let replay_minimum = check_run_args(&args)?;
     let (loaded, items, mut catalog) = load_inputs(&args)?;
     let protocols = loaded.protocols;
+    run_distributed::check_unsupported(&args, protocols)?;
 
     let snapshots = snapshot_forks(&args, &loaded)?;
     let lanes_run = snapshots.as_ref().map_or_else(
@@ -135,12 +138,14 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     } else {
         None
     };
+    let call_log = Arc::new(CallLog::new(&args.out));
+    // A distributed run finds its workers before anything is written.
+    let dispatcher = run_distributed::open_dispatcher(&args, &loaded, &call_log)?;
     let session = RunSession::open(&args.out, args.resume, resumed_at).map_err(session_error)?;
     arm.resume = session.resumes();
     record_invocation(&session, &args, &loaded.info, &loaded.config().dirs)?;
     interrupt_message(&args.out);
 
-    let call_log = Arc::new(CallLog::new(&args.out));
     let observer: Arc<dyn CallObserver> = call_log.clone();
     let replay = (protocols.replay && !args.no_replay).then(|| ReplayOptions {
         metrics: Arc::new(ReplayMetricLedger::new()),
@@ -152,15 +157,18 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         snapshots: snapshots.clone(),
     });
     let factory = |lane: usize| {
+        if let Some(dispatcher) = &dispatcher {
+            return Ok(Lane::Remote(dispatcher.lane()));
+        }
         let adapter = WasmAdapter::new(
             Arc::clone(&lanes_run),
             branch_id(lane),
             Some(Arc::clone(&observer)),
         );
-        Ok(match &replay {
+        Ok(Lane::Local(match &replay {
             Some(options) => adapter.with_replay(options.clone()),
             None => adapter,
-        })
+        }))
     };
     let mut control = WasmAdapter::new(Arc::clone(&loaded), "control", Some(Arc::clone(&observer)));
     let mut file_seeds;
@@ -173,7 +181,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         None => &mut control,
     };
 
-    let progress = Progress::new(args.epochs, args.json);
+    let mut progress = Progress::new(args.epochs, args.json);
+    progress.distributed = dispatcher.clone();
     let side_writes = {
         let call_log = Arc::clone(&call_log);
         let points = replay.as_ref().and_then(|options| options.store.clone());
@@ -191,11 +200,14 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             host_version: env!("CARGO_PKG_VERSION").to_owned(),
         })
         .with_side_write_check(SideWriteCheck(Box::new(side_writes.clone())))
-        .with_summary_late(replay_summary(
-            replay.as_ref(),
-            snapshots.is_some(),
-            &args.out,
-            Arc::clone(&snapshot_totals),
+        .with_summary_late(late_summary(
+            replay_summary(
+                replay.as_ref(),
+                snapshots.is_some(),
+                &args.out,
+                Arc::clone(&snapshot_totals),
+            ),
+            dispatcher.clone(),
         ));
     let started = Instant::now();
     let observe = |event: &ArmEvent<'_>| progress.on_event(event);
@@ -251,6 +263,9 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         }
         if let Some(totals) = snapshot_totals.get() {
             print_snapshot_summary(totals);
+        }
+        if let Some(dispatcher) = &dispatcher {
+            say(&run_distributed::summary_line(dispatcher));
         }
         say(&report_line(&args.out));
     }
@@ -398,6 +413,24 @@ fn replay_summary(
                     serde_json::to_value(totals).expect("totals serialise"),
                 );
             }
+        }
+        late
+    }
+}
+
+/// The fields `summary.json` gains after the last epoch: `replay`'s, and
+/// the `distributed` block of a `--nats` run.
+fn late_summary(
+    replay: impl Fn() -> serde_json::Map<String, Value> + Send + 'static,
+    dispatcher: Option<Arc<Dispatcher>>,
+) -> impl Fn() -> serde_json::Map<String, Value> + Send + 'static {
+    move || {
+        let mut late = replay();
+        if let Some(dispatcher) = &dispatcher {
+            late.insert(
+                "distributed".into(),
+                serde_json::to_value(dispatcher.summary()).expect("the block serialises"),
+            );
         }
         late
     }
@@ -595,7 +628,19 @@ fn invocation_options(args: &RunArgs) -> serde_json::Map<String, Value> {
         "fork": args.fork,
     });
     match options {
-        Value::Object(options) => options,
+        Value::Object(mut options) => {
+            // Recorded only when given, so a local run's options stay as
+            // they always were.
+            if let Some(url) = &args.nats {
+                options.insert(
+                    "nats".into(),
+                    json!(crate::distributed::transport::shown_url(url)),
+                );
+                options.insert("nats_creds".into(), json!(args.nats_creds));
+                options.insert("nats_wait_secs".into(), json!(args.nats_wait));
+            }
+            options
+        }
         _ => unreachable!("json! of an object literal is an object"),
     }
 }
@@ -688,6 +733,10 @@ struct Progress {
     max_epochs: u32,
     error_types: Mutex<BTreeMap<String, u64>>,
     warned: Mutex<std::collections::BTreeSet<String>>,
+    /// A distributed run's dispatcher: the message then shows its units.
+    distributed: Option<Arc<Dispatcher>>,
+    /// The current epoch's units, and how many are done.
+    units: Mutex<(usize, usize)>,
 }
 
 impl Progress {
@@ -708,12 +757,16 @@ impl Progress {
             max_epochs,
             error_types: Mutex::new(BTreeMap::new()),
             warned: Mutex::new(Default::default()),
+            distributed: None,
+            units: Mutex::new((0, 0)),
         }
     }
 
     fn on_event(&self, event: &ArmEvent<'_>) {
         match event {
-            ArmEvent::UnitDone { records, .. } => {
+            ArmEvent::UnitDone {
+                records, branch_id, ..
+            } => {
                 for record in records.iter() {
                     let failures = [
                         record.get("adapter_error"),
@@ -732,6 +785,14 @@ impl Progress {
                 }
                 if let Some(bar) = &self.bar {
                     bar.inc(records.len() as u64);
+                    if let Some(dispatcher) = &self.distributed
+                        && *branch_id != crate::harness::arm::CONTROL_BRANCH_ID
+                    {
+                        let mut units = self.units.lock().unwrap_or_else(|p| p.into_inner());
+                        units.1 += 1;
+                        let remaining = units.0.saturating_sub(units.1);
+                        bar.set_message(run_distributed::progress_message(dispatcher, remaining));
+                    }
                 }
             }
             ArmEvent::EpochStarted {
@@ -739,7 +800,13 @@ impl Progress {
             } => {
                 if let Some(bar) = &self.bar {
                     bar.set_prefix(format!("epoch {epoch}/{}", self.max_epochs));
-                    bar.set_message(format!("{unit_count} unit(s) queued"));
+                    *self.units.lock().unwrap_or_else(|p| p.into_inner()) = (*unit_count, 0);
+                    bar.set_message(match &self.distributed {
+                        Some(dispatcher) => {
+                            run_distributed::progress_message(dispatcher, *unit_count)
+                        }
+                        None => format!("{unit_count} unit(s) queued"),
+                    });
                 }
             }
             ArmEvent::Warning { message } => {

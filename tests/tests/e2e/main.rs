@@ -5,6 +5,7 @@ mod children;
 mod cli_errors;
 mod conformance;
 mod counterfactual;
+mod distributed;
 mod host_resources;
 mod hostile;
 mod llm_loop;

@@ -21,9 +21,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::episode::adapter::{
-    AdapterError, CallContext, EpisodeAdapter, Item, Protocols, Record, SeedSource,
-};
+use crate::episode::adapter::{AdapterError, CallContext, Item, Protocols, Record, SeedSource};
 use crate::episode::clock::{Clock, SystemClock};
 use crate::episode::metrics::{ExecutionMetrics, MetricsAccumulator, combine_execution_metrics};
 use crate::episode::policy::{FailurePolicy, FatalError};
@@ -50,7 +48,7 @@ use super::summary::{
     HARNESS_RESUME_SCHEMA_VERSION, HARNESS_RUNTIME_POLICY_SCHEMA_VERSION, ResumeInfo,
     RuntimePolicy, StopReason,
 };
-use super::work::{StandaloneItem, WorkUnit, execute_work_unit};
+use super::work::{StandaloneItem, UnitRunner, WorkUnit};
 
 /// The `branch_id` reported for records produced on the control instance
 /// (variant compile errors), which belong to no queue lane.
@@ -276,7 +274,7 @@ pub fn run_arm<A, S, F, O>(
     options: ArmOptions<'_>,
 ) -> Result<ArmSummary, ArmError>
 where
-    A: EpisodeAdapter,
+    A: UnitRunner,
     S: SeedSource + ?Sized,
     F: Fn(usize) -> Result<A, AdapterError> + Sync,
     O: ArmOutput,
@@ -794,7 +792,7 @@ impl<F> EpochLanes<'_, F> {
         ledger: &mut NoveltyLedger,
     ) -> Result<(EpochTotals, Vec<LaneSummary>), ArmError>
     where
-        A: EpisodeAdapter,
+        A: UnitRunner,
         F: Fn(usize) -> Result<A, AdapterError> + Sync,
         O: ArmOutput,
     {
@@ -821,7 +819,9 @@ impl<F> EpochLanes<'_, F> {
             deliver(&tally, compile_errors, observer, epoch, CONTROL_BRANCH_ID)?;
         }
         let execute = |adapter: &mut A, unit: WorkUnit, ctx: &CallContext| {
-            execute_work_unit(adapter, &unit, ctx, policy, clock).map_err(ArmError::from)
+            adapter
+                .run_unit(&unit, ctx, policy, clock)
+                .map_err(ArmError::from)
         };
         let sink = |done: &UnitDone<'_>, records: Vec<Record>| {
             deliver(&tally, records, observer, epoch, done.branch_id)
@@ -875,7 +875,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::episode::adapter::{ErrorType, Item};
+    use crate::episode::adapter::{EpisodeAdapter, ErrorType, Item};
     use crate::episode::clock::ManualClock;
     use crate::episode::policy::FailurePolicy;
     use crate::episode::testing::{Call, PrepareScript, Script, ScriptedAdapter, obj, seed};

@@ -51,6 +51,10 @@ pub enum ArmError {
         #[source]
         source: io::Error,
     },
+    /// Units sent elsewhere to run could not be run there (a distributed
+    /// run's transport failed, or no worker could take a unit).
+    #[error("{0}")]
+    Remote(String),
 }
 
 impl From<FatalError> for ArmError {
@@ -64,6 +68,7 @@ impl From<super::work::UnitError> for ArmError {
         match error {
             super::work::UnitError::Fatal(error) => ArmError::Fatal(error),
             super::work::UnitError::Read { context, source } => ArmError::Io { context, source },
+            super::work::UnitError::Remote(message) => ArmError::Remote(message),
         }
     }
 }

@@ -247,8 +247,11 @@ pub struct RunSummary {
     /// Snapshot totals; absent unless children were snapshot-forked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshots: Option<SnapshotTotals>,
-    /// Units per worker of a distributed run. No run writes it yet; it is
-    /// read (and kept) when present so reports can show it.
+    /// The `distributed` block of a `sandloop run --nats` run: `nats`,
+    /// `workers_seen`, `units_per_worker`, `redeliveries`,
+    /// `duplicate_results`, `bytes_sent`, `bytes_received` (written from
+    /// sandloop-distributed's typed `DistributedSummary`); read and kept as
+    /// written, so reports show whatever a run recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub distributed: Option<Map<String, Value>>,
 }

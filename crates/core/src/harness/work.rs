@@ -135,15 +135,7 @@ pub fn execute_work_unit<A: EpisodeAdapter + ?Sized>(
     Ok(match unit {
         WorkUnit::Episode(unit) => execute_episode_group(adapter, unit, ctx, policy, clock)?,
         WorkUnit::Stored(group) => {
-            let unit = group.load().map_err(|source| UnitError::Read {
-                context: format!(
-                    "cannot read the items of {} from {}",
-                    group.execution_group_id,
-                    group.path().display()
-                ),
-                source,
-            })?;
-            execute_episode_group(adapter, &unit, ctx, policy, clock)?
+            execute_episode_group(adapter, &load_stored(group)?, ctx, policy, clock)?
         }
         WorkUnit::Standalone(item) => {
             vec![execute_standalone_item(
@@ -151,6 +143,60 @@ pub fn execute_work_unit<A: EpisodeAdapter + ?Sized>(
             )?]
         }
     })
+}
+
+/// A stored group's items, read back from its items file as an episode
+/// unit.
+///
+/// # Errors
+/// [`UnitError::Read`], naming the group and the file, when the items file
+/// was changed or removed under the run.
+pub fn load_stored(group: &StoredGroup) -> Result<ExecutionUnit, UnitError> {
+    group.load().map_err(|source| UnitError::Read {
+        context: format!(
+            "cannot read the items of {} from {}",
+            group.execution_group_id,
+            group.path().display()
+        ),
+        source,
+    })
+}
+
+/// What a queue lane runs its units on. Every [`EpisodeAdapter`] is one
+/// (the unit runs in this process through [`execute_work_unit`]); a
+/// transport that runs the unit elsewhere (another machine's sandbox) is
+/// another, returning the records that unit produced there. The arm only
+/// sees the records, so everything around the lanes (ordering, novelty,
+/// checkpoints) stays the same whichever runs them.
+pub trait UnitRunner {
+    /// Runs `unit` under `ctx` (arm, epoch, lane) and `policy`, returning
+    /// its records in the order the unit produced them. Durations are
+    /// measured with `clock` where the unit runs in this process.
+    ///
+    /// # Errors
+    /// As [`execute_work_unit`]: [`UnitError::Fatal`] when the failure
+    /// policy stops the arm, [`UnitError::Read`] when a stored group's
+    /// items cannot be read back; a remote runner also reports its
+    /// transport failures as [`UnitError::Remote`].
+    fn run_unit(
+        &mut self,
+        unit: &WorkUnit,
+        ctx: &CallContext,
+        policy: FailurePolicy,
+        clock: &dyn Clock,
+    ) -> Result<Vec<Record>, UnitError>;
+}
+
+impl<A: EpisodeAdapter + ?Sized> UnitRunner for A {
+    fn run_unit(
+        &mut self,
+        unit: &WorkUnit,
+        ctx: &CallContext,
+        policy: FailurePolicy,
+        clock: &dyn Clock,
+    ) -> Result<Vec<Record>, UnitError> {
+        execute_work_unit(self, unit, ctx, policy, clock)
+    }
 }
 
 /// Why a lane could not run a unit.
@@ -168,6 +214,11 @@ pub enum UnitError {
         #[source]
         source: std::io::Error,
     },
+    /// A runner that sends units elsewhere could not get this one run
+    /// (the transport failed, or no worker could take it); the message
+    /// says which unit and why.
+    #[error("{0}")]
+    Remote(String),
 }
 
 #[cfg(test)]

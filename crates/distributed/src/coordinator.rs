@@ -1,0 +1,565 @@
+//! The coordinator's end: `sandloop run --nats` keeps its run directory,
+//! epochs, checkpoint, novelty and ordering, and its queue lanes hand
+//! their units to a [`Dispatcher`] through [`RemoteLane`]s (the core's
+//! [`UnitRunner`] seam) instead of running them: each unit is published to
+//! the units stream, and the lane waits for the first result a worker
+//! publishes for it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use sandloop_core::episode::adapter::{CallContext, Protocols, Record};
+use sandloop_core::episode::clock::Clock;
+use sandloop_core::episode::policy::{FailurePolicy, FatalError};
+use sandloop_core::harness::work::{UnitError, UnitRunner, WorkUnit, load_stored};
+use sandloop_sandbox::CallLog;
+
+use crate::ledger::{DistributedSummary, Ledger, MAX_STARTS, Settled};
+use crate::lock;
+use crate::lost::lost_unit_records;
+use crate::transport::{
+    Connection, NatsTarget, RESULTS_PREFIX, ROLL_CALL_SUBJECT, Runtime, TransportError,
+    UNITS_PREFIX, connect,
+};
+use crate::wire::{
+    GuestNeed, Limits, Outcome, UnitBody, UnitMessage, UnitResult, WIRE_VERSION, WorkerHello,
+    decode,
+};
+
+/// What a distributed run sends with every unit, and how long it waits for
+/// a worker at the start.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    /// The NATS server.
+    pub target: NatsTarget,
+    /// The component's bytes (stored once, by sha256).
+    pub component: Vec<u8>,
+    /// The sandbox limits.
+    pub limits: Limits,
+    /// The guest paths every unit needs.
+    pub needs: Vec<GuestNeed>,
+    /// How long to wait for a worker meeting `needs` to answer.
+    pub worker_wait: Duration,
+    /// The component's protocols (the records of a lost unit follow them).
+    pub protocols: Protocols,
+}
+
+/// What wakes a lane waiting for its unit.
+enum Delivery {
+    /// The unit's first result.
+    Result(Box<UnitResult>),
+    /// The unit started more than [`MAX_STARTS`] times without a result:
+    /// it was given up.
+    Abandoned,
+}
+
+type SharedLedger = Arc<Mutex<Ledger<Sender<Delivery>>>>;
+
+/// A distributed run's connection: publishes units, routes results to the
+/// lanes waiting for them, and keeps the summary's figures.
+pub struct Dispatcher {
+    runtime: Arc<Runtime>,
+    connection: Connection,
+    run_id: String,
+    results_subject: String,
+    sha256: String,
+    spec: RunSpec,
+    next_unit: AtomicU64,
+    ledger: SharedLedger,
+    /// Set when the results stream or the connection failed: every lane
+    /// stops waiting with this message.
+    failure: Arc<Mutex<Option<String>>>,
+    call_log: Option<Arc<CallLog>>,
+}
+
+impl Dispatcher {
+    /// Connects, creates the streams, stores the component and waits (up to
+    /// [`RunSpec::worker_wait`]) for a worker that offers the run's guest
+    /// paths; the lines workers send for traces and adapter output go to
+    /// `call_log`.
+    ///
+    /// # Errors
+    /// A transport failure; no worker answering in time; workers that
+    /// answered but none offering the run's guest paths (the message lists
+    /// what each offers).
+    pub fn open(spec: RunSpec, call_log: Option<Arc<CallLog>>) -> Result<Arc<Self>, String> {
+        let runtime =
+            Runtime::start().map_err(|error| format!("starting the NATS client: {error}"))?;
+        let run_id = new_run_id();
+        let results_subject = format!("{RESULTS_PREFIX}.{run_id}");
+        let connection = runtime
+            .block_on(connect(&spec.target, &format!("sandloop run {run_id}")))
+            .map_err(|error| error.to_string())?;
+        let ledger: SharedLedger = Arc::new(Mutex::new(Ledger::new(&connection.url)));
+        let failure = Arc::new(Mutex::new(None));
+        let sha256 = runtime
+            .block_on(prepare(
+                &connection,
+                &spec,
+                &results_subject,
+                &ledger,
+                &failure,
+            ))
+            .map_err(|error| error.to_string())?;
+        let hellos = runtime.block_on(roll_call(&connection, &spec))?;
+        note_workers(&ledger, &hellos);
+        Ok(Arc::new(Self {
+            runtime,
+            connection,
+            run_id,
+            results_subject,
+            sha256,
+            spec,
+            next_unit: AtomicU64::new(0),
+            ledger,
+            failure,
+            call_log,
+        }))
+    }
+
+    /// A lane sending its units through this dispatcher.
+    pub fn lane(self: &Arc<Self>) -> RemoteLane {
+        RemoteLane {
+            dispatcher: Arc::clone(self),
+        }
+    }
+
+    /// The summary's `distributed` block so far.
+    pub fn summary(&self) -> DistributedSummary {
+        lock(&self.ledger).summary()
+    }
+
+    /// Units published and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        lock(&self.ledger).in_flight()
+    }
+
+    /// The component's sha256, as stored.
+    pub fn component_sha256(&self) -> &str {
+        &self.sha256
+    }
+
+    /// Where this run's units are published.
+    fn units_subject(&self) -> String {
+        format!("{UNITS_PREFIX}.{}", self.run_id)
+    }
+
+    fn failure(&self) -> Option<String> {
+        lock(&self.failure).clone()
+    }
+
+    /// Publishes `unit` and waits for its first result; `None` when it was
+    /// given up (it kept starting on workers without a result).
+    fn run(
+        &self,
+        unit: &WorkUnit,
+        ctx: &CallContext,
+        fatal: bool,
+    ) -> Result<Option<UnitResult>, UnitError> {
+        let body = body_of(unit)?;
+        let index = self.next_unit.fetch_add(1, Ordering::Relaxed);
+        let unit_id = format!("{}.e{}.u{index}", self.run_id, ctx.epoch);
+        let message = UnitMessage {
+            version: WIRE_VERSION,
+            run_id: self.run_id.clone(),
+            unit_id: unit_id.clone(),
+            results_subject: self.results_subject.clone(),
+            component_sha256: self.sha256.clone(),
+            limits: self.spec.limits.clone(),
+            needs: self.spec.needs.clone(),
+            arm: ctx.arm.clone(),
+            epoch: ctx.epoch,
+            branch_id: ctx.branch_id.clone(),
+            fatal,
+            body,
+        };
+        let payload = serde_json::to_vec(&message).expect("a unit serialises");
+        let max_payload = self.connection.client.server_info().max_payload;
+        if payload.len() > max_payload {
+            return Err(UnitError::Remote(format!(
+                "unit {unit_id} is {} bytes, more than the NATS server's max_payload ({max_payload} bytes)",
+                payload.len()
+            )));
+        }
+        let (sender, receiver) = channel();
+        lock(&self.ledger).expect(&unit_id, sender);
+        let bytes = payload.len() as u64;
+        let published = self.runtime.block_on(async {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, unit_id.as_str());
+            self.connection
+                .jetstream
+                .publish_with_headers(self.units_subject(), headers, payload.into())
+                .await?
+                .await
+        });
+        match published {
+            Ok(ack) => lock(&self.ledger).published(&unit_id, ack.sequence, bytes),
+            Err(error) => {
+                lock(&self.ledger).forget(&unit_id);
+                return Err(UnitError::Remote(format!(
+                    "publishing unit {unit_id} to {} on {}: {error}",
+                    self.units_subject(),
+                    self.connection.url
+                )));
+            }
+        }
+        self.wait(&unit_id, &receiver)
+    }
+
+    /// Waits for `unit_id`'s result. Every [`RunSpec::worker_wait`] without
+    /// it, the connected workers are asked again: when none that could run
+    /// the unit answers (they all died or left), the unit fails saying so
+    /// instead of waiting forever.
+    fn wait(
+        &self,
+        unit_id: &str,
+        receiver: &Receiver<Delivery>,
+    ) -> Result<Option<UnitResult>, UnitError> {
+        let mut next_check = Instant::now() + self.spec.worker_wait;
+        loop {
+            match receiver.recv_timeout(Duration::from_millis(500)) {
+                Ok(Delivery::Result(result)) => return Ok(Some(*result)),
+                Ok(Delivery::Abandoned) => return Ok(None),
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(reason) = self.failure() {
+                        lock(&self.ledger).forget(unit_id);
+                        return Err(UnitError::Remote(reason));
+                    }
+                    if Instant::now() >= next_check {
+                        self.check_workers(unit_id)?;
+                        next_check = Instant::now() + self.spec.worker_wait;
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(UnitError::Remote(format!(
+                        "unit {unit_id}: the dispatcher stopped"
+                    )));
+                }
+            }
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Asks the workers again while `unit_id` waits; `Err` when none that
+    /// could run it answers within [`RunSpec::worker_wait`].
+    fn check_workers(&self, unit_id: &str) -> Result<(), UnitError> {
+        match self
+            .runtime
+            .block_on(roll_call(&self.connection, &self.spec))
+        {
+            Ok(hellos) => {
+                note_workers(&self.ledger, &hellos);
+                Ok(())
+            }
+            Err(reason) => {
+                lock(&self.ledger).forget(unit_id);
+                Err(UnitError::Remote(format!(
+                    "unit {unit_id} is still waiting for a worker: {reason}"
+                )))
+            }
+        }
+    }
+}
+
+impl Drop for Dispatcher {
+    /// Withdraws the units the run left queued (a unit whose workers all
+    /// died), so that a worker started later does not run them for nobody.
+    fn drop(&mut self) {
+        let subject = self.units_subject();
+        let withdrawn = self.runtime.block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                self.connection.withdraw_units(&subject),
+            )
+            .await
+        });
+        match withdrawn {
+            Ok(Ok(0)) => {}
+            Ok(Ok(count)) => tracing::debug!("withdrew {count} queued unit(s) from {subject}"),
+            Ok(Err(error)) => tracing::warn!("{error}"),
+            Err(_) => tracing::warn!("withdrawing the units on {subject}: no answer within 5 s"),
+        }
+    }
+}
+
+/// A queue lane of a distributed run: runs each unit on whichever worker
+/// takes it, and writes the lines its calls left into the run's traces and
+/// adapter output.
+pub struct RemoteLane {
+    dispatcher: Arc<Dispatcher>,
+}
+
+impl UnitRunner for RemoteLane {
+    fn run_unit(
+        &mut self,
+        unit: &WorkUnit,
+        ctx: &CallContext,
+        policy: FailurePolicy,
+        _clock: &dyn Clock,
+    ) -> Result<Vec<Record>, UnitError> {
+        let Some(result) = self.dispatcher.run(unit, ctx, policy.is_fatal())? else {
+            let why = format!(
+                "a unit of {} started {} times on workers without a result (they died running \
+                 it); see the workers' logs",
+                ctx.branch_id,
+                MAX_STARTS + 1
+            );
+            tracing::warn!("{why}");
+            return lost_unit_records(unit, ctx, policy, self.dispatcher.spec.protocols, why);
+        };
+        if let Some(log) = &self.dispatcher.call_log {
+            for lines in &result.calls {
+                log.write_lines(lines);
+            }
+        }
+        let remote = |message: String| {
+            UnitError::Remote(format!(
+                "unit {} on worker {}: {message}",
+                result.unit_id, result.worker
+            ))
+        };
+        match result.outcome {
+            Outcome::Records { records } => Ok(records),
+            Outcome::Fatal { error, cause } => {
+                let error = error.into_adapter_error().map_err(remote)?;
+                Err(UnitError::Fatal(match cause {
+                    Some(cause) => {
+                        FatalError::chained(error, cause.into_adapter_error().map_err(remote)?)
+                    }
+                    None => FatalError::new(error),
+                }))
+            }
+            Outcome::Failed { reason } => Err(remote(reason)),
+            // Never handed to a lane: `route` counts starts.
+            Outcome::Started => Err(remote("a start notice where a result belongs".into())),
+        }
+    }
+}
+
+/// The body of `unit`, a stored group's items read from its file.
+fn body_of(unit: &WorkUnit) -> Result<UnitBody, UnitError> {
+    Ok(match unit {
+        WorkUnit::Episode(unit) => UnitBody::of(unit),
+        WorkUnit::Stored(group) => UnitBody::of(&load_stored(group)?),
+        WorkUnit::Standalone(item) => UnitBody::standalone(item),
+    })
+}
+
+/// Creates the streams, stores the component, and starts routing results
+/// to the ledger (withdrawing the units it gives up). Returns the
+/// component's sha256.
+async fn prepare(
+    connection: &Connection,
+    spec: &RunSpec,
+    results_subject: &str,
+    ledger: &SharedLedger,
+    failure: &Arc<Mutex<Option<String>>>,
+) -> Result<String, TransportError> {
+    connection.workers_consumer().await?;
+    let results = connection.results_stream().await?;
+    let (sha256, sent) = connection.put_component(&spec.component).await?;
+    lock(ledger).sent(sent);
+    let consumer = results
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            filter_subject: results_subject.to_owned(),
+            ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+            inactive_threshold: Duration::from_secs(300),
+            ..Default::default()
+        })
+        .await
+        .map_err(|error| TransportError::new(format!("reading {results_subject}"), error))?;
+    let mut messages = consumer
+        .messages()
+        .await
+        .map_err(|error| TransportError::new(format!("reading {results_subject}"), error))?;
+    let (routing, failing) = (Arc::clone(ledger), Arc::clone(failure));
+    let withdrawing = connection.clone();
+    let shown = connection.url.clone();
+    tokio::spawn(async move {
+        while let Some(message) = messages.next().await {
+            let message = match message {
+                Ok(message) => message,
+                Err(error) => {
+                    tracing::warn!("reading results on {shown}: {error}");
+                    continue;
+                }
+            };
+            let _ = message.ack().await;
+            if let Some(sequence) = route(&routing, &message.payload)
+                && let Err(error) = withdrawing.delete_unit(sequence).await
+            {
+                tracing::warn!("{error}");
+            }
+        }
+        *lock(&failing) = Some(format!("the results stream on {shown} ended"));
+    });
+    Ok(sha256)
+}
+
+/// Hands one result to the lane waiting for its unit (once).
+///
+/// A unit starting on a worker is counted; past [`MAX_STARTS`] its lane is
+/// told it was given up, and its stream sequence is returned, to withdraw
+/// it.
+fn route(ledger: &SharedLedger, payload: &[u8]) -> Option<u64> {
+    let result: UnitResult = match decode("a unit result", payload) {
+        Ok(result) => result,
+        Err(error) => {
+            tracing::warn!("{error}");
+            return None;
+        }
+    };
+    if result.outcome == Outcome::Started {
+        let (sequence, waiter) = lock(ledger).started(&result.unit_id)?;
+        tracing::warn!(
+            "unit {} started {} times without a result; giving it up",
+            result.unit_id,
+            MAX_STARTS + 1
+        );
+        let _ = waiter.send(Delivery::Abandoned);
+        return Some(sequence);
+    }
+    let settled = lock(ledger).settle(&result.unit_id, &result.worker, payload.len() as u64);
+    match settled {
+        Settled::First(waiter) => {
+            let _ = waiter.send(Delivery::Result(Box::new(result)));
+        }
+        Settled::Duplicate => tracing::info!(
+            "unit {} ran again on {} (delivery {}); its first result stands",
+            result.unit_id,
+            result.worker,
+            result.attempt
+        ),
+        Settled::Unknown => {}
+    }
+    None
+}
+
+/// Asks the connected workers who they are until one offers every guest
+/// path the run needs, or [`RunSpec::worker_wait`] passes.
+async fn roll_call(connection: &Connection, spec: &RunSpec) -> Result<Vec<WorkerHello>, String> {
+    let deadline = Instant::now() + spec.worker_wait;
+    let client = &connection.client;
+    loop {
+        let inbox = client.new_inbox();
+        let mut answers = client
+            .subscribe(inbox.clone())
+            .await
+            .map_err(|error| format!("roll call on {}: {error}", connection.url))?;
+        client
+            .publish_with_reply(ROLL_CALL_SUBJECT, inbox, bytes::Bytes::new())
+            .await
+            .map_err(|error| format!("roll call on {}: {error}", connection.url))?;
+        let mut hellos: Vec<WorkerHello> = Vec::new();
+        let window = tokio::time::sleep(Duration::from_millis(700));
+        tokio::pin!(window);
+        loop {
+            tokio::select! {
+                _ = &mut window => break,
+                answer = answers.next() => match answer {
+                    Some(answer) => match decode::<WorkerHello>("a worker's answer", &answer.payload) {
+                        Ok(hello) => hellos.push(hello),
+                        Err(error) => tracing::warn!("{error}"),
+                    },
+                    None => break,
+                },
+            }
+        }
+        if hellos.iter().any(|hello| hello.meets(&spec.needs)) {
+            return Ok(hellos);
+        }
+        if !hellos.is_empty() {
+            return Err(unmet(&hellos, &spec.needs));
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "no sandloop worker answered on {} within {} s; start one with `sandloop worker \
+                 --nats {}`",
+                connection.url,
+                spec.worker_wait.as_secs(),
+                connection.url
+            ));
+        }
+    }
+}
+
+/// Counts the workers that answered a roll call as seen.
+fn note_workers(ledger: &SharedLedger, hellos: &[WorkerHello]) {
+    let mut ledger = lock(ledger);
+    for hello in hellos {
+        ledger.saw_worker(&hello.worker);
+    }
+}
+
+/// Why none of the workers that answered can run the run's units.
+fn unmet(hellos: &[WorkerHello], needs: &[GuestNeed]) -> String {
+    let shown = |grants: &[GuestNeed]| {
+        if grants.is_empty() {
+            return "no directories".to_owned();
+        }
+        grants
+            .iter()
+            .map(|grant| {
+                format!(
+                    "{}{}",
+                    grant.guest,
+                    if grant.read_only { ":ro" } else { "" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let offers = hellos
+        .iter()
+        .map(|hello| format!("{} offers {}", hello.worker, shown(&hello.offers)))
+        .collect::<Vec<_>>()
+        .join("; ");
+    format!(
+        "no connected worker offers the guest paths this run's units need ({}): {offers}; \
+         start a worker with --dir HOST::GUEST for each",
+        shown(needs)
+    )
+}
+
+/// A run id unique enough across coordinators: the clock's nanoseconds and
+/// this process's id, in hex (subject-safe).
+fn new_run_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_nanos())
+        .unwrap_or(0);
+    format!("{nanos:x}{:x}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unmet_needs_name_what_each_worker_offers() {
+        let need = GuestNeed::new;
+        let hellos = [
+            WorkerHello {
+                version: WIRE_VERSION,
+                worker: "w1".into(),
+                lanes: 1,
+                offers: vec![],
+            },
+            WorkerHello {
+                version: WIRE_VERSION,
+                worker: "w2".into(),
+                lanes: 2,
+                offers: vec![need("/docs", true)],
+            },
+        ];
+        let message = unmet(&hellos, &[need("/docs", false)]);
+        assert!(message.contains("(/docs)"), "{message}");
+        assert!(message.contains("w1 offers no directories"), "{message}");
+        assert!(message.contains("w2 offers /docs:ro"), "{message}");
+    }
+}

@@ -1,0 +1,33 @@
+//! Distributed runs on NATS JetStream.
+//!
+//! `sandloop run --nats URL` stays the coordinator of its run (run
+//! directory, epochs, checkpoint, novelty, ordering, summary); its queue
+//! lanes send their units through a [`coordinator::Dispatcher`] to
+//! `sandloop worker` processes ([`worker::run_worker`]) on any number of
+//! machines, which run them in their own sandboxes and send the records
+//! back. Modules: [`wire`] (the messages), [`transport`] (connection,
+//! streams, the component's object store), [`ledger`] (units in flight,
+//! one result per unit, the summary's figures), [`lost`] (the records of
+//! a unit no worker could finish), [`coordinator`],
+//! [`worker`].
+
+pub mod coordinator;
+pub mod ledger;
+pub mod lost;
+pub mod transport;
+pub mod wire;
+pub mod worker;
+
+pub use coordinator::{Dispatcher, RemoteLane, RunSpec};
+pub use ledger::DistributedSummary;
+pub use transport::NatsTarget;
+pub use wire::{GuestNeed, Limits};
+pub use worker::{WorkerConfig, run_worker};
+
+/// Locks `mutex`, taking over a poisoned one (a panicked lane's state is
+/// plain bookkeeping, still consistent).
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,409 @@
+//! The NATS side of a distributed run: connecting (user and password in
+//! the URL, `tls://`, a credentials file), the streams and the object store
+//! both ends use, and the component's trip through the object store, keyed
+//! and checked by its sha256.
+//!
+//! Layout (JetStream, all created on first use by either end):
+//! - stream [`UNITS_STREAM`] (work-queue retention) on
+//!   `sandloop.units.<run id>` ([`UNITS_PREFIX`]; a run withdraws what it
+//!   left there when it stops, [`Connection::withdraw_units`]),
+//!   read by the one durable pull consumer [`WORKERS_CONSUMER`] every
+//!   worker shares: each unit goes to one worker, and is redelivered after
+//!   [`ACK_WAIT`] without an ack (a worker sends progress while it runs a
+//!   unit) or [`HAND_BACK_DELAY`] after a worker lacking its grants handed
+//!   it back; the coordinator bounds how often a unit may start
+//!   ([`crate::ledger::MAX_STARTS`]);
+//! - stream [`RESULTS_STREAM`] on `sandloop.results.<run id>`: what workers
+//!   send back, kept for [`RESULTS_MAX_AGE`];
+//! - object store bucket [`COMPONENTS_BUCKET`]: components by sha256;
+//! - core subject [`ROLL_CALL_SUBJECT`]: workers answer who they are and
+//!   which guest paths they offer.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, object_store, stream};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncReadExt;
+
+/// The work-queue stream of units.
+pub const UNITS_STREAM: &str = "SANDLOOP_UNITS";
+/// Units of run `R` are published on `sandloop.units.R`.
+pub const UNITS_PREFIX: &str = "sandloop.units";
+/// The durable pull consumer all workers share.
+pub const WORKERS_CONSUMER: &str = "sandloop-workers";
+/// The stream of results.
+pub const RESULTS_STREAM: &str = "SANDLOOP_RESULTS";
+/// Results of run `R` are published on `sandloop.results.R`.
+pub const RESULTS_PREFIX: &str = "sandloop.results";
+/// The object store bucket of components.
+pub const COMPONENTS_BUCKET: &str = "sandloop-components";
+/// Where the coordinator asks which workers are connected.
+pub const ROLL_CALL_SUBJECT: &str = "sandloop.workers.roll-call";
+/// How long a delivered unit may go without an ack or progress before it
+/// is delivered again (a worker sends progress every third of it while a
+/// unit runs, so only a dead or stuck worker's unit goes elsewhere).
+pub const ACK_WAIT: Duration = Duration::from_secs(10);
+/// How long a unit handed back by a worker lacking its grants waits
+/// before it is offered again. Hand-backs are not bounded: a unit waits as
+/// long as it takes a worker offering its guest paths to be free.
+pub const HAND_BACK_DELAY: Duration = Duration::from_secs(1);
+/// How long results stay in [`RESULTS_STREAM`].
+pub const RESULTS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// Where and how to connect: `--nats URL` (`nats://user:pass@host:4222`,
+/// `tls://host:4222`, several separated by commas) and `--nats-creds FILE`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NatsTarget {
+    /// The server URL(s), as given.
+    pub url: String,
+    /// A NATS credentials file (nkey seed and user JWT).
+    pub creds: Option<PathBuf>,
+}
+
+/// A transport failure, naming what was being done.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {message}")]
+pub struct TransportError {
+    /// What was being done (`connecting to nats://...`, `creating stream ...`).
+    pub context: String,
+    /// The client's error.
+    pub message: String,
+}
+
+impl TransportError {
+    /// `context` failed with `error`.
+    pub fn new(context: impl Into<String>, error: impl std::fmt::Display) -> Self {
+        Self {
+            context: context.into(),
+            message: error.to_string(),
+        }
+    }
+}
+
+/// Why a component could not be had from the object store.
+#[derive(Debug, thiserror::Error)]
+pub enum ComponentError {
+    /// The store could not be read (the server, the network): a later try
+    /// may work.
+    #[error(transparent)]
+    Unavailable(#[from] TransportError),
+    /// The stored bytes do not hash to their name: never run.
+    #[error("{0}")]
+    Tampered(String),
+}
+
+/// A connection, with its JetStream context.
+#[derive(Clone)]
+pub struct Connection {
+    /// The core client (roll call).
+    pub client: async_nats::Client,
+    /// JetStream.
+    pub jetstream: jetstream::Context,
+    /// The URL connected to, for messages.
+    pub url: String,
+}
+
+/// The URL without its password, for messages.
+pub fn shown_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let user = &url[scheme + 3..at];
+            let user = user.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Connects to `target` as `name`.
+///
+/// # Errors
+/// An unreadable credentials file, or a server that cannot be reached or
+/// refuses the credentials.
+pub async fn connect(target: &NatsTarget, name: &str) -> Result<Connection, TransportError> {
+    let shown = shown_url(&target.url);
+    let options = match &target.creds {
+        Some(path) => async_nats::ConnectOptions::with_credentials_file(path)
+            .await
+            .map_err(|error| {
+                TransportError::new(format!("reading --nats-creds {}", path.display()), error)
+            })?,
+        None => async_nats::ConnectOptions::new(),
+    };
+    let client = options
+        .name(name)
+        .connection_timeout(Duration::from_secs(10))
+        .connect(target.url.as_str())
+        .await
+        .map_err(|error| TransportError::new(format!("connecting to {shown}"), error))?;
+    let jetstream = jetstream::new(client.clone());
+    Ok(Connection {
+        client,
+        jetstream,
+        url: shown,
+    })
+}
+
+impl Connection {
+    /// The units stream (created when missing).
+    ///
+    /// # Errors
+    /// JetStream is not enabled on the server, or refuses the stream.
+    pub async fn units_stream(&self) -> Result<stream::Stream, TransportError> {
+        self.jetstream
+            .get_or_create_stream(stream::Config {
+                name: UNITS_STREAM.into(),
+                subjects: vec![format!("{UNITS_PREFIX}.>")],
+                retention: stream::RetentionPolicy::WorkQueue,
+                storage: stream::StorageType::File,
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await
+            .map_err(|error| self.error(format!("creating stream {UNITS_STREAM}"), error))
+    }
+
+    /// Removes the units still queued on `subject` (a run that stopped
+    /// withdraws what no worker needs to run any more); returns how many.
+    ///
+    /// # Errors
+    /// The stream cannot be reached or refuses the purge.
+    pub async fn withdraw_units(&self, subject: &str) -> Result<u64, TransportError> {
+        let stream = self.units_stream().await?;
+        let purged =
+            stream.purge().filter(subject).await.map_err(|error| {
+                self.error(format!("withdrawing the units on {subject}"), error)
+            })?;
+        Ok(purged.purged)
+    }
+
+    /// Deletes the unit at `sequence` from the units stream (a unit given
+    /// up), so that no worker starts it again.
+    ///
+    /// # Errors
+    /// The stream cannot be reached or refuses the deletion.
+    pub async fn delete_unit(&self, sequence: u64) -> Result<(), TransportError> {
+        let stream = self.units_stream().await?;
+        stream
+            .delete_message(sequence)
+            .await
+            .map(|_| ())
+            .map_err(|error| {
+                self.error(
+                    format!("deleting unit {sequence} from {UNITS_STREAM}"),
+                    error,
+                )
+            })
+    }
+
+    /// The workers' shared pull consumer of the units stream.
+    ///
+    /// # Errors
+    /// As [`Connection::units_stream`].
+    pub async fn workers_consumer(
+        &self,
+    ) -> Result<consumer::Consumer<consumer::pull::Config>, TransportError> {
+        let stream = self.units_stream().await?;
+        stream
+            .get_or_create_consumer(
+                WORKERS_CONSUMER,
+                consumer::pull::Config {
+                    durable_name: Some(WORKERS_CONSUMER.into()),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: ACK_WAIT,
+                    // Unbounded: the coordinator bounds the starts.
+                    max_deliver: -1,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|error| self.error(format!("creating consumer {WORKERS_CONSUMER}"), error))
+    }
+
+    /// The results stream (created when missing).
+    ///
+    /// # Errors
+    /// As [`Connection::units_stream`].
+    pub async fn results_stream(&self) -> Result<stream::Stream, TransportError> {
+        self.jetstream
+            .get_or_create_stream(stream::Config {
+                name: RESULTS_STREAM.into(),
+                subjects: vec![format!("{RESULTS_PREFIX}.>")],
+                storage: stream::StorageType::File,
+                max_age: RESULTS_MAX_AGE,
+                ..Default::default()
+            })
+            .await
+            .map_err(|error| self.error(format!("creating stream {RESULTS_STREAM}"), error))
+    }
+
+    async fn components(&self) -> Result<object_store::ObjectStore, TransportError> {
+        if let Ok(store) = self.jetstream.get_object_store(COMPONENTS_BUCKET).await {
+            return Ok(store);
+        }
+        self.jetstream
+            .create_object_store(object_store::Config {
+                bucket: COMPONENTS_BUCKET.into(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|error| {
+                self.error(format!("creating object store {COMPONENTS_BUCKET}"), error)
+            })
+    }
+
+    /// Stores `bytes` under their sha256 (lowercase hex, returned) unless an
+    /// object of that name with those bytes is there already. Returns the
+    /// digest and the bytes sent (0 when already stored).
+    ///
+    /// # Errors
+    /// The object store cannot be created or written.
+    pub async fn put_component(&self, bytes: &[u8]) -> Result<(String, u64), TransportError> {
+        let sha256 = sha256_hex(bytes);
+        let store = self.components().await?;
+        if let Ok(info) = store.info(&sha256).await
+            && info.size == bytes.len()
+            && let Ok(existing) = self.read_object(&store, &sha256).await
+            && sha256_hex(&existing) == sha256
+        {
+            return Ok((sha256, 0));
+        }
+        let mut reader = bytes;
+        store
+            .put(sha256.as_str(), &mut reader)
+            .await
+            .map_err(|error| self.error(format!("storing component {sha256}"), error))?;
+        Ok((sha256, bytes.len() as u64))
+    }
+
+    /// The component stored under `sha256`, refused unless its bytes hash
+    /// to that name.
+    ///
+    /// # Errors
+    /// [`ComponentError::Unavailable`] when it is missing or cannot be read;
+    /// [`ComponentError::Tampered`] when its digest differs.
+    pub async fn get_component(&self, sha256: &str) -> Result<Vec<u8>, ComponentError> {
+        let store = self.components().await?;
+        let bytes = self.read_object(&store, sha256).await?;
+        let found = sha256_hex(&bytes);
+        if found != sha256 {
+            return Err(ComponentError::Tampered(format!(
+                "component {sha256} in object store {COMPONENTS_BUCKET} (on {}): its bytes hash \
+                 to {found}, not to its name: refusing to run a tampered component",
+                self.url
+            )));
+        }
+        Ok(bytes)
+    }
+
+    async fn read_object(
+        &self,
+        store: &object_store::ObjectStore,
+        name: &str,
+    ) -> Result<Vec<u8>, TransportError> {
+        let context = || format!("reading component {name} from object store {COMPONENTS_BUCKET}");
+        let mut object = store
+            .get(name)
+            .await
+            .map_err(|error| self.error(context(), error))?;
+        let mut bytes = Vec::new();
+        object
+            .read_to_end(&mut bytes)
+            .await
+            .map_err(|error| self.error(context(), error))?;
+        Ok(bytes)
+    }
+
+    fn error(&self, context: String, error: impl std::fmt::Display) -> TransportError {
+        TransportError::new(format!("{} (on {})", context, self.url), error)
+    }
+}
+
+/// The lowercase hex sha256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// A tokio runtime driven by its own thread, so that blocking code (queue
+/// lanes, worker lanes) can wait on NATS with [`Runtime::block_on`] from any
+/// thread.
+pub struct Runtime {
+    handle: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    driver: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Runtime {
+    /// Starts the runtime's thread.
+    ///
+    /// # Errors
+    /// The runtime or its thread cannot be created.
+    pub fn start() -> std::io::Result<Arc<Self>> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let driver = std::thread::Builder::new()
+            .name("sandloop-nats".into())
+            .spawn(move || {
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                });
+            })?;
+        Ok(Arc::new(Self {
+            handle,
+            stop: Some(stop),
+            driver: Some(driver),
+        }))
+    }
+
+    /// Runs `future` to completion on the runtime, blocking this thread
+    /// (which must not be the runtime's own).
+    pub fn block_on<F: std::future::Future + Send>(&self, future: F) -> F::Output
+    where
+        F::Output: Send,
+    {
+        self.handle.block_on(future)
+    }
+
+    /// The runtime's handle, to spawn tasks.
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        &self.handle
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(driver) = self.driver.take() {
+            let _ = driver.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_not_shown() {
+        assert_eq!(
+            shown_url("nats://alice:s3cret@host:4222"),
+            "nats://alice:***@host:4222"
+        );
+        assert_eq!(shown_url("tls://host:4222"), "tls://host:4222");
+    }
+
+    #[test]
+    fn digests_are_lowercase_hex_sha256() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

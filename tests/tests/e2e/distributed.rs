@@ -1,0 +1,706 @@
+//! Distributed runs on NATS JetStream: a local `nats-server` (started on a
+//! free loopback port with its own store directory, stopped on drop),
+//! `sandloop worker` processes, and `sandloop run --nats` as the
+//! coordinator. A missing `nats-server` fails these tests with the command
+//! that installs it.
+
+use std::collections::BTreeMap;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{
+    KillOnDrop, assert_exit, code, json_file, jsonl, records, run_markdown_explorer, s, sandloop,
+    stderr, workspace_file,
+};
+
+/// A `nats-server -js` of this test alone.
+struct NatsServer {
+    url: String,
+    _process: KillOnDrop,
+    _store: tempfile::TempDir,
+}
+
+impl NatsServer {
+    fn start() -> Self {
+        let binary = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|path| path.is_file())
+            .or_else(|| {
+                std::env::var_os("PATH").and_then(|paths| {
+                    std::env::split_paths(&paths)
+                        .map(|dir| dir.join("nats-server"))
+                        .find(|path| path.is_file())
+                })
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "nats-server is not installed; the distributed-run tests need it: \
+                     apt-get install -y nats-server"
+                )
+            });
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let store = tempfile::tempdir().expect("temp dir");
+        let process = std::process::Command::new(&binary)
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| panic!("start {}: {error}", binary.display()));
+        let process = KillOnDrop(process);
+        let started = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "nats-server did not listen on port {port} within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self {
+            url: format!("nats://127.0.0.1:{port}"),
+            _process: process,
+            _store: store,
+        }
+    }
+}
+
+/// A `sandloop worker` named `name` on `nats`, plus `extra` flags; its
+/// stderr goes to `log`, with a `running (delivery N)` line per unit it
+/// starts.
+fn worker(nats: &NatsServer, name: &str, extra: &[&str], log: &Path) -> KillOnDrop {
+    let log = std::fs::File::create(log).expect("worker log");
+    let child = sandloop()
+        .args(["worker", "--nats", &nats.url, "--name", name])
+        .args(extra)
+        .env("RUST_LOG", "info,sandloop_distributed=debug")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn sandloop worker");
+    KillOnDrop(child)
+}
+
+/// `--dir` granting the markdown explorer's sample documents at `/docs`.
+fn docs_grant() -> String {
+    format!(
+        "{}::/docs:ro",
+        s(&workspace_file("examples/markdown-explorer/sample-docs"))
+    )
+}
+
+/// The run's stderr and every worker log, for a failure message.
+fn diagnostics(output: &Output, logs: &[PathBuf]) -> String {
+    let mut text = format!("run stderr:\n{}", stderr(output));
+    for log in logs {
+        let body = std::fs::read_to_string(log).unwrap_or_default();
+        text.push_str(&format!("\n{}:\n{body}", log.display()));
+    }
+    text
+}
+
+/// A run's records without what may differ between two runs of the same
+/// inputs (durations, lanes, and which of two same-key records of an epoch
+/// got the novelty credit), sorted.
+fn comparable(dir: &Path) -> Vec<String> {
+    let mut lines: Vec<String> = records(dir)
+        .into_iter()
+        .map(|mut record| {
+            let map = record.as_object_mut().expect("records are objects");
+            for field in ["duration_minutes", "branch_id", "novel_value"] {
+                map.remove(field);
+            }
+            record.to_string()
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Lines of each JSONL file under `dir/folder`, by file name.
+fn line_counts(dir: &Path, folder: &str) -> BTreeMap<String, usize> {
+    let Ok(entries) = std::fs::read_dir(dir.join(folder)) else {
+        return BTreeMap::new();
+    };
+    entries
+        .map(|entry| {
+            let path = entry.expect("a directory entry").path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, jsonl(&path).len())
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_on_three_workers_writes_the_records_of_a_local_run() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--epochs", "3", "--workers", "3", "--no-replay"];
+    let local = dir.path().join("local");
+    let output = run_markdown_explorer(&local, &flags, &[]);
+    assert_eq!(code(&output), 0, "local run: {}", stderr(&output));
+
+    let grant = docs_grant();
+    let logs: Vec<PathBuf> = (1..=3)
+        .map(|n| dir.path().join(format!("w{n}.log")))
+        .collect();
+    let _workers: Vec<KillOnDrop> = logs
+        .iter()
+        .enumerate()
+        .map(|(n, log)| worker(&nats, &format!("w{}", n + 1), &["--dir", &grant], log))
+        .collect();
+    let remote = dir.path().join("remote");
+    let mut remote_flags = flags.to_vec();
+    remote_flags.extend(["--nats", &nats.url]);
+    let output = run_markdown_explorer(&remote, &remote_flags, &[]);
+    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &logs));
+
+    assert!(!records(&local).is_empty());
+    assert_eq!(
+        comparable(&remote),
+        comparable(&local),
+        "the same records as the local run"
+    );
+    let (local_summary, summary) = (
+        json_file(&local.join("summary.json")),
+        json_file(&remote.join("summary.json")),
+    );
+    for total in [
+        "record_count",
+        "raw_value_total",
+        "novel_value_total",
+        "epoch_count",
+    ] {
+        assert_eq!(summary[total], local_summary[total], "{total}");
+    }
+    for folder in ["traces", "adapter-output"] {
+        assert_eq!(
+            line_counts(&remote, folder),
+            line_counts(&local, folder),
+            "the workers' {folder} lines reach the run directory"
+        );
+    }
+    let units: u64 = jsonl(&remote.join("epochs.jsonl"))
+        .iter()
+        .map(|epoch| epoch["execution_unit_count"].as_u64().unwrap())
+        .sum();
+    let distributed = &summary["distributed"];
+    let per_worker = distributed["units_per_worker"].as_object().unwrap();
+    assert_eq!(
+        per_worker
+            .values()
+            .map(|n| n.as_u64().unwrap())
+            .sum::<u64>(),
+        units,
+        "every unit recorded once: {distributed}"
+    );
+    assert!(
+        per_worker
+            .keys()
+            .all(|name| ["w1", "w2", "w3"].contains(&name.as_str())),
+        "{distributed}"
+    );
+    let seen = distributed["workers_seen"].as_array().unwrap();
+    assert!(
+        !seen.is_empty()
+            && seen
+                .iter()
+                .all(|name| ["w1", "w2", "w3"].contains(&name.as_str().unwrap())),
+        "{distributed}"
+    );
+    assert_eq!(distributed["redeliveries"], 0, "{distributed}");
+    assert!(
+        distributed["bytes_sent"].as_u64().unwrap() > 0,
+        "{distributed}"
+    );
+    assert!(
+        local_summary.get("distributed").is_none(),
+        "a local run has no block"
+    );
+    let manifest = json_file(&remote.join("manifest.json"));
+    assert_eq!(
+        manifest["invocations"][0]["options"]["nats"],
+        nats.url.as_str()
+    );
+}
+
+#[test]
+fn a_run_whose_guest_paths_no_worker_offers_says_so_and_writes_nothing() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("bare.log");
+    let _worker = worker(&nats, "bare", &[], &log);
+    let out = dir.path().join("run");
+    let output = run_markdown_explorer(&out, &["--no-replay", "--nats", &nats.url], &[]);
+    assert_exit(
+        &output,
+        1,
+        &[
+            "no connected worker offers the guest paths",
+            "/docs:ro",
+            "bare offers no directories",
+            "nothing was run",
+        ],
+    );
+    assert!(!out.exists(), "nothing written");
+}
+
+#[test]
+fn what_nats_runs_do_not_support_yet_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    // Checked before connecting: no server is needed to be refused.
+    let unreachable = "nats://127.0.0.1:9";
+    let output = run_markdown_explorer(&out, &["--nats", unreachable], &[]);
+    assert_exit(
+        &output,
+        2,
+        &["--nats does not yet support replay points", "--no-replay"],
+    );
+    let output = run_markdown_explorer(
+        &out,
+        &["--nats", unreachable, "--no-replay"],
+        &[("SANDLOOP_E2E_UNUSED", "1")],
+    );
+    assert_exit(&output, 2, &["--nats does not yet support --env"]);
+    assert!(!out.exists(), "nothing written");
+}
+
+/// The output of `process` (spawned with piped stdout and stderr), once
+/// it exits on its own within `limit`.
+fn output_within(process: &mut KillOnDrop, limit: Duration, what: &str) -> Output {
+    use std::io::Read;
+    process.wait_within(limit, what);
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    if let Some(mut pipe) = process.0.stdout.take() {
+        pipe.read_to_end(&mut stdout).expect("read stdout");
+    }
+    if let Some(mut pipe) = process.0.stderr.take() {
+        pipe.read_to_end(&mut stderr).expect("read stderr");
+    }
+    let status = process.0.wait().expect("the exit status");
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// `DIR/items.jsonl` with `count` items `spin-N` (families `fN`) of the
+/// hostile adapter that spin until their call's deadline.
+fn spin_items(dir: &Path, count: usize) -> PathBuf {
+    let items: Vec<Value> = (1..=count)
+        .map(|n| {
+            serde_json::json!({"item_id": format!("spin-{n}"), "family": format!("f{n}"),
+                               "text": "x", "attack": "infinite_loop"})
+        })
+        .collect();
+    crate::support::write_items(dir, "items.jsonl", &items)
+}
+
+/// `sandloop run` of the hostile adapter over `items` into `out`, with
+/// calls cut at `timeout` seconds, plus `extra` flags.
+fn hostile_run(items: &Path, out: &Path, timeout: &str, extra: &[&str]) -> std::process::Command {
+    let mut command = sandloop();
+    command
+        .args([
+            "run",
+            "--adapter",
+            sandloop_tests::HOSTILE_ADAPTER,
+            "--items",
+            s(items),
+        ])
+        .args(["--out", s(out), "--call-timeout", timeout])
+        .args(extra);
+    command
+}
+
+/// `command` started with its stdout and stderr piped.
+fn spawn_piped(command: &mut std::process::Command) -> KillOnDrop {
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sandloop run");
+    KillOnDrop(child)
+}
+
+/// Waits until `log` holds `text`, at most `limit`.
+fn wait_for_log(log: &Path, text: &str, limit: Duration) {
+    let started = Instant::now();
+    loop {
+        if std::fs::read_to_string(log).is_ok_and(|body| body.contains(text)) {
+            return;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{} did not say {text:?} within {limit:?}: {}",
+            log.display(),
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_unit_whose_worker_is_killed_runs_again_elsewhere_and_is_recorded_once() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // Each item spins until its 2 s deadline: long enough to kill a
+    // worker in the middle of one.
+    let items = spin_items(dir.path(), 3);
+    let (first_log, second_log) = (dir.path().join("first.log"), dir.path().join("second.log"));
+    let mut first = worker(&nats, "first", &[], &first_log);
+    let out = dir.path().join("run");
+    let mut run = spawn_piped(&mut hostile_run(&items, &out, "2", &["--nats", &nats.url]));
+    wait_for_log(&first_log, "running (delivery 1)", Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(500));
+    first.0.kill().expect("kill -9 the first worker");
+    let _ = first.0.wait();
+    let _second = worker(&nats, "second", &[], &second_log);
+    let output = output_within(&mut run, Duration::from_secs(120), "the run");
+    let logs = [first_log, second_log];
+    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &logs));
+    let records = records(&out);
+    let mut ids: Vec<&str> = records
+        .iter()
+        .map(|record| record["item_id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    let expected: Vec<String> = (1..=3)
+        .flat_map(|n| [format!("spin-{n}"), format!("spin-{n}:shared-prefix")])
+        .collect();
+    assert_eq!(ids, expected, "each item (and its group's prefix) once");
+    for record in records
+        .iter()
+        .filter(|record| record["record_kind"] != "shared_prefix")
+    {
+        assert_eq!(record["adapter_error"]["type"], "deadline", "{record}");
+    }
+    let distributed = &json_file(&out.join("summary.json"))["distributed"];
+    assert_eq!(
+        distributed["units_per_worker"],
+        serde_json::json!({"second": 3}),
+        "{distributed}"
+    );
+    assert!(
+        distributed["redeliveries"].as_u64().unwrap() >= 1,
+        "{distributed}"
+    );
+}
+
+#[test]
+fn a_tampered_component_in_the_object_store_is_refused() {
+    use sandloop::distributed::transport::{COMPONENTS_BUCKET, NatsTarget, Runtime, connect};
+
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let item = serde_json::json!({"item_id": "a", "family": "f", "text": "some words"});
+    let items = crate::support::write_items(dir.path(), "items.jsonl", &[item]);
+    // No worker yet: the coordinator stores the component and waits.
+    let run = sandloop()
+        .args([
+            "run",
+            "--adapter",
+            sandloop_tests::HELLO_ADAPTER,
+            "--out",
+            s(&out),
+        ])
+        .args([
+            "--items",
+            s(&items),
+            "--nats",
+            &nats.url,
+            "--nats-wait",
+            "60",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sandloop run");
+    let mut run = KillOnDrop(run);
+    let sha256 = sandloop::distributed::transport::sha256_hex(
+        &std::fs::read(sandloop_tests::HELLO_ADAPTER).unwrap(),
+    );
+    let runtime = Runtime::start().unwrap();
+    let target = NatsTarget {
+        url: nats.url.clone(),
+        creds: None,
+    };
+    let connection = runtime.block_on(connect(&target, "tamperer")).unwrap();
+    let started = Instant::now();
+    let store = loop {
+        let stored = runtime.block_on(async {
+            let store = connection
+                .jetstream
+                .get_object_store(COMPONENTS_BUCKET)
+                .await
+                .ok()?;
+            store.info(&sha256).await.ok().map(|_| store)
+        });
+        if let Some(store) = stored {
+            break store;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the component was not stored"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut forged: &[u8] = b"\0asm\x0d\0\x01\0 not the component";
+    runtime
+        .block_on(store.put(sha256.as_str(), &mut forged))
+        .unwrap();
+    let log = dir.path().join("worker.log");
+    let cache = dir.path().join("cache");
+    let _worker = worker(&nats, "honest", &["--cache-dir", s(&cache)], &log);
+    let output = output_within(&mut run, Duration::from_secs(60), "the run");
+    assert_exit(
+        &output,
+        1,
+        &[
+            "worker honest",
+            "refusing to run a tampered component",
+            &sha256,
+        ],
+    );
+    assert!(
+        !cache
+            .join("components")
+            .join(format!("{sha256}.wasm"))
+            .exists(),
+        "the forged bytes are not kept"
+    );
+}
+
+#[test]
+fn a_run_whose_workers_all_died_says_so_instead_of_waiting() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let items = spin_items(dir.path(), 1);
+    let log = dir.path().join("only.log");
+    let mut only = worker(&nats, "only", &[], &log);
+    let out = dir.path().join("run");
+    let flags = ["--nats", &nats.url, "--nats-wait", "2"];
+    let mut run = spawn_piped(&mut hostile_run(&items, &out, "5", &flags));
+    wait_for_log(&log, "running (delivery 1)", Duration::from_secs(60));
+    only.0.kill().expect("kill -9 the only worker");
+    let _ = only.0.wait();
+    let output = output_within(&mut run, Duration::from_secs(60), "the run");
+    assert_exit(
+        &output,
+        1,
+        &[
+            "is still waiting for a worker",
+            "no sandloop worker answered",
+            "within 2 s",
+        ],
+    );
+    assert_eq!(
+        queued_units(&nats),
+        0,
+        "the stopped run withdrew its unit: a worker started later does not run it for nobody"
+    );
+}
+
+/// Messages in the units stream of `nats`.
+fn queued_units(nats: &NatsServer) -> u64 {
+    use sandloop::distributed::transport::{NatsTarget, Runtime, UNITS_STREAM, connect};
+
+    let runtime = Runtime::start().unwrap();
+    let target = NatsTarget {
+        url: nats.url.clone(),
+        creds: None,
+    };
+    runtime.block_on(async {
+        let connection = connect(&target, "observer").await.unwrap();
+        let mut stream = connection.jetstream.get_stream(UNITS_STREAM).await.unwrap();
+        stream.info().await.unwrap().state.messages
+    })
+}
+
+#[test]
+fn a_plain_adapter_runs_on_a_worker_as_it_runs_locally_under_either_policy() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let items: Vec<Value> = ["some words here", "", "more words"]
+        .iter()
+        .enumerate()
+        .map(|(n, text)| serde_json::json!({"item_id": format!("i{n}"), "family": "f", "text": text}))
+        .collect();
+    let items = crate::support::write_items(dir.path(), "items.jsonl", &items);
+    let log = dir.path().join("plain.log");
+    let _worker = worker(&nats, "plain", &["--lanes", "2"], &log);
+    let run = |out: &Path, extra: &[&str]| {
+        sandloop()
+            .args([
+                "run",
+                "--adapter",
+                sandloop_tests::HELLO_ADAPTER,
+                "--items",
+                s(&items),
+            ])
+            .args(["--out", s(out), "--epochs", "2"])
+            .args(extra)
+            .output()
+            .expect("spawn sandloop run")
+    };
+    let local = dir.path().join("local");
+    let output = run(&local, &[]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let remote = dir.path().join("remote");
+    let output = run(&remote, &["--nats", &nats.url]);
+    assert_eq!(
+        code(&output),
+        0,
+        "{}",
+        diagnostics(&output, std::slice::from_ref(&log))
+    );
+    assert_eq!(comparable(&remote), comparable(&local));
+    assert!(
+        !line_counts(&local, "adapter-output").is_empty(),
+        "hello logs"
+    );
+    assert_eq!(
+        line_counts(&remote, "adapter-output"),
+        line_counts(&local, "adapter-output"),
+        "the guest's log lines reach the run directory"
+    );
+    // Under the fatal policy the empty item stops both runs the same way.
+    let local_fatal = run(
+        &dir.path().join("local-fatal"),
+        &["--failure-policy", "fatal"],
+    );
+    let remote_fatal = run(
+        &dir.path().join("remote-fatal"),
+        &["--failure-policy", "fatal", "--nats", &nats.url],
+    );
+    assert_exit(&local_fatal, 1, &["item has no text"]);
+    assert_exit(&remote_fatal, 1, &["item has no text"]);
+}
+
+#[test]
+fn units_needing_a_guest_path_run_only_on_workers_that_offer_it() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let grant = docs_grant();
+    let logs = [dir.path().join("bare.log"), dir.path().join("docs.log")];
+    let _bare = worker(&nats, "bare", &["--lanes", "2"], &logs[0]);
+    let _docs = worker(&nats, "docs", &["--dir", &grant], &logs[1]);
+    let out = dir.path().join("run");
+    let flags = ["--workers", "2", "--no-replay", "--nats", &nats.url];
+    let output = run_markdown_explorer(&out, &flags, &[]);
+    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &logs));
+    let distributed = &json_file(&out.join("summary.json"))["distributed"];
+    let per_worker = distributed["units_per_worker"].as_object().unwrap();
+    assert_eq!(
+        per_worker.keys().collect::<Vec<_>>(),
+        ["docs"],
+        "{distributed}"
+    );
+    assert!(!records(&out).is_empty());
+}
+
+#[test]
+fn a_coordinator_killed_mid_run_resumes_to_the_records_of_an_uninterrupted_run() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // Two items that spin to their 1 s deadline, over three epochs.
+    let items = spin_items(dir.path(), 2);
+    let run = |out: &Path, extra: &[&str]| {
+        let mut command = hostile_run(&items, out, "1", &["--epochs", "3"]);
+        command.args(extra);
+        command
+    };
+    let local = dir.path().join("local");
+    let output = run(&local, &[]).output().unwrap();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+
+    let logs = [dir.path().join("w1.log")];
+    let _worker = worker(&nats, "w1", &[], &logs[0]);
+    let remote = dir.path().join("remote");
+    let coordinator = run(&remote, &["--nats", &nats.url])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut coordinator = KillOnDrop(coordinator);
+    let started = Instant::now();
+    while std::fs::read_to_string(remote.join("epochs.jsonl")).map_or(true, |text| text.is_empty())
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no epoch finished"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    coordinator.0.kill().expect("kill -9 the coordinator");
+    let _ = coordinator.0.wait();
+    assert!(
+        jsonl(&remote.join("epochs.jsonl")).len() < 3,
+        "killed before the last epoch"
+    );
+    let output = run(&remote, &["--nats", &nats.url, "--resume"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &logs));
+    assert_eq!(
+        comparable(&remote),
+        comparable(&local),
+        "nothing lost or doubled"
+    );
+    assert_eq!(jsonl(&remote.join("epochs.jsonl")).len(), 3);
+}
+
+#[test]
+fn a_unit_that_kills_every_worker_it_starts_on_is_given_up_as_an_error_record() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let items = spin_items(dir.path(), 1);
+    let start_worker = |n: usize| {
+        let log = dir.path().join(format!("w{n}.log"));
+        (worker(&nats, &format!("w{n}"), &[], &log), log)
+    };
+    let (mut first, first_log) = start_worker(1);
+    let out = dir.path().join("run");
+    let mut run = spawn_piped(&mut hostile_run(&items, &out, "60", &["--nats", &nats.url]));
+    // Every worker the unit starts on dies: the fourth start gives it up.
+    wait_for_log(&first_log, "running (delivery", Duration::from_secs(60));
+    first.0.kill().unwrap();
+    let mut logs = vec![first_log];
+    for n in 2..=4 {
+        let (mut worker, log) = start_worker(n);
+        wait_for_log(&log, "running (delivery", Duration::from_secs(60));
+        worker.0.kill().unwrap();
+        logs.push(log);
+    }
+    let output = output_within(&mut run, Duration::from_secs(60), "the run");
+    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &logs));
+    let records = records(&out);
+    assert_eq!(records.len(), 1, "{records:?}");
+    let error = &records[0]["adapter_error"];
+    assert_eq!(error["type"], "instantiation", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("started 4 times on workers without a result"),
+        "{error}"
+    );
+    assert_eq!(records[0]["retryable_infra_error"], true);
+    let distributed = &json_file(&out.join("summary.json"))["distributed"];
+    assert_eq!(
+        distributed["units_per_worker"],
+        serde_json::json!({}),
+        "{distributed}"
+    );
+    assert_eq!(queued_units(&nats), 0, "the unit was withdrawn");
+}
