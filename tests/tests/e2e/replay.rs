@@ -591,7 +591,7 @@ fn replay_reruns_a_failed_suffix_and_refuses_bad_input_without_writing() {
         lock.try_lock().unwrap();
         refused(
             &["replay", "--run", s(&out), "--item", "honest"],
-            "is in use by a sandloop run",
+            "is in use by another sandloop process",
         );
     }
     refused(
