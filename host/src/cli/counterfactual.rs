@@ -17,16 +17,16 @@ use serde_json::{Value, json};
 use super::args::CounterfactualArgs;
 use super::finished_run::{
     AdoptedPoint, ComponentSource, adopt_point, error_fields, load_run_adapter, lock_run,
-    open_run_log,
+    open_run_log, point_state_and_item,
 };
 use super::{CliError, say};
-use crate::episode::adapter::{CallContext, Item};
+use crate::episode::adapter::CallContext;
 use crate::episode::units::GroupId;
 use crate::replay::counterfactual::{
     AddressableTrace, COUNTERFACTUALS_FILE, CandidateResult, CounterfactualGroupResult,
     CounterfactualHypothesis, candidate_tasks, read_addressable_trace, settle_group,
 };
-use crate::replay::durable::{DurableKind, PointLine, load_points, read_durable_state};
+use crate::replay::durable::{DurableKind, PointLine, load_points};
 use crate::replay::offline::{
     ItemPosition, ReplayPlan, append_line, find_record, plan_replay, run_source,
 };
@@ -91,20 +91,8 @@ pub fn counterfactual(args: CounterfactualArgs) -> Result<(), CliError> {
         .durable_state
         .as_ref()
         .expect("a planned point is durable");
-    let (state, items) =
-        read_durable_state(run, state_file).map_err(|error| input(error.to_string()))?;
-    let item: Item = items
-        .into_iter()
-        .find(|item| item.get("item_id").and_then(Value::as_str) == Some(&hypothesis.item_id))
-        .ok_or_else(|| {
-            named(
-                "item_id",
-                format!(
-                    "item {:?} is not among the items of replay point {}",
-                    hypothesis.item_id, line.point.replay_point_id
-                ),
-            )
-        })?;
+    let (state, item) = point_state_and_item(run, &line, &hypothesis.item_id)
+        .map_err(|error| error.unwrap_or_else(|message| named("item_id", message)))?;
 
     let from = ComponentSource {
         run,

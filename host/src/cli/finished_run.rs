@@ -11,8 +11,9 @@ use serde_json::{Map, Value, json};
 use super::args::SandboxArgs;
 use super::run::sandbox_config;
 use super::{CliError, open_sandbox};
+use crate::episode::adapter::Item;
 use crate::harness::run_files::MANIFEST_FILE;
-use crate::replay::durable::{DurableKind, PointLine};
+use crate::replay::durable::{DurableKind, PointLine, read_durable_state};
 use crate::replay::offline::{ReplaysFile, RunSource, as_run_saw_it};
 use crate::replay::{MemoryAgentStateStore, ReplayError, ReplayPoint, ReplayPointRegistry};
 use crate::sandbox::adapter::{
@@ -153,6 +154,36 @@ pub fn load_run_adapter(
         )));
     }
     Ok(loaded)
+}
+
+/// The durable point `line`'s state (its exported bytes, or its snapshot
+/// component) and the item `item_id` among the group's items it was saved
+/// with.
+///
+/// Errors: the state or items file is unreadable or does not match its
+/// recorded sha256 (exit 2); the item is not among the point's items (the
+/// message, for the caller to name the field it came from).
+pub fn point_state_and_item(
+    run: &Path,
+    line: &PointLine,
+    item_id: &str,
+) -> Result<(Vec<u8>, Item), Result<CliError, String>> {
+    let state_file = line
+        .durable_state
+        .as_ref()
+        .expect("a planned point is durable");
+    let (state, items) =
+        read_durable_state(run, state_file).map_err(|error| Ok(input(error.to_string())))?;
+    let item = items
+        .into_iter()
+        .find(|item| item.get("item_id").and_then(Value::as_str) == Some(item_id))
+        .ok_or_else(|| {
+            Err(format!(
+                "item {item_id:?} is not among the items of replay point {}",
+                line.point.replay_point_id
+            ))
+        })?;
+    Ok((state, item))
 }
 
 /// `path` (sha256 `found`) is not the run's component (`expected`).

@@ -11,12 +11,12 @@ use serde_json::{Map, Value, json};
 use super::args::ReplayArgs;
 use super::finished_run::{
     AdoptedPoint, ComponentSource, adopt_point, error_fields, load_run_adapter, lock_run,
-    open_run_log,
+    open_run_log, point_state_and_item,
 };
 use super::{CliError, say};
-use crate::episode::adapter::{CallContext, Item, Record};
+use crate::episode::adapter::{CallContext, Record};
 use crate::replay::RiskAssessmentRules;
-use crate::replay::durable::{PointLine, load_points, read_durable_state};
+use crate::replay::durable::{PointLine, load_points};
 use crate::replay::offline::{
     REPLAYS_FILE, ReplayPlan, append_line, find_record, plan_replay, run_source,
 };
@@ -59,17 +59,8 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         .durable_state
         .as_ref()
         .expect("filtered on durable states");
-    let (state, items) =
-        read_durable_state(run, state_file).map_err(|error| input(error.to_string()))?;
-    let item: Item = items
-        .into_iter()
-        .find(|item| item.get("item_id").and_then(Value::as_str) == Some(args.item.as_str()))
-        .ok_or_else(|| {
-            input(format!(
-                "item {:?} is not among the items of replay point {}",
-                args.item, line.point.replay_point_id
-            ))
-        })?;
+    let (state, item) =
+        point_state_and_item(run, line, &args.item).map_err(|error| error.unwrap_or_else(input))?;
 
     // The adapter, in the sandbox the run used.
     let from = ComponentSource {
