@@ -261,19 +261,12 @@ pub struct ReplayArgs {
     /// first; else the nearest weaker one (an observed-only replay).
     #[arg(long, value_name = "FIDELITY", default_value = "semantic_equivalent")]
     pub min_fidelity: String,
-    /// The component; default: the one the run used (its sha256 must match).
-    #[arg(long, value_name = "FILE")]
-    pub adapter: Option<PathBuf>,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Directory for compiled components (default: $SANDLOOP_CACHE_DIR, else
-    /// the user cache dir).
-    #[arg(long, value_name = "DIR")]
-    pub cache_dir: Option<PathBuf>,
-    /// Compile the component in memory only.
-    #[arg(long)]
-    pub no_cache: bool,
+    /// The run's component, and where it is compiled.
+    #[command(flatten)]
+    pub component: RunComponentArgs,
 }
 
 /// Options of `sandloop counterfactual`.
@@ -291,12 +284,21 @@ pub struct CounterfactualArgs {
     /// Threads the candidates' children run on (1: one after another).
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub child_workers: u32,
-    /// The component; default: the one the run used (its sha256 must match).
-    #[arg(long, value_name = "FILE")]
-    pub adapter: Option<PathBuf>,
     /// Print the result as JSON (the line appended to counterfactuals.jsonl).
     #[arg(long)]
     pub json: bool,
+    /// The run's component, and where it is compiled.
+    #[command(flatten)]
+    pub component: RunComponentArgs,
+}
+
+/// The component a command that runs part of a finished run again
+/// (`replay`, `counterfactual`) loads, and where it compiles it.
+#[derive(Debug, Args)]
+pub struct RunComponentArgs {
+    /// The component; default: the one the run used (its sha256 must match).
+    #[arg(long, value_name = "FILE")]
+    pub adapter: Option<PathBuf>,
     /// Directory for compiled components (default: $SANDLOOP_CACHE_DIR, else
     /// the user cache dir).
     #[arg(long, value_name = "DIR")]

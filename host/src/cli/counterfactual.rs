@@ -96,9 +96,7 @@ pub fn counterfactual(args: CounterfactualArgs) -> Result<(), CliError> {
 
     let from = ComponentSource {
         run,
-        adapter: args.adapter.as_deref(),
-        cache_dir: args.cache_dir.clone(),
-        no_cache: args.no_cache,
+        component: &args.component,
         // The point's instance, and every candidate's child (all forked
         // before any runs), with one to spare for a re-instantiation.
         instances: hypothesis.candidates.len() as u32 + 2,

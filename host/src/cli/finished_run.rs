@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::args::SandboxArgs;
+use super::args::{RunComponentArgs, SandboxArgs};
 use super::run::sandbox_config;
 use super::{CliError, open_sandbox};
 use crate::episode::adapter::Item;
@@ -77,12 +77,9 @@ pub(super) fn sandbox_args(
 pub struct ComponentSource<'a> {
     /// The run directory.
     pub run: &'a Path,
-    /// `--adapter`: the component, when not the one the run recorded.
-    pub adapter: Option<&'a Path>,
-    /// `--cache-dir`.
-    pub cache_dir: Option<PathBuf>,
-    /// `--no-cache`.
-    pub no_cache: bool,
+    /// `--adapter` (the component, when not the one the run recorded),
+    /// `--cache-dir`, `--no-cache`.
+    pub component: &'a RunComponentArgs,
     /// Instances alive at once: the pooling allocator's slots.
     pub instances: u32,
 }
@@ -97,8 +94,8 @@ pub fn load_run_adapter(
     source: &RunSource,
     kind: DurableKind,
 ) -> Result<Arc<LoadedAdapter>, CliError> {
-    let adapter_path = match from.adapter {
-        Some(path) => path.to_path_buf(),
+    let adapter_path = match &from.component.adapter {
+        Some(path) => path.clone(),
         None => as_run_saw_it(
             source
                 .options
@@ -113,8 +110,8 @@ pub fn load_run_adapter(
     let sandbox = sandbox_args(
         &source.options,
         source.cwd.as_deref(),
-        from.cache_dir.clone(),
-        from.no_cache,
+        from.component.cache_dir.clone(),
+        from.component.no_cache,
     );
     let mut config = sandbox_config(&sandbox, from.instances)?;
     // As in the run that wrote it: a snapshot is compiled beside the
@@ -135,7 +132,7 @@ pub fn load_run_adapter(
     }
     let (engine, config) = open_sandbox(config)?;
     let loaded = Arc::new(load(&adapter_path, engine, config).map_err(|error| match error {
-        crate::sandbox::LoadError::Read { .. } if from.adapter.is_none() => input(format!(
+        crate::sandbox::LoadError::Read { .. } if from.component.adapter.is_none() => input(format!(
             "{error}; the run's component moved? give it with --adapter (its sha256 must match the run's)"
         )),
         other => other.into(),

@@ -65,9 +65,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     // The adapter, in the sandbox the run used.
     let from = ComponentSource {
         run,
-        adapter: args.adapter.as_deref(),
-        cache_dir: args.cache_dir.clone(),
-        no_cache: args.no_cache,
+        component: &args.component,
         // The point's instance, and the child that screens its intent.
         instances: 2,
     };

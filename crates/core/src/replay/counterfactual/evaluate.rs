@@ -382,7 +382,7 @@ impl CounterfactualGroupResult {
     pub fn promoted(&self) -> Vec<&str> {
         self.candidates
             .iter()
-            .filter(|c| c.decision() == Some(CounterfactualDecision::Promoted))
+            .filter(|c| matches!(c, CandidateResult::Evaluated { replay, .. } if replay.promoted()))
             .map(CandidateResult::candidate_id)
             .collect()
     }
