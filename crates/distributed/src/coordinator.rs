@@ -15,18 +15,20 @@ use sandloop_core::episode::adapter::{CallContext, Protocols, Record};
 use sandloop_core::episode::clock::Clock;
 use sandloop_core::episode::policy::{FailurePolicy, FatalError};
 use sandloop_core::harness::work::{UnitError, UnitRunner, WorkUnit, load_stored};
+use sandloop_core::replay::ReplayMetricLedger;
+use sandloop_core::replay::durable::{PointLine, ReplayStore};
 use sandloop_sandbox::CallLog;
 
 use crate::ledger::{DistributedSummary, Ledger, MAX_STARTS, Settled};
 use crate::lock;
 use crate::lost::lost_unit_records;
 use crate::transport::{
-    Connection, NatsTarget, RESULTS_PREFIX, ROLL_CALL_SUBJECT, Runtime, TransportError,
-    UNITS_PREFIX, connect,
+    Connection, NatsTarget, RESULTS_PREFIX, ROLL_CALL_SUBJECT, Runtime, STATES_BUCKET,
+    TransportError, UNITS_PREFIX, connect,
 };
 use crate::wire::{
-    GuestNeed, Limits, Outcome, UnitBody, UnitMessage, UnitResult, WIRE_VERSION, WorkerHello,
-    decode,
+    GuestNeed, Limits, Outcome, ReplaySettings, ReplayShipment, UnitBody, UnitMessage, UnitResult,
+    WIRE_VERSION, WorkerHello, decode,
 };
 
 /// What a distributed run sends with every unit, and how long it waits for
@@ -120,10 +122,12 @@ impl Dispatcher {
         }))
     }
 
-    /// A lane sending its units through this dispatcher.
-    pub fn lane(self: &Arc<Self>) -> RemoteLane {
+    /// A lane sending its units through this dispatcher, with replay
+    /// points when `replay` is given.
+    pub fn lane(self: &Arc<Self>, replay: Option<RemoteReplay>) -> RemoteLane {
         RemoteLane {
             dispatcher: Arc::clone(self),
+            replay,
         }
     }
 
@@ -158,6 +162,7 @@ impl Dispatcher {
         unit: &WorkUnit,
         ctx: &CallContext,
         fatal: bool,
+        replay: Option<ReplaySettings>,
     ) -> Result<Option<UnitResult>, UnitError> {
         let body = body_of(unit)?;
         let index = self.next_unit.fetch_add(1, Ordering::Relaxed);
@@ -174,6 +179,7 @@ impl Dispatcher {
             epoch: ctx.epoch,
             branch_id: ctx.branch_id.clone(),
             fatal,
+            replay,
             body,
         };
         let payload = serde_json::to_vec(&message).expect("a unit serialises");
@@ -289,9 +295,76 @@ impl Drop for Dispatcher {
 
 /// A queue lane of a distributed run: runs each unit on whichever worker
 /// takes it, and writes the lines its calls left into the run's traces and
-/// adapter output.
+/// adapter output, and its replay points into the run's store.
 pub struct RemoteLane {
     dispatcher: Arc<Dispatcher>,
+    replay: Option<RemoteReplay>,
+}
+
+/// The replay points of a distributed run: how workers run them, and the
+/// coordinator's store and metrics they end in.
+#[derive(Clone)]
+pub struct RemoteReplay {
+    /// Sent with every unit.
+    pub settings: ReplaySettings,
+    /// The run directory's `replay-points.jsonl` and `replay-points/`.
+    pub store: Arc<ReplayStore>,
+    /// The run's replay metrics (`summary.json`'s `replay`).
+    pub metrics: Arc<ReplayMetricLedger>,
+}
+
+impl RemoteReplay {
+    /// Keeps what a unit's worker sent of its replay points: the metrics
+    /// added, each point's state and items fetched from
+    /// [`STATES_BUCKET`] (checked against their digests) and written with
+    /// its line. What cannot be kept (a damaged line, a state missing or
+    /// tampered with) is a write error of the run's store, which makes the
+    /// run fail at its end; the unit's records stand.
+    fn receive(&self, dispatcher: &Dispatcher, unit: &str, shipment: ReplayShipment) {
+        let note = |error: String| {
+            self.store.note_error(format!("unit {unit}: {error}"));
+        };
+        if let Err(error) = self.metrics.absorb(&shipment.metrics) {
+            note(error);
+        }
+        for error in shipment.errors {
+            note(format!("on the worker: {error}"));
+        }
+        for record in &shipment.points {
+            let line = match PointLine::from_record(record) {
+                Ok(line) => line,
+                Err(error) => {
+                    note(format!("a replay point line: {error}"));
+                    continue;
+                }
+            };
+            let files = match &line.durable_state {
+                None => Ok(None),
+                Some(durable) => dispatcher.runtime.block_on(async {
+                    let connection = &dispatcher.connection;
+                    let state = connection
+                        .get_by_digest(STATES_BUCKET, &durable.sha256)
+                        .await?;
+                    let items = connection
+                        .get_by_digest(STATES_BUCKET, &durable.items_sha256)
+                        .await?;
+                    Ok::<_, crate::transport::ComponentError>(Some((state, items)))
+                }),
+            };
+            let received = match files {
+                Ok(files) => self.store.receive_point(
+                    &line,
+                    files
+                        .as_ref()
+                        .map(|(state, items)| (state.as_slice(), items.as_slice())),
+                ),
+                Err(error) => Err(format!("point {}: {error}", line.point.replay_point_id)),
+            };
+            if let Err(error) = received {
+                note(error);
+            }
+        }
+    }
 }
 
 impl UnitRunner for RemoteLane {
@@ -302,7 +375,11 @@ impl UnitRunner for RemoteLane {
         policy: FailurePolicy,
         _clock: &dyn Clock,
     ) -> Result<Vec<Record>, UnitError> {
-        let Some(result) = self.dispatcher.run(unit, ctx, policy.is_fatal())? else {
+        let settings = self.replay.as_ref().map(|replay| replay.settings);
+        let Some(mut result) = self
+            .dispatcher
+            .run(unit, ctx, policy.is_fatal(), settings)?
+        else {
             let why = format!(
                 "a unit of {} started {} times on workers without a result (they died running \
                  it); see the workers' logs",
@@ -316,6 +393,9 @@ impl UnitRunner for RemoteLane {
             for lines in &result.calls {
                 log.write_lines(lines);
             }
+        }
+        if let (Some(replay), Some(shipment)) = (&self.replay, result.replay.take()) {
+            replay.receive(&self.dispatcher, &result.unit_id, shipment);
         }
         let remote = |message: String| {
             UnitError::Remote(format!(

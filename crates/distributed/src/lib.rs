@@ -18,10 +18,10 @@ pub mod transport;
 pub mod wire;
 pub mod worker;
 
-pub use coordinator::{Dispatcher, RemoteLane, RunSpec};
+pub use coordinator::{Dispatcher, RemoteLane, RemoteReplay, RunSpec};
 pub use ledger::DistributedSummary;
 pub use transport::NatsTarget;
-pub use wire::{GuestNeed, Limits};
+pub use wire::{GuestNeed, Limits, ReplaySettings};
 pub use worker::{WorkerConfig, run_worker};
 
 /// Locks `mutex`, taking over a poisoned one (a panicked lane's state is

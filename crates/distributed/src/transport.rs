@@ -16,6 +16,9 @@
 //! - stream [`RESULTS_STREAM`] on `sandloop.results.<run id>`: what workers
 //!   send back, kept for [`RESULTS_MAX_AGE`];
 //! - object store bucket [`COMPONENTS_BUCKET`]: components by sha256;
+//! - object store bucket [`STATES_BUCKET`]: the durable states (and items)
+//!   of replay points workers captured, by sha256, kept for
+//!   [`RESULTS_MAX_AGE`];
 //! - core subject [`ROLL_CALL_SUBJECT`]: workers answer who they are and
 //!   which guest paths they offer.
 
@@ -39,6 +42,8 @@ pub const RESULTS_STREAM: &str = "SANDLOOP_RESULTS";
 pub const RESULTS_PREFIX: &str = "sandloop.results";
 /// The object store bucket of components.
 pub const COMPONENTS_BUCKET: &str = "sandloop-components";
+/// The object store bucket of replay points' states and items.
+pub const STATES_BUCKET: &str = "sandloop-replay-states";
 /// Where the coordinator asks which workers are connected.
 pub const ROLL_CALL_SUBJECT: &str = "sandloop.workers.roll-call";
 /// How long a delivered unit may go without an ack or progress before it
@@ -239,33 +244,44 @@ impl Connection {
             .map_err(|error| self.error(format!("creating stream {RESULTS_STREAM}"), error))
     }
 
-    async fn components(&self) -> Result<object_store::ObjectStore, TransportError> {
-        if let Ok(store) = self.jetstream.get_object_store(COMPONENTS_BUCKET).await {
+    /// The object store `bucket`, created on first use (the states bucket
+    /// with [`RESULTS_MAX_AGE`]).
+    async fn bucket(&self, bucket: &str) -> Result<object_store::ObjectStore, TransportError> {
+        if let Ok(store) = self.jetstream.get_object_store(bucket).await {
             return Ok(store);
         }
+        let max_age = if bucket == STATES_BUCKET {
+            RESULTS_MAX_AGE
+        } else {
+            Duration::ZERO
+        };
         self.jetstream
             .create_object_store(object_store::Config {
-                bucket: COMPONENTS_BUCKET.into(),
+                bucket: bucket.into(),
+                max_age,
                 ..Default::default()
             })
             .await
-            .map_err(|error| {
-                self.error(format!("creating object store {COMPONENTS_BUCKET}"), error)
-            })
+            .map_err(|error| self.error(format!("creating object store {bucket}"), error))
     }
 
-    /// Stores `bytes` under their sha256 (lowercase hex, returned) unless an
-    /// object of that name with those bytes is there already. Returns the
-    /// digest and the bytes sent (0 when already stored).
+    /// Stores `bytes` in `bucket` under their sha256 (lowercase hex,
+    /// returned) unless an object of that name with those bytes is there
+    /// already. Returns the digest and the bytes sent (0 when already
+    /// stored).
     ///
     /// # Errors
     /// The object store cannot be created or written.
-    pub async fn put_component(&self, bytes: &[u8]) -> Result<(String, u64), TransportError> {
+    pub async fn put_by_digest(
+        &self,
+        bucket: &str,
+        bytes: &[u8],
+    ) -> Result<(String, u64), TransportError> {
         let sha256 = sha256_hex(bytes);
-        let store = self.components().await?;
+        let store = self.bucket(bucket).await?;
         if let Ok(info) = store.info(&sha256).await
             && info.size == bytes.len()
-            && let Ok(existing) = self.read_object(&store, &sha256).await
+            && let Ok(existing) = self.read_object(&store, bucket, &sha256).await
             && sha256_hex(&existing) == sha256
         {
             return Ok((sha256, 0));
@@ -274,36 +290,63 @@ impl Connection {
         store
             .put(sha256.as_str(), &mut reader)
             .await
-            .map_err(|error| self.error(format!("storing component {sha256}"), error))?;
+            .map_err(|error| self.error(format!("storing {sha256} in {bucket}"), error))?;
         Ok((sha256, bytes.len() as u64))
     }
 
-    /// The component stored under `sha256`, refused unless its bytes hash
-    /// to that name.
+    /// The object of `bucket` stored under `sha256`, refused unless its
+    /// bytes hash to that name.
     ///
     /// # Errors
     /// [`ComponentError::Unavailable`] when it is missing or cannot be read;
     /// [`ComponentError::Tampered`] when its digest differs.
-    pub async fn get_component(&self, sha256: &str) -> Result<Vec<u8>, ComponentError> {
-        let store = self.components().await?;
-        let bytes = self.read_object(&store, sha256).await?;
+    pub async fn get_by_digest(
+        &self,
+        bucket: &str,
+        sha256: &str,
+    ) -> Result<Vec<u8>, ComponentError> {
+        let store = self.bucket(bucket).await?;
+        let bytes = self.read_object(&store, bucket, sha256).await?;
         let found = sha256_hex(&bytes);
         if found != sha256 {
+            let (kind, refusal) = if bucket == COMPONENTS_BUCKET {
+                ("component", "refusing to run a tampered component")
+            } else {
+                ("object", "refusing to restore from a tampered object")
+            };
             return Err(ComponentError::Tampered(format!(
-                "component {sha256} in object store {COMPONENTS_BUCKET} (on {}): its bytes hash \
-                 to {found}, not to its name: refusing to run a tampered component",
+                "{kind} {sha256} in object store {bucket} (on {}): its bytes hash to {found}, not \
+                 to its name: {refusal}",
                 self.url
             )));
         }
         Ok(bytes)
     }
 
+    /// Stores the component (see [`Connection::put_by_digest`]).
+    ///
+    /// # Errors
+    /// The object store cannot be created or written.
+    pub async fn put_component(&self, bytes: &[u8]) -> Result<(String, u64), TransportError> {
+        self.put_by_digest(COMPONENTS_BUCKET, bytes).await
+    }
+
+    /// The component stored under `sha256`, refused unless its bytes hash
+    /// to that name.
+    ///
+    /// # Errors
+    /// As [`Connection::get_by_digest`].
+    pub async fn get_component(&self, sha256: &str) -> Result<Vec<u8>, ComponentError> {
+        self.get_by_digest(COMPONENTS_BUCKET, sha256).await
+    }
+
     async fn read_object(
         &self,
         store: &object_store::ObjectStore,
+        bucket: &str,
         name: &str,
     ) -> Result<Vec<u8>, TransportError> {
-        let context = || format!("reading component {name} from object store {COMPONENTS_BUCKET}");
+        let context = || format!("reading {name} from object store {bucket}");
         let mut object = store
             .get(name)
             .await

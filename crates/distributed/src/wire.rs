@@ -8,11 +8,13 @@ use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item
 use sandloop_core::episode::policy::{FailurePolicy, FatalError};
 use sandloop_core::episode::units::{EpisodeGroup, ExecutionUnit, InvalidUnit};
 use sandloop_core::harness::work::{StandaloneItem, WorkUnit};
+use sandloop_core::replay::Fidelity;
+use sandloop_core::replay::metrics::ReplayTotals;
 use sandloop_sandbox::CallLines;
 use serde::{Deserialize, Serialize};
 
 /// The version of every message below; bumped on any incompatible change.
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
 
 /// The sandbox limits a run sets for every instance (the run's flags of
 /// the same names); a worker runs the unit under exactly these.
@@ -30,6 +32,34 @@ pub struct Limits {
     pub max_guest_output_bytes: usize,
     /// Descriptors one instance may hold open (`--max-open-files`).
     pub max_open_files: usize,
+}
+
+/// How a unit of a run with replay points runs its groups (the run's
+/// flags of the same names): the worker captures each group's point, runs
+/// its suffixes (as isolated children when `child_workers` > 0, forked by
+/// state transfer) and sends the points back in [`ReplayShipment`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplaySettings {
+    /// Fidelity a restored suffix needs to be promotion eligible
+    /// (`--replay-minimum-fidelity`).
+    pub minimum_fidelity: Fidelity,
+    /// Threads a group's isolated children run on (`--child-workers`).
+    pub child_workers: usize,
+}
+
+/// What a unit's groups left of their replay points on the worker: each
+/// point's `replay-points.jsonl` line, whose `durable_state` names the
+/// sha256 of its state and items objects in the replay-states bucket
+/// ([`crate::transport::STATES_BUCKET`]), the unit's replay metrics, and
+/// what the worker could not write.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplayShipment {
+    /// The points' lines ([`sandloop_core::replay::durable::PointLine::to_record`]).
+    pub points: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// The unit's replay counters and durations.
+    pub metrics: ReplayTotals,
+    /// Why a point could not be made durable on the worker.
+    pub errors: Vec<String>,
 }
 
 /// A guest path a unit needs (the GUEST part of the run's
@@ -164,6 +194,9 @@ pub struct UnitMessage {
     pub branch_id: String,
     /// True under `--failure-policy fatal`.
     pub fatal: bool,
+    /// Replay settings; `None` runs the unit without replay points.
+    #[serde(default)]
+    pub replay: Option<ReplaySettings>,
     /// The work.
     pub body: UnitBody,
 }
@@ -305,6 +338,9 @@ pub struct UnitResult {
     pub outcome: Outcome,
     /// The lines its calls added to the traces and adapter-output files.
     pub calls: Vec<CallLines>,
+    /// The unit's replay points, for a unit run with [`ReplaySettings`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplayShipment>,
 }
 
 /// A worker's answer to the coordinator's roll call.
@@ -394,6 +430,10 @@ mod tests {
             epoch: 3,
             branch_id: "queue_worker_02".into(),
             fatal: true,
+            replay: Some(ReplaySettings {
+                minimum_fidelity: Fidelity::SemanticEquivalent,
+                child_workers: 2,
+            }),
             body,
         }
     }
@@ -451,6 +491,14 @@ mod tests {
                 traces: vec![r#"{"a":1}"#.into()],
                 output: None,
             }],
+            replay: Some(ReplayShipment {
+                points: vec![obj(json!({"replay_point_id": "p"}))],
+                metrics: ReplayTotals {
+                    counts: [("capture_attempt_count".to_owned(), 1)].into(),
+                    ..ReplayTotals::default()
+                },
+                errors: vec!["disk full".into()],
+            }),
         };
         let back: UnitResult = decode("result", &serde_json::to_vec(&result).unwrap()).unwrap();
         assert_eq!(back, result);
@@ -480,7 +528,10 @@ mod tests {
     fn another_wire_version_or_shape_is_refused_by_name() {
         let error = decode::<UnitResult>("result", br#"{"version": 99}"#).unwrap_err();
         assert!(error.contains("wire version 99"), "{error}");
-        let error = decode::<UnitResult>("result", br#"{"version": 1, "unit_id": 5}"#).unwrap_err();
+        let error = decode::<UnitResult>("result", br#"{"version": 1}"#).unwrap_err();
+        assert!(error.contains("wire version 1 (this sandloop speaks 2)"), "{error}");
+        let shape = format!(r#"{{"version": {WIRE_VERSION}, "unit_id": 5}}"#);
+        let error = decode::<UnitResult>("result", shape.as_bytes()).unwrap_err();
         assert!(error.contains("unit_id"), "{error}");
         assert!(decode::<UnitResult>("result", b"not json").is_err());
     }

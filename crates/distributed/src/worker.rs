@@ -16,18 +16,21 @@ use futures_util::StreamExt;
 use sandloop_core::episode::clock::SystemClock;
 use sandloop_core::harness::queue::branch_id;
 use sandloop_core::harness::work::{UnitError, UnitRunner};
+use sandloop_core::replay::ReplayMetricLedger;
+use sandloop_core::replay::durable::ReplayStore;
 use sandloop_sandbox::{
-    CallLines, CallObserver, CallReport, DirGrant, LoadedAdapter, SandboxConfig, SandboxEngine,
-    WasmAdapter, load,
+    CallLines, CallObserver, CallReport, DirGrant, LoadedAdapter, ReplayOptions, SandboxConfig,
+    SandboxEngine, WasmAdapter, load,
 };
 
 use crate::lock;
 use crate::transport::{
     ACK_WAIT, ComponentError, Connection, HAND_BACK_DELAY, NatsTarget, ROLL_CALL_SUBJECT, Runtime,
-    connect,
+    STATES_BUCKET, connect,
 };
 use crate::wire::{
-    GuestNeed, Outcome, UnitMessage, UnitResult, WIRE_VERSION, WorkerHello, decode, meets,
+    GuestNeed, Outcome, ReplaySettings, ReplayShipment, UnitMessage, UnitResult, WIRE_VERSION,
+    WorkerHello, decode, meets,
 };
 
 /// A worker's settings (`sandloop worker` flags).
@@ -253,6 +256,7 @@ fn encode_within(mut result: UnitResult, max_payload: usize) -> Vec<u8> {
         ),
     };
     result.calls.clear();
+    result.replay = None;
     serde_json::to_vec(&result).expect("a result serialises")
 }
 
@@ -276,7 +280,81 @@ struct Lane<'a> {
     shared: &'a Shared,
     branch_id: String,
     collector: Arc<Collector>,
-    adapter: Option<(String, WasmAdapter)>,
+    adapter: Option<(String, LaneAdapter)>,
+}
+
+/// A lane's adapter, and where its replay points go until they are sent.
+struct LaneAdapter {
+    adapter: WasmAdapter,
+    replay: Option<LaneReplay>,
+}
+
+/// The replay points of a lane's units: their lines and metrics kept in
+/// memory, their durable states in a temporary directory, until the unit's
+/// result carries them to the coordinator.
+struct LaneReplay {
+    store: Arc<ReplayStore>,
+    metrics: Arc<ReplayMetricLedger>,
+    dir: tempfile::TempDir,
+}
+
+impl LaneReplay {
+    fn new(settings: ReplaySettings) -> std::io::Result<(Self, ReplayOptions)> {
+        let dir = tempfile::Builder::new()
+            .prefix("sandloop-worker-points-")
+            .tempdir()?;
+        let store = Arc::new(ReplayStore::capturing(dir.path()));
+        let metrics = Arc::new(ReplayMetricLedger::new());
+        let options = ReplayOptions {
+            metrics: Arc::clone(&metrics),
+            store: Some(Arc::clone(&store)),
+            minimum_fidelity: settings.minimum_fidelity,
+            child_workers: settings.child_workers,
+            snapshots: None,
+        };
+        Ok((
+            Self {
+                store,
+                metrics,
+                dir,
+            },
+            options,
+        ))
+    }
+
+    /// What the last unit left: its points' lines (their states and items
+    /// stored by digest in [`STATES_BUCKET`] and removed from here), its
+    /// metrics and its write errors.
+    ///
+    /// # Errors
+    /// A state could not be read back or stored: the unit is handed back.
+    fn ship(&self, shared: &Shared) -> Result<ReplayShipment, String> {
+        // Taken first: a unit handed back leaves nothing to the next one.
+        let lines = self.store.take_captured();
+        let metrics = self.metrics.take_totals();
+        let errors = self.store.take_errors();
+        let mut points = Vec::with_capacity(lines.len());
+        for line in &lines {
+            if let Some(durable) = &line.durable_state {
+                for file in [&durable.file, &durable.items_file] {
+                    let path = self.dir.path().join(file);
+                    let bytes = std::fs::read(&path)
+                        .map_err(|error| format!("reading {}: {error}", path.display()))?;
+                    shared
+                        .runtime
+                        .block_on(shared.connection.put_by_digest(STATES_BUCKET, &bytes))
+                        .map_err(|error| error.to_string())?;
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+            points.push(line.to_record());
+        }
+        Ok(ReplayShipment {
+            points,
+            metrics,
+            errors,
+        })
+    }
 }
 
 impl<'a> Lane<'a> {
@@ -357,17 +435,29 @@ impl<'a> Lane<'a> {
             }
             Err(Unusable::Never(reason)) => {
                 tracing::warn!("unit {}: {reason}", unit.unit_id);
-                Outcome::Failed { reason }
+                (Outcome::Failed { reason }, None)
             }
             Ok(loaded) => {
                 self.publish_started(&unit, attempt);
                 tracing::debug!("unit {}: running (delivery {attempt})", unit.unit_id);
-                self.execute(&unit, loaded)
+                match self.execute(&unit, loaded) {
+                    Ok(ran) => ran,
+                    Err(reason) => {
+                        heartbeat.abort();
+                        std::mem::take(&mut *lock(&self.collector.0));
+                        tracing::warn!("unit {}: {reason}; handing it back", unit.unit_id);
+                        let nak = AckKind::Nak(Some(HAND_BACK_DELAY));
+                        let _ = runtime.block_on(message.ack_with(nak));
+                        return;
+                    }
+                }
             }
         };
         heartbeat.abort();
+        let (outcome, replay) = outcome;
         let calls = std::mem::take(&mut *lock(&self.collector.0));
-        let result = self.result(&unit, attempt, outcome, calls);
+        let mut result = self.result(&unit, attempt, outcome, calls);
+        result.replay = replay;
         let payload = encode_within(
             result,
             self.shared.connection.client.server_info().max_payload,
@@ -403,6 +493,7 @@ impl<'a> Lane<'a> {
             worker: self.shared.config.name.clone(),
             outcome,
             calls,
+            replay: None,
         }
     }
 
@@ -425,23 +516,61 @@ impl<'a> Lane<'a> {
     }
 
     /// Runs `unit` on this lane's adapter of `loaded` (a new one for each
-    /// run's epoch).
-    fn execute(&mut self, unit: &UnitMessage, loaded: Arc<LoadedAdapter>) -> Outcome {
-        let key = format!("{}/{}/{}", unit.run_id, unit.epoch, Components::key(unit));
+    /// run's epoch), with what its replay points left.
+    ///
+    /// # Errors
+    /// The unit's replay points could not be kept or stored: it is handed
+    /// back.
+    fn execute(
+        &mut self,
+        unit: &UnitMessage,
+        loaded: Arc<LoadedAdapter>,
+    ) -> Result<(Outcome, Option<ReplayShipment>), String> {
+        let key = format!(
+            "{}/{}/{}/{:?}",
+            unit.run_id,
+            unit.epoch,
+            Components::key(unit),
+            unit.replay
+        );
         if self.adapter.as_ref().is_none_or(|(held, _)| *held != key) {
+            self.adapter = None;
             let observer: Arc<dyn CallObserver> = self.collector.clone();
             let adapter = WasmAdapter::new(loaded, self.branch_id.clone(), Some(observer));
-            self.adapter = Some((key, adapter));
+            let lane = match unit.replay {
+                None => LaneAdapter {
+                    adapter,
+                    replay: None,
+                },
+                Some(settings) => {
+                    let (replay, options) = LaneReplay::new(settings)
+                        .map_err(|error| format!("a directory for replay points: {error}"))?;
+                    LaneAdapter {
+                        adapter: adapter.with_replay(options),
+                        replay: Some(replay),
+                    }
+                }
+            };
+            self.adapter = Some((key, lane));
         }
-        let (_, adapter) = self.adapter.as_mut().expect("just set");
+        let (_, lane) = self.adapter.as_mut().expect("just set");
         let work = unit.body.clone().into_work_unit();
-        match adapter.run_unit(&work, &unit.context(), unit.policy(), &SystemClock) {
-            Ok(records) => Outcome::Records { records },
-            Err(UnitError::Fatal(error)) => Outcome::fatal(&error),
-            Err(error) => Outcome::Failed {
-                reason: error.to_string(),
-            },
-        }
+        let outcome =
+            match lane
+                .adapter
+                .run_unit(&work, &unit.context(), unit.policy(), &SystemClock)
+            {
+                Ok(records) => Outcome::Records { records },
+                Err(UnitError::Fatal(error)) => Outcome::fatal(&error),
+                Err(error) => Outcome::Failed {
+                    reason: error.to_string(),
+                },
+            };
+        let shipment = match &lane.replay {
+            Some(replay) => Some(replay.ship(self.shared)?),
+            None => None,
+        };
+        Ok((outcome, shipment))
     }
 }
 
@@ -463,6 +592,7 @@ mod tests {
                 records: vec![record],
             },
             calls: vec![CallLines::default()],
+            replay: None,
         };
         let whole = serde_json::to_vec(&result).unwrap();
         assert_eq!(encode_within(result.clone(), whole.len()), whole);

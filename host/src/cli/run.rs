@@ -156,9 +156,10 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         child_workers: args.child_workers,
         snapshots: snapshots.clone(),
     });
+    let remote_replay = replay.as_ref().and_then(run_distributed::remote_replay);
     let factory = |lane: usize| {
         if let Some(dispatcher) = &dispatcher {
-            return Ok(Lane::Remote(dispatcher.lane()));
+            return Ok(Lane::Remote(dispatcher.lane(remote_replay.clone())));
         }
         let adapter = WasmAdapter::new(
             Arc::clone(&lanes_run),
@@ -847,20 +848,30 @@ fn snapshot_forks(
     args: &RunArgs,
     loaded: &LoadedAdapter,
 ) -> Result<Option<Arc<Instrumented>>, CliError> {
+    if fork_kind(args, loaded.protocols)? != Some(ForkKind::Snapshot) {
+        return Ok(None);
+    }
+    Instrumented::load(loaded)
+        .map(|instrumented| Some(Arc::new(instrumented)))
+        .map_err(|error| CliError::Input(format!("--fork snapshot: {error}")))
+}
+
+/// How the run forks its children (`None`: it runs none), from `--fork`,
+/// the component's protocols and whether children run at all.
+///
+/// # Errors
+/// Exit 2 when `--fork` asks for what the component cannot do.
+pub(super) fn fork_kind(
+    args: &RunArgs,
+    protocols: crate::episode::adapter::Protocols,
+) -> Result<Option<ForkKind>, CliError> {
     let requested = match args.fork {
         ForkArg::Auto => None,
         ForkArg::State => Some(ForkKind::State),
         ForkArg::Snapshot => Some(ForkKind::Snapshot),
     };
     let children_run = !args.no_replay && args.child_workers > 0;
-    let fork = choose_fork(requested, &loaded.protocols, children_run, &args.adapter)
-        .map_err(CliError::Input)?;
-    if fork != Some(ForkKind::Snapshot) {
-        return Ok(None);
-    }
-    Instrumented::load(loaded)
-        .map(|instrumented| Some(Arc::new(instrumented)))
-        .map_err(|error| CliError::Input(format!("--fork snapshot: {error}")))
+    choose_fork(requested, &protocols, children_run, &args.adapter).map_err(CliError::Input)
 }
 
 #[cfg(test)]

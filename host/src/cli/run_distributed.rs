@@ -8,17 +8,20 @@ use std::time::Duration;
 use super::CliError;
 use super::args::RunArgs;
 use crate::distributed::{
-    Dispatcher, DistributedSummary, GuestNeed, Limits, NatsTarget, RemoteLane, RunSpec,
+    Dispatcher, DistributedSummary, GuestNeed, Limits, NatsTarget, RemoteLane, RemoteReplay,
+    ReplaySettings, RunSpec,
 };
 use crate::episode::adapter::{CallContext, Protocols, Record};
 use crate::episode::clock::Clock;
 use crate::episode::policy::FailurePolicy;
 use crate::harness::work::{UnitError, UnitRunner, WorkUnit};
-use crate::sandbox::{CallLog, LoadedAdapter, SandboxConfig, WasmAdapter};
+use crate::sandbox::snapshot::ForkKind;
+use crate::sandbox::{CallLog, LoadedAdapter, ReplayOptions, SandboxConfig, WasmAdapter};
 
 /// Refuses (exit 2) what `--nats` does not support yet, so that a
 /// distributed run never silently differs from a local one: `--env`, and
-/// replay points (an adapter exporting `replay` needs `--no-replay`).
+/// children forked by snapshot (workers fork by state transfer, which needs
+/// `replay-children`).
 ///
 /// `--resume` works as locally: the interrupted epoch runs again from the
 /// checkpoint (what it wrote is cut back), under a new run id, so results
@@ -35,10 +38,11 @@ pub(super) fn check_unsupported(args: &RunArgs, protocols: Protocols) -> Result<
     if !args.sandbox.env.is_empty() {
         return refuse("--env (a worker's environment is its own machine's)");
     }
-    if protocols.replay && !args.no_replay {
+    if super::run::fork_kind(args, protocols)? == Some(ForkKind::Snapshot) {
         return refuse(
-            "replay points across machines (the adapter exports `replay`); add --no-replay to \
-             run it without them",
+            "children forked by snapshot (workers fork children by state transfer, which needs \
+             the `replay-children` export); use --child-workers 0 to run each suffix in its \
+             group's instance, or --no-replay",
         );
     }
     if args.nats_wait == 0 {
@@ -94,6 +98,20 @@ pub(super) fn open_dispatcher(
         summary.workers_seen.join(", ")
     );
     Ok(Some(dispatcher))
+}
+
+/// Where a distributed run's replay points end (the run's store and
+/// metrics), and how its workers run them; `None` when the run keeps no
+/// store.
+pub(super) fn remote_replay(options: &ReplayOptions) -> Option<RemoteReplay> {
+    Some(RemoteReplay {
+        settings: ReplaySettings {
+            minimum_fidelity: options.minimum_fidelity,
+            child_workers: options.child_workers,
+        },
+        store: options.store.clone()?,
+        metrics: Arc::clone(&options.metrics),
+    })
 }
 
 /// The limits every unit runs under.

@@ -106,6 +106,18 @@ fn diagnostics(output: &Output, logs: &[PathBuf]) -> String {
     text
 }
 
+/// `value` without its durations (`*_minutes`, at any depth).
+fn without_durations(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|key, _| !key.ends_with("_minutes"));
+            map.values_mut().for_each(without_durations);
+        }
+        Value::Array(values) => values.iter_mut().for_each(without_durations),
+        _ => {}
+    }
+}
+
 /// A run's records without what may differ between two runs of the same
 /// inputs (durations, lanes, and which of two same-key records of an epoch
 /// got the novelty credit), sorted.
@@ -113,8 +125,9 @@ fn comparable(dir: &Path) -> Vec<String> {
     let mut lines: Vec<String> = records(dir)
         .into_iter()
         .map(|mut record| {
+            without_durations(&mut record);
             let map = record.as_object_mut().expect("records are objects");
-            for field in ["duration_minutes", "branch_id", "novel_value"] {
+            for field in ["branch_id", "novel_value"] {
                 map.remove(field);
             }
             record.to_string()
@@ -138,11 +151,40 @@ fn line_counts(dir: &Path, folder: &str) -> BTreeMap<String, usize> {
         .collect()
 }
 
+/// A run's replay-point lines without durations, sorted.
+fn comparable_points(dir: &Path) -> Vec<String> {
+    let mut lines: Vec<String> = jsonl(&dir.join("replay-points.jsonl"))
+        .into_iter()
+        .map(|mut line| {
+            without_durations(&mut line);
+            line.to_string()
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// The files under `dir/replay-points/`, by name, with their bytes.
+fn state_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir.join("replay-points"))
+        .map(|entries| {
+            entries
+                .map(|entry| {
+                    let path = entry.expect("a directory entry").path();
+                    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                    (name, std::fs::read(&path).expect("a state file"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[test]
 fn a_run_on_three_workers_writes_the_records_of_a_local_run() {
     let nats = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let flags = ["--epochs", "3", "--workers", "3", "--no-replay"];
+    // Replay points with isolated children forked on the workers.
+    let flags = ["--epochs", "3", "--workers", "3", "--child-workers", "2"];
     let local = dir.path().join("local");
     let output = run_markdown_explorer(&local, &flags, &[]);
     assert_eq!(code(&output), 0, "local run: {}", stderr(&output));
@@ -187,6 +229,51 @@ fn a_run_on_three_workers_writes_the_records_of_a_local_run() {
             "the workers' {folder} lines reach the run directory"
         );
     }
+    // The workers' replay points, their states and the replay metrics reach
+    // the run directory as a local run writes them.
+    let points = comparable_points(&remote);
+    assert!(!points.is_empty(), "the run captured replay points");
+    assert_eq!(points, comparable_points(&local), "the same replay points");
+    let states = state_files(&remote);
+    assert!(
+        states.keys().any(|name| name.ends_with(".bin")),
+        "durable states: {:?}",
+        states.keys()
+    );
+    assert_eq!(states, state_files(&local), "the same durable states");
+    let counts = |summary: &Value| -> BTreeMap<String, Value> {
+        summary["replay"]
+            .as_object()
+            .expect("a replay block")
+            .iter()
+            .filter(|(key, _)| !key.ends_with("_minutes"))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect()
+    };
+    assert!(
+        summary["replay"]["child_session_fork_success_count"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "children forked on the workers: {}",
+        summary["replay"]
+    );
+    assert_eq!(
+        counts(&summary),
+        counts(&local_summary),
+        "the same replay metrics"
+    );
+    // A point a worker captured restores in this process.
+    let item = records(&remote)
+        .into_iter()
+        .find(|record| record["replay"]["replay_point_id"].is_string())
+        .expect("a record run from a replay point");
+    let replayed = sandloop()
+        .args(["replay", "--run", s(&remote), "--item"])
+        .arg(item["item_id"].as_str().unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(code(&replayed), 0, "{}", stderr(&replayed));
     let units: u64 = jsonl(&remote.join("epochs.jsonl"))
         .iter()
         .map(|epoch| epoch["execution_unit_count"].as_u64().unwrap())
@@ -258,11 +345,14 @@ fn what_nats_runs_do_not_support_yet_is_refused_before_anything_runs() {
     let out = dir.path().join("run");
     // Checked before connecting: no server is needed to be refused.
     let unreachable = "nats://127.0.0.1:9";
-    let output = run_markdown_explorer(&out, &["--nats", unreachable], &[]);
+    let output = run_markdown_explorer(&out, &["--nats", unreachable, "--fork", "snapshot"], &[]);
     assert_exit(
         &output,
         2,
-        &["--nats does not yet support replay points", "--no-replay"],
+        &[
+            "--nats does not yet support children forked by snapshot",
+            "--child-workers 0",
+        ],
     );
     let output = run_markdown_explorer(
         &out,

@@ -190,6 +190,10 @@ pub struct ReplayStore {
     /// Bytes of snapshot components written so far (those of a resumed
     /// run's kept epochs included).
     snapshot_bytes: AtomicU64,
+    /// `Some` for a store that keeps its point lines for
+    /// [`ReplayStore::take_captured`] instead of appending them to
+    /// `replay-points.jsonl` (a distributed run's worker).
+    captured: Option<Mutex<Vec<PointLine>>>,
 }
 
 use crate::digest::sha256_hex;
@@ -205,7 +209,105 @@ impl ReplayStore {
             errors: Mutex::new(Vec::new()),
             snapshot_budget: u64::MAX,
             snapshot_bytes: AtomicU64::new(0),
+            captured: None,
         }
+    }
+
+    /// A store writing durable states under `root` but keeping its point
+    /// lines in memory, for [`ReplayStore::take_captured`]: a distributed
+    /// run's worker sends them, and the states, to the coordinator, whose
+    /// store writes them with [`ReplayStore::receive_point`].
+    pub fn capturing(root: &Path) -> Self {
+        Self {
+            captured: Some(Mutex::new(Vec::new())),
+            ..Self::new(root)
+        }
+    }
+
+    /// The point lines a [`ReplayStore::capturing`] store kept since the
+    /// last call (none for a store writing its file).
+    pub fn take_captured(&self) -> Vec<PointLine> {
+        self.captured.as_ref().map_or_else(Vec::new, |captured| {
+            std::mem::take(&mut *captured.lock().unwrap_or_else(|p| p.into_inner()))
+        })
+    }
+
+    /// Takes the write errors so far (a worker sends them with the unit
+    /// that had them).
+    pub fn take_errors(&self) -> Vec<String> {
+        std::mem::take(&mut *self.errors.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Keeps `error` for [`ReplayStore::errors`]: a point the run could not
+    /// make durable (another process's write error, one it received).
+    pub fn note_error(&self, error: String) {
+        self.errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(error);
+    }
+
+    /// Writes a point another process captured: its state and items files
+    /// (`files`, when the line names a durable state), each atomically, then
+    /// its line.
+    ///
+    /// # Errors
+    /// Nothing is written when the line's durable state is not a state
+    /// (snapshots do not travel), names other files than
+    /// `replay-points/<id>.bin` and `replay-points/<id>.items.json`, or does
+    /// not match `files` (sha256, size); or when `files` are given without a
+    /// durable state, or missing for one. A write error is an error too.
+    pub fn receive_point(
+        &self,
+        line: &PointLine,
+        files: Option<(&[u8], &[u8])>,
+    ) -> Result<(), String> {
+        let id = &line.point.replay_point_id;
+        match (&line.durable_state, files) {
+            (None, None) => {}
+            (Some(durable), Some((state, items))) => {
+                let expected = format!("{STATES_DIR}/{id}.bin");
+                let items_expected = format!("{STATES_DIR}/{id}.items.json");
+                if durable.kind != DurableKind::State {
+                    return Err(format!(
+                        "point {id}: only exported states travel between processes, not {:?}",
+                        durable.kind
+                    ));
+                }
+                if !is_state_file_name(&expected)
+                    || durable.file != expected
+                    || durable.items_file != items_expected
+                {
+                    return Err(format!(
+                        "point {id}: durable_state names {:?} and {:?}, not {expected:?} and {items_expected:?}",
+                        durable.file, durable.items_file
+                    ));
+                }
+                if sha256_hex(state) != durable.sha256 || state.len() as u64 != durable.size_bytes {
+                    return Err(format!(
+                        "point {id}: its state does not match durable_state.sha256 and size_bytes"
+                    ));
+                }
+                if sha256_hex(items) != durable.items_sha256 {
+                    return Err(format!(
+                        "point {id}: its items do not match durable_state.items_sha256"
+                    ));
+                }
+                let dir = self.root.join(STATES_DIR);
+                std::fs::create_dir_all(&dir)
+                    .and_then(|()| write_file(&self.root.join(&durable.file), state))
+                    .and_then(|()| write_file(&self.root.join(&durable.items_file), items))
+                    .map_err(|error| format!("point {id}: writing {}: {error}", durable.file))?;
+            }
+            (None, Some(_)) => {
+                return Err(format!("point {id}: files sent without a durable_state"));
+            }
+            (Some(durable), None) => {
+                return Err(format!("point {id}: {} was not sent", durable.file));
+            }
+        }
+        self.append_point(line);
+        Ok(())
     }
 
     /// Keep at most `bytes` of snapshot components durable in this run
@@ -303,6 +405,13 @@ impl ReplayStore {
     /// [`ReplayStore::errors`] (the run goes on; the point is just not
     /// durable).
     pub fn append_point(&self, line: &PointLine) {
+        if let Some(captured) = &self.captured {
+            captured
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(line.clone());
+            return;
+        }
         let mut text = serde_json::to_vec(&line.to_record()).unwrap_or_default();
         text.push(b'\n');
         let mut file = self.points.lock().unwrap_or_else(|p| p.into_inner());
@@ -598,6 +707,62 @@ pub(crate) mod tests {
             release_error: None,
             quarantined: false,
         }
+    }
+
+    #[test]
+    fn a_point_captured_elsewhere_is_written_as_the_capturing_store_would() {
+        let item: Item = serde_json::from_str(r#"{"item_id":"s"}"#).unwrap();
+        // The worker's store keeps its lines in memory.
+        let worker = tempfile::tempdir().unwrap();
+        let capturing = ReplayStore::capturing(worker.path());
+        let durable = capturing
+            .write_state("rp-1", b"state", std::slice::from_ref(&item))
+            .unwrap();
+        let mut sent = line("rp-1", Lifecycle::Released);
+        sent.durable_state = Some(durable.clone());
+        capturing.append_point(&sent);
+        capturing.append_point(&line("rp-2", Lifecycle::Released));
+        assert!(
+            !worker.path().join(POINTS_FILE).exists(),
+            "lines stay in memory"
+        );
+        let lines = capturing.take_captured();
+        assert_eq!(lines.len(), 2);
+        assert!(capturing.take_captured().is_empty(), "taken once");
+        let state = std::fs::read(worker.path().join(&durable.file)).unwrap();
+        let items = std::fs::read(worker.path().join(&durable.items_file)).unwrap();
+
+        // The coordinator's store writes them, checked.
+        let run = tempfile::tempdir().unwrap();
+        let store = ReplayStore::new(run.path());
+        store
+            .receive_point(&lines[0], Some((&state, &items)))
+            .unwrap();
+        store.receive_point(&lines[1], None).unwrap();
+        let points = load_points(run.path()).unwrap();
+        assert_eq!(points, lines);
+        let (bytes, read_items) = read_durable_state(run.path(), &durable).unwrap();
+        assert_eq!(bytes, b"state");
+        assert_eq!(read_items, vec![item]);
+
+        // What does not match its line is refused, and nothing is written.
+        let other = tempfile::tempdir().unwrap();
+        let store = ReplayStore::new(other.path());
+        let refused = |line: &PointLine, files: Option<(&[u8], &[u8])>| {
+            store.receive_point(line, files).unwrap_err()
+        };
+        assert!(refused(&lines[0], Some((b"forged", &items))).contains("sha256"));
+        assert!(refused(&lines[0], Some((&state, b"[]"))).contains("items_sha256"));
+        assert!(refused(&lines[0], None).contains("was not sent"));
+        assert!(refused(&lines[1], Some((&state, &items))).contains("without a durable_state"));
+        let mut escaping = lines[0].clone();
+        escaping.durable_state.as_mut().unwrap().file = "../outside.bin".into();
+        assert!(refused(&escaping, Some((&state, &items))).contains("../outside.bin"));
+        let mut snapshot = lines[0].clone();
+        snapshot.durable_state.as_mut().unwrap().kind = DurableKind::Snapshot;
+        assert!(refused(&snapshot, Some((&state, &items))).contains("Snapshot"));
+        assert!(!other.path().join(POINTS_FILE).exists());
+        assert!(!other.path().join(STATES_DIR).exists());
     }
 
     #[test]

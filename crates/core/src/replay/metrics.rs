@@ -245,6 +245,86 @@ impl ReplayMetricLedger {
         self.with(|totals| totals.counts[index])
     }
 
+    /// The totals so far, leaving the ledger empty.
+    pub fn take_totals(&self) -> ReplayTotals {
+        self.with(|totals| {
+            let counts = COUNT_FIELDS
+                .iter()
+                .zip(&totals.counts)
+                .filter(|(_, count)| **count > 0)
+                .map(|(field, count)| ((*field).to_owned(), *count))
+                .collect();
+            let seconds = MINUTE_FIELDS
+                .iter()
+                .zip(&totals.seconds)
+                .filter(|(_, seconds)| **seconds > 0.0)
+                .map(|(field, seconds)| ((*field).to_owned(), *seconds))
+                .collect();
+            let taken = ReplayTotals {
+                counts,
+                seconds,
+                restored_fidelity_counts: std::mem::take(&mut totals.fidelity),
+            };
+            totals.counts.iter_mut().for_each(|count| *count = 0);
+            totals.seconds.iter_mut().for_each(|seconds| *seconds = 0.0);
+            taken
+        })
+    }
+
+    /// Adds `other` (another process's totals) to this ledger.
+    ///
+    /// # Errors
+    /// A key that is not a counter or duration of the ledger, a negative or
+    /// non-finite duration, or a fidelity name that is not one of the four:
+    /// nothing is added then.
+    pub fn absorb(&self, other: &ReplayTotals) -> Result<(), String> {
+        let counts = other
+            .counts
+            .iter()
+            .map(|(key, count)| {
+                COUNT_FIELDS
+                    .iter()
+                    .position(|known| known == key)
+                    .map(|index| (index, *count))
+                    .ok_or_else(|| format!("unknown replay counter {key:?}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let seconds = other
+            .seconds
+            .iter()
+            .map(|(key, seconds)| {
+                let index = MINUTE_FIELDS
+                    .iter()
+                    .position(|known| known == key)
+                    .ok_or_else(|| format!("unknown replay duration {key:?}"))?;
+                if !seconds.is_finite() || *seconds < 0.0 {
+                    return Err(format!("replay duration {key} is {seconds} seconds"));
+                }
+                Ok((index, *seconds))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(name) = other
+            .restored_fidelity_counts
+            .keys()
+            .find(|name| name.parse::<super::Fidelity>().is_err())
+        {
+            return Err(format!("unknown restored fidelity {name:?}"));
+        }
+        self.with(|totals| {
+            for (index, count) in counts {
+                totals.counts[index] = totals.counts[index].saturating_add(count);
+            }
+            for (index, seconds) in seconds {
+                totals.seconds[index] += seconds;
+            }
+            for (name, count) in &other.restored_fidelity_counts {
+                let total = totals.fidelity.entry(name.clone()).or_default();
+                *total = total.saturating_add(*count);
+            }
+        });
+        Ok(())
+    }
+
     /// Every counter, every `*_minutes` total (rounded to 6 places) and
     /// `restored_fidelity_counts`, as one JSON object (reference
     /// `snapshot`).
@@ -268,6 +348,31 @@ impl ReplayMetricLedger {
     }
 }
 
+/// A ledger's raw totals, to move them between processes: a worker of a
+/// distributed run takes the totals of each unit it ran
+/// ([`ReplayMetricLedger::take_totals`]) and the coordinator adds them to
+/// its own ledger ([`ReplayMetricLedger::absorb`]). Keys are the snapshot's
+/// (`capture_attempt_count`, ...); durations are in seconds, unrounded.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ReplayTotals {
+    /// Counters by their [`COUNT_FIELDS`] key; zero counters are left out.
+    pub counts: BTreeMap<String, u64>,
+    /// Durations by their [`MINUTE_FIELDS`] key, in seconds; zero ones are
+    /// left out.
+    pub seconds: BTreeMap<String, f64>,
+    /// Restores by achieved fidelity (`restored_fidelity_counts`).
+    pub restored_fidelity_counts: BTreeMap<String, u64>,
+}
+
+impl ReplayTotals {
+    /// Whether nothing was counted.
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+            && self.seconds.is_empty()
+            && self.restored_fidelity_counts.is_empty()
+    }
+}
+
 /// `value` rounded to 6 decimal places (the reference's `round(x, 6)`).
 pub fn round6(value: f64) -> f64 {
     (value * 1e6).round() / 1e6
@@ -276,6 +381,59 @@ pub fn round6(value: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn totals_taken_from_one_ledger_add_up_in_another_and_leave_it_empty() {
+        let worker = ReplayMetricLedger::new();
+        worker.increment("capture_attempt_count");
+        worker.add("child_session_fork_success_count", 3);
+        worker.add_duration("suffix_minutes", Duration::from_secs(30));
+        worker.observe_fidelity("exact");
+        let coordinator = ReplayMetricLedger::new();
+        coordinator.increment("capture_attempt_count");
+        let taken = worker.take_totals();
+        assert_eq!(taken.counts.len(), 2, "zero counters are left out");
+        coordinator.absorb(&taken).unwrap();
+        coordinator.absorb(&worker.take_totals()).unwrap();
+        assert!(worker.take_totals().is_empty(), "taking empties the ledger");
+        assert_eq!(worker.snapshot()["capture_attempt_count"], 0);
+        let snapshot = coordinator.snapshot();
+        assert_eq!(snapshot["capture_attempt_count"], 2);
+        assert_eq!(snapshot["child_session_fork_success_count"], 3);
+        assert_eq!(snapshot["suffix_minutes"], 0.5);
+        assert_eq!(snapshot["restored_fidelity_counts"]["exact"], 1);
+    }
+
+    #[test]
+    fn totals_naming_what_the_ledger_does_not_count_are_refused_whole() {
+        let ledger = ReplayMetricLedger::new();
+        let mut totals = ReplayTotals::default();
+        totals.counts.insert("capture_attempt_count".into(), 1);
+        totals.counts.insert("made_up_count".into(), 1);
+        assert!(
+            ledger
+                .absorb(&totals)
+                .unwrap_err()
+                .contains("made_up_count")
+        );
+        assert_eq!(
+            ledger.count(ReplayCount::CaptureAttempt),
+            0,
+            "nothing added"
+        );
+        let mut totals = ReplayTotals::default();
+        totals.seconds.insert("suffix_minutes".into(), -1.0);
+        assert!(
+            ledger
+                .absorb(&totals)
+                .unwrap_err()
+                .contains("suffix_minutes")
+        );
+        let mut totals = ReplayTotals::default();
+        totals.restored_fidelity_counts.insert("perfect".into(), 1);
+        assert!(ledger.absorb(&totals).unwrap_err().contains("perfect"));
+        assert!(ledger.take_totals().is_empty());
+    }
 
     #[test]
     fn snapshot_has_every_field_and_converts_to_minutes() {
