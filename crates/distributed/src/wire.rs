@@ -529,7 +529,10 @@ mod tests {
         let error = decode::<UnitResult>("result", br#"{"version": 99}"#).unwrap_err();
         assert!(error.contains("wire version 99"), "{error}");
         let error = decode::<UnitResult>("result", br#"{"version": 1}"#).unwrap_err();
-        assert!(error.contains("wire version 1 (this sandloop speaks 2)"), "{error}");
+        assert!(
+            error.contains("wire version 1 (this sandloop speaks 2)"),
+            "{error}"
+        );
         let shape = format!(r#"{{"version": {WIRE_VERSION}, "unit_id": 5}}"#);
         let error = decode::<UnitResult>("result", shape.as_bytes()).unwrap_err();
         assert!(error.contains("unit_id"), "{error}");

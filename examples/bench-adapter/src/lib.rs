@@ -5,9 +5,14 @@
 //! Every call returns a fixed value: records from static strings, one
 //! constant projection digest, a replay binding and a replay child that
 //! hold nothing. No JSON parsing, no allocation beyond the copies the
-//! canonical ABI needs. It implements the generated `Guest` traits directly
-//! instead of the sdk's serde-based protocol traits, so the guest's share
-//! of a call is as close to zero as a component can get.
+//! canonical ABI needs. One exception, for an I/O-bound item: an item whose
+//! text holds `"wait_ms":N` sleeps N milliseconds each time it runs
+//! (`execute`, `execute-episode`, `run-replay-suffix`; a group's shared
+//! prefix does not wait), in a blocking WASI poll as a network call would;
+//! the text is found by a substring search ([`wait`]). It implements the
+//! generated `Guest` traits directly instead of the sdk's serde-based
+//! protocol traits, so the guest's share of a call is as close to zero as
+//! a component can get.
 //!
 //! The replay exports honour the contract at `exact` fidelity: a capture's
 //! lease carries the binding and [`DIGEST`]; a restore or a fork receipt
@@ -92,8 +97,25 @@ fn allow() -> child_risk::RiskAssessment {
     }
 }
 
+/// Sleeps the milliseconds of `"wait_ms":N` in `item`, if it holds that
+/// text (serde_json's compact form, as the host sends items).
+fn wait(item: &str) {
+    const KEY: &str = "\"wait_ms\":";
+    let Some(at) = item.find(KEY) else {
+        return;
+    };
+    let digits = &item[at + KEY.len()..];
+    let end = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    if let Ok(ms) = digits[..end].parse::<u64>() {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
+
 impl episode::Guest for Bench {
-    fn execute(_item: String, _ctx: Context) -> Result<String, AdapterError> {
+    fn execute(item: String, _ctx: Context) -> Result<String, AdapterError> {
+        wait(&item);
         Ok(RECORD.to_owned())
     }
 }
@@ -115,9 +137,10 @@ impl episode_groups::Guest for Bench {
 
     fn execute_episode(
         _group: episode_groups::EpisodeGroupBorrow<'_>,
-        _item: String,
+        item: String,
         _ctx: Context,
     ) -> Result<String, AdapterError> {
+        wait(&item);
         Ok(RECORD.to_owned())
     }
 
@@ -154,9 +177,10 @@ impl replay::Guest for Bench {
 
     fn run_replay_suffix(
         _binding: replay::ReplayBindingBorrow<'_>,
-        _item: String,
+        item: String,
         _ctx: Context,
     ) -> Result<String, AdapterError> {
+        wait(&item);
         Ok(RECORD.to_owned())
     }
 

@@ -5,7 +5,6 @@
 //! that installs it.
 
 use std::collections::BTreeMap;
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
@@ -17,60 +16,9 @@ use crate::support::{
     stderr, workspace_file,
 };
 
-/// A `nats-server -js` of this test alone.
-struct NatsServer {
-    url: String,
-    _process: KillOnDrop,
-    _store: tempfile::TempDir,
-}
-
-impl NatsServer {
-    fn start() -> Self {
-        let binary = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|path| path.is_file())
-            .or_else(|| {
-                std::env::var_os("PATH").and_then(|paths| {
-                    std::env::split_paths(&paths)
-                        .map(|dir| dir.join("nats-server"))
-                        .find(|path| path.is_file())
-                })
-            })
-            .unwrap_or_else(|| {
-                panic!(
-                    "nats-server is not installed; the distributed-run tests need it: \
-                     apt-get install -y nats-server"
-                )
-            });
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free loopback port")
-            .port();
-        let store = tempfile::tempdir().expect("temp dir");
-        let process = std::process::Command::new(&binary)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(store.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|error| panic!("start {}: {error}", binary.display()));
-        let process = KillOnDrop(process);
-        let started = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "nats-server did not listen on port {port} within 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self {
-            url: format!("nats://127.0.0.1:{port}"),
-            _process: process,
-            _store: store,
-        }
-    }
-}
+#[path = "../../shared/nats_server.rs"]
+mod nats_server;
+use nats_server::NatsServer;
 
 /// A `sandloop worker` named `name` on `nats`, plus `extra` flags; its
 /// stderr goes to `log`, with a `running (delivery N)` line per unit it

@@ -1,0 +1,77 @@
+//! A `nats-server -js` of one test or bench alone: started on a free
+//! loopback port with its own store directory, killed on drop. Shared by
+//! the e2e tests and the `distributed` bench (`#[path]`-included).
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `nats-server -js`.
+pub struct NatsServer {
+    /// `nats://127.0.0.1:PORT`.
+    pub url: String,
+    process: Child,
+    _store: tempfile::TempDir,
+}
+
+/// The `nats-server` binary: Debian's package path, else on `PATH`.
+pub fn nats_server_binary() -> Option<PathBuf> {
+    ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|path| path.is_file())
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|dir| dir.join("nats-server"))
+                    .find(|path| path.is_file())
+            })
+        })
+}
+
+impl NatsServer {
+    /// Starts one; panics naming the install command when `nats-server` is
+    /// missing, or when it does not listen within 10 s.
+    pub fn start() -> Self {
+        let binary = nats_server_binary().unwrap_or_else(|| {
+            panic!(
+                "nats-server is not installed; distributed runs need it: \
+                 apt-get install -y nats-server"
+            )
+        });
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let store = tempfile::tempdir().expect("temp dir");
+        let process = Command::new(&binary)
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| panic!("start {}: {error}", binary.display()));
+        let server = Self {
+            url: format!("nats://127.0.0.1:{port}"),
+            process,
+            _store: store,
+        };
+        let started = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "nats-server did not listen on port {port} within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
