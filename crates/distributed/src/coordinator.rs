@@ -43,6 +43,8 @@ pub struct RunSpec {
     pub limits: Limits,
     /// The guest paths every unit needs.
     pub needs: Vec<GuestNeed>,
+    /// The environment variables every unit needs (names).
+    pub env: Vec<String>,
     /// How long to wait for a worker meeting `needs` to answer.
     pub worker_wait: Duration,
     /// The component's protocols (the records of a lost unit follow them).
@@ -175,6 +177,7 @@ impl Dispatcher {
             component_sha256: self.sha256.clone(),
             limits: self.spec.limits.clone(),
             needs: self.spec.needs.clone(),
+            env: self.spec.env.clone(),
             arm: ctx.arm.clone(),
             epoch: ctx.epoch,
             branch_id: ctx.branch_id.clone(),
@@ -550,11 +553,14 @@ async fn roll_call(connection: &Connection, spec: &RunSpec) -> Result<Vec<Worker
                 },
             }
         }
-        if hellos.iter().any(|hello| hello.meets(&spec.needs)) {
+        if hellos
+            .iter()
+            .any(|hello| hello.meets(&spec.needs, &spec.env))
+        {
             return Ok(hellos);
         }
         if !hellos.is_empty() {
-            return Err(unmet(&hellos, &spec.needs));
+            return Err(unmet(&hellos, &spec.needs, &spec.env));
         }
         if Instant::now() >= deadline {
             return Err(format!(
@@ -577,12 +583,9 @@ fn note_workers(ledger: &SharedLedger, hellos: &[WorkerHello]) {
 }
 
 /// Why none of the workers that answered can run the run's units.
-fn unmet(hellos: &[WorkerHello], needs: &[GuestNeed]) -> String {
-    let shown = |grants: &[GuestNeed]| {
-        if grants.is_empty() {
-            return "no directories".to_owned();
-        }
-        grants
+fn unmet(hellos: &[WorkerHello], needs: &[GuestNeed], env: &[String]) -> String {
+    let shown = |grants: &[GuestNeed], names: &[String]| {
+        let mut parts: Vec<String> = grants
             .iter()
             .map(|grant| {
                 format!(
@@ -591,18 +594,30 @@ fn unmet(hellos: &[WorkerHello], needs: &[GuestNeed]) -> String {
                     if grant.read_only { ":ro" } else { "" }
                 )
             })
-            .collect::<Vec<_>>()
-            .join(", ")
+            .collect();
+        parts.extend(names.iter().map(|name| format!("${name}")));
+        if parts.is_empty() {
+            "no directories".to_owned()
+        } else {
+            parts.join(", ")
+        }
     };
     let offers = hellos
         .iter()
-        .map(|hello| format!("{} offers {}", hello.worker, shown(&hello.offers)))
+        .map(|hello| {
+            format!(
+                "{} offers {}",
+                hello.worker,
+                shown(&hello.offers, &hello.env)
+            )
+        })
         .collect::<Vec<_>>()
         .join("; ");
     format!(
-        "no connected worker offers the guest paths this run's units need ({}): {offers}; \
-         start a worker with --dir HOST::GUEST for each",
-        shown(needs)
+        "no connected worker offers the guest paths and environment variables this run's units \
+         need ({}): {offers}; start a worker with --dir HOST::GUEST for each path and --env NAME \
+         for each variable",
+        shown(needs, env)
     )
 }
 
@@ -629,17 +644,19 @@ mod tests {
                 worker: "w1".into(),
                 lanes: 1,
                 offers: vec![],
+                env: vec![],
             },
             WorkerHello {
                 version: WIRE_VERSION,
                 worker: "w2".into(),
                 lanes: 2,
                 offers: vec![need("/docs", true)],
+                env: vec!["HOME".into()],
             },
         ];
-        let message = unmet(&hellos, &[need("/docs", false)]);
-        assert!(message.contains("(/docs)"), "{message}");
+        let message = unmet(&hellos, &[need("/docs", false)], &["TOKEN".into()]);
+        assert!(message.contains("(/docs, $TOKEN)"), "{message}");
         assert!(message.contains("w1 offers no directories"), "{message}");
-        assert!(message.contains("w2 offers /docs:ro"), "{message}");
+        assert!(message.contains("w2 offers /docs:ro, $HOME"), "{message}");
     }
 }

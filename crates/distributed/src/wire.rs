@@ -186,6 +186,11 @@ pub struct UnitMessage {
     pub limits: Limits,
     /// Guest paths the unit needs from the worker's own grants.
     pub needs: Vec<GuestNeed>,
+    /// Environment variables the unit needs from the worker's own
+    /// environment (the run's `--env NAME`): only a worker offering each
+    /// (`sandloop worker --env NAME`) runs it, with its own values.
+    #[serde(default)]
+    pub env: Vec<String>,
     /// Arm name.
     pub arm: String,
     /// 1-based epoch.
@@ -354,13 +359,22 @@ pub struct WorkerHello {
     pub lanes: usize,
     /// The guest paths it offers.
     pub offers: Vec<GuestNeed>,
+    /// The environment variables it offers (names).
+    #[serde(default)]
+    pub env: Vec<String>,
 }
 
 impl WorkerHello {
-    /// Whether this worker offers every one of `needs`.
-    pub fn meets(&self, needs: &[GuestNeed]) -> bool {
-        meets(&self.offers, needs)
+    /// Whether this worker offers every one of `needs` and every variable
+    /// of `env`.
+    pub fn meets(&self, needs: &[GuestNeed], env: &[String]) -> bool {
+        meets(&self.offers, needs) && offers_env(&self.env, env)
     }
+}
+
+/// Whether `offered` holds every name of `needed`.
+pub fn offers_env(offered: &[String], needed: &[String]) -> bool {
+    needed.iter().all(|name| offered.contains(name))
 }
 
 /// Whether `offers` cover `needs`: each needed guest path is offered, with
@@ -426,6 +440,7 @@ mod tests {
                 max_open_files: 256,
             },
             needs: vec![GuestNeed::new("/docs", true)],
+            env: vec!["API_TOKEN".into()],
             arm: "main".into(),
             epoch: 3,
             branch_id: "queue_worker_02".into(),
@@ -552,6 +567,20 @@ mod tests {
         );
         assert!(!meets(&offers, &[need("/data", true)]), "not offered");
         assert!(!meets(&[], &[need("/docs", true)]));
+        let hello = WorkerHello {
+            version: WIRE_VERSION,
+            worker: "w".into(),
+            lanes: 1,
+            offers: offers.to_vec(),
+            env: vec!["API_TOKEN".into()],
+        };
+        assert!(hello.meets(&[need("/docs", true)], &["API_TOKEN".into()]));
+        assert!(hello.meets(&[], &[]));
+        assert!(
+            !hello.meets(&[], &["HOME".into()]),
+            "a variable not offered"
+        );
+        assert!(!hello.meets(&[need("/data", true)], &["API_TOKEN".into()]));
     }
 
     mod properties {

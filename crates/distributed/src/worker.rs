@@ -30,7 +30,7 @@ use crate::transport::{
 };
 use crate::wire::{
     GuestNeed, Outcome, ReplaySettings, ReplayShipment, UnitMessage, UnitResult, WIRE_VERSION,
-    WorkerHello, decode, meets,
+    WorkerHello, decode, meets, offers_env,
 };
 
 /// A worker's settings (`sandloop worker` flags).
@@ -44,6 +44,9 @@ pub struct WorkerConfig {
     pub lanes: usize,
     /// The directories this worker offers (`--dir HOST::GUEST[:ro]`).
     pub offers: Vec<DirGrant>,
+    /// The environment variables this worker offers (`--env NAME`), read
+    /// from its own environment.
+    pub env: Vec<String>,
     /// Where fetched components and their compiled code are kept.
     pub cache_dir: PathBuf,
 }
@@ -75,6 +78,7 @@ pub fn run_worker(config: WorkerConfig) -> Result<(), String> {
             .iter()
             .map(|grant| GuestNeed::new(grant.guest.clone(), grant.read_only))
             .collect(),
+        env: config.env.clone(),
     };
     runtime
         .block_on(answer_roll_calls(&connection, &hello))
@@ -145,7 +149,7 @@ struct Components {
 impl Components {
     /// The key of `unit`'s sandbox: digest, limits and needs.
     fn key(unit: &UnitMessage) -> String {
-        serde_json::to_string(&(&unit.component_sha256, &unit.limits, &unit.needs))
+        serde_json::to_string(&(&unit.component_sha256, &unit.limits, &unit.needs, &unit.env))
             .expect("the key serialises")
     }
 
@@ -162,7 +166,8 @@ impl Components {
             call_timeout_secs: unit.limits.call_timeout_secs,
             fuel: unit.limits.fuel,
             dirs: grants_for(&shared.config.offers, &unit.needs),
-            env: Vec::new(),
+            // Checked by `handle`: each is one this worker offers.
+            env: unit.env.clone(),
             max_open_files: unit.limits.max_open_files,
             max_output_bytes: unit.limits.max_output_bytes,
             max_guest_output_bytes: unit.limits.max_guest_output_bytes,
@@ -405,9 +410,12 @@ impl<'a> Lane<'a> {
             .info()
             .map(|info| info.delivered.max(1) as u64)
             .unwrap_or(1);
-        if !meets(&self.shared.offers, &unit.needs) {
+        if !meets(&self.shared.offers, &unit.needs)
+            || !offers_env(&self.shared.config.env, &unit.env)
+        {
             tracing::info!(
-                "unit {} needs guest paths this worker does not offer; handing it back",
+                "unit {} needs guest paths or environment variables this worker does not \
+                 offer; handing it back",
                 unit.unit_id
             );
             let nak = AckKind::Nak(Some(HAND_BACK_DELAY));

@@ -78,6 +78,11 @@ pub struct WorkerArgs {
     /// other workers.
     #[arg(long = "dir", value_name = "HOST::GUEST[:ro]")]
     pub dirs: Vec<String>,
+    /// Offer this machine's environment variable NAME to the units that
+    /// need it (a run's --env NAME; repeatable). A unit needing a variable
+    /// this worker does not offer is left to other workers.
+    #[arg(long = "env", value_name = "NAME")]
+    pub env: Vec<String>,
     /// Units run at once, each in its own sandboxed instance.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub lanes: usize,

@@ -68,12 +68,8 @@ pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxCo
             "--max-open-files must be at least 1".into(),
         ));
     }
+    check_env_names(&args.env)?;
     for name in &args.env {
-        if name.is_empty() || name.contains('=') {
-            return Err(CliError::Input(format!(
-                "--env {name:?}: give the NAME of a host variable to pass through, not NAME=VALUE"
-            )));
-        }
         if std::env::var_os(name).is_none() {
             tracing::warn!("--env {name}: not set on the host, so the guest will not see it");
         }
@@ -854,6 +850,19 @@ fn snapshot_forks(
     Instrumented::load(loaded)
         .map(|instrumented| Some(Arc::new(instrumented)))
         .map_err(|error| CliError::Input(format!("--fork snapshot: {error}")))
+}
+
+/// Refuses (exit 2) an `--env` value that is not a variable's name.
+pub(super) fn check_env_names(names: &[String]) -> Result<(), CliError> {
+    match names
+        .iter()
+        .find(|name| name.is_empty() || name.contains('='))
+    {
+        Some(name) => Err(CliError::Input(format!(
+            "--env {name:?}: give the NAME of a host variable to pass through, not NAME=VALUE"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// How the run forks its children (`None`: it runs none), from `--fork`,

@@ -19,8 +19,8 @@ use crate::sandbox::snapshot::ForkKind;
 use crate::sandbox::{CallLog, LoadedAdapter, ReplayOptions, SandboxConfig, WasmAdapter};
 
 /// Refuses (exit 2) what `--nats` does not support yet, so that a
-/// distributed run never silently differs from a local one: `--env`, and
-/// children forked by snapshot (workers fork by state transfer, which needs
+/// distributed run never silently differs from a local one: children
+/// forked by snapshot (workers fork by state transfer, which needs
 /// `replay-children`).
 ///
 /// `--resume` works as locally: the interrupted epoch runs again from the
@@ -35,9 +35,6 @@ pub(super) fn check_unsupported(args: &RunArgs, protocols: Protocols) -> Result<
             "--nats does not yet support {what}"
         )))
     };
-    if !args.sandbox.env.is_empty() {
-        return refuse("--env (a worker's environment is its own machine's)");
-    }
     if super::run::fork_kind(args, protocols)? == Some(ForkKind::Snapshot) {
         return refuse(
             "children forked by snapshot (workers fork children by state transfer, which needs \
@@ -85,6 +82,7 @@ pub(super) fn open_dispatcher(
         component,
         limits: limits(loaded.config()),
         needs: needs(loaded.config()),
+        env: loaded.config().env.clone(),
         worker_wait: Duration::from_secs(args.nats_wait),
         protocols: loaded.protocols,
     };

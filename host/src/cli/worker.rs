@@ -13,6 +13,7 @@ pub fn worker(args: WorkerArgs) -> Result<(), CliError> {
         return Err(CliError::Input("--lanes must be at least 1".into()));
     }
     let offers = DirGrant::parse_all(&args.dirs).map_err(CliError::Input)?;
+    super::run::check_env_names(&args.env)?;
     let cache_dir = args
         .cache_dir
         .or_else(crate::sandbox::config::default_cache_dir)
@@ -29,6 +30,7 @@ pub fn worker(args: WorkerArgs) -> Result<(), CliError> {
         name,
         lanes: args.lanes,
         offers,
+        env: args.env,
         cache_dir,
     })
     .map_err(CliError::Failed)

@@ -302,12 +302,75 @@ fn what_nats_runs_do_not_support_yet_is_refused_before_anything_runs() {
             "--child-workers 0",
         ],
     );
-    let output = run_markdown_explorer(
-        &out,
-        &["--nats", unreachable, "--no-replay"],
-        &[("SANDLOOP_E2E_UNUSED", "1")],
+    assert!(!out.exists(), "nothing written");
+}
+
+#[test]
+fn environment_variables_come_only_from_workers_that_offer_them() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let logs = [dir.path().join("bare.log"), dir.path().join("offering.log")];
+    let _bare = worker(&nats, "bare", &["--lanes", "2"], &logs[0]);
+    let offering = sandloop()
+        .args(["worker", "--nats", &nats.url, "--name", "offering"])
+        .args(["--env", "SANDLOOP_E2E_TOKEN"])
+        .env("SANDLOOP_E2E_TOKEN", "the worker's own value")
+        .env("RUST_LOG", "info,sandloop_distributed=debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&logs[1]).unwrap())
+        .spawn()
+        .expect("spawn sandloop worker");
+    let _offering = KillOnDrop(offering);
+    let items: Vec<Value> = (1..=4)
+        .map(|n| {
+            serde_json::json!({"item_id": format!("env-{n}"), "family": format!("f{n}"),
+                               "text": "x", "attack": "read_env"})
+        })
+        .collect();
+    let items = crate::support::write_items(dir.path(), "items.jsonl", &items);
+    // The coordinator does not have the variable: the guest sees the
+    // offering worker's.
+    let out = dir.path().join("run");
+    let flags = ["--nats", &nats.url, "--workers", "3", "--env", "SANDLOOP_E2E_TOKEN"];
+    let output = hostile_run(&items, &out, "5", &flags)
+        .env_remove("SANDLOOP_E2E_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &logs));
+    // Each item's record (its group's shared prefix aside).
+    let records: Vec<Value> = records(&out)
+        .into_iter()
+        .filter(|record| record["record_kind"] != "shared_prefix")
+        .collect();
+    assert_eq!(records.len(), 4);
+    for record in &records {
+        assert_eq!(record["var_count"], 1, "one variable, the offered one: {record}");
+        assert_eq!(record["home_visible"], false, "{record}");
+    }
+    let distributed = &json_file(&out.join("summary.json"))["distributed"];
+    assert_eq!(
+        distributed["units_per_worker"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["offering"],
+        "{distributed}"
     );
-    assert_exit(&output, 2, &["--nats does not yet support --env"]);
+    // A variable no worker offers: said before anything runs.
+    let out = dir.path().join("unmet");
+    let flags = ["--nats", &nats.url, "--env", "HOME"];
+    let output = hostile_run(&items, &out, "5", &flags).output().unwrap();
+    assert_exit(
+        &output,
+        1,
+        &[
+            "no connected worker offers",
+            "($HOME)",
+            "offering offers $SANDLOOP_E2E_TOKEN",
+            "nothing was run",
+        ],
+    );
     assert!(!out.exists(), "nothing written");
 }
 
