@@ -23,8 +23,8 @@ use crate::ledger::{DistributedSummary, Ledger, MAX_STARTS, Settled};
 use crate::lock;
 use crate::lost::lost_unit_records;
 use crate::transport::{
-    Connection, NatsTarget, RESULTS_PREFIX, ROLL_CALL_SUBJECT, Runtime, STATES_BUCKET,
-    TransportError, UNITS_PREFIX, connect,
+    ComponentError, Connection, NatsTarget, RESULTS_PREFIX, ROLL_CALL_SUBJECT, Runtime,
+    STATES_BUCKET, TransportError, UNITS_PREFIX, connect,
 };
 use crate::wire::{
     GuestNeed, Limits, Outcome, ReplaySettings, ReplayShipment, UnitBody, UnitMessage, UnitResult,
@@ -344,16 +344,14 @@ impl RemoteReplay {
             let files = match &line.durable_state {
                 None => Ok(None),
                 Some(durable) => dispatcher.runtime.block_on(async {
-                    let connection = &dispatcher.connection;
-                    let state = connection
-                        .get_by_digest(STATES_BUCKET, &durable.sha256)
-                        .await?;
-                    let items = connection
-                        .get_by_digest(STATES_BUCKET, &durable.items_sha256)
-                        .await?;
-                    Ok::<_, crate::transport::ComponentError>(Some((state, items)))
+                    let state = fetch_state(&dispatcher.connection, &durable.sha256).await?;
+                    let items = fetch_state(&dispatcher.connection, &durable.items_sha256).await?;
+                    Ok::<_, ComponentError>(Some((state, items)))
                 }),
             };
+            if let Ok(Some((state, items))) = &files {
+                lock(&dispatcher.ledger).received((state.len() + items.len()) as u64);
+            }
             let received = match files {
                 Ok(files) => self.store.receive_point(
                     &line,
@@ -420,6 +418,22 @@ impl UnitRunner for RemoteLane {
             Outcome::Failed { reason } => Err(remote(reason)),
             // Never handed to a lane: `route` counts starts.
             Outcome::Started => Err(remote("a start notice where a result belongs".into())),
+        }
+    }
+}
+
+/// The object `sha256` of [`STATES_BUCKET`], tried up to three times while
+/// it cannot be read (another worker storing the same bytes replaces the
+/// object's chunks under a reader); a tampered object is refused at once.
+async fn fetch_state(connection: &Connection, sha256: &str) -> Result<Vec<u8>, ComponentError> {
+    let mut tries = 0;
+    loop {
+        match connection.get_by_digest(STATES_BUCKET, sha256).await {
+            Err(ComponentError::Unavailable(_)) if tries < 2 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200 * tries)).await;
+            }
+            fetched => return fetched,
         }
     }
 }

@@ -30,7 +30,8 @@ pub struct DistributedSummary {
     pub duplicate_results: u64,
     /// Bytes of units and components published.
     pub bytes_sent: u64,
-    /// Bytes of results received.
+    /// Bytes of results received, and of replay points' states and items
+    /// fetched from the object store.
     pub bytes_received: u64,
 }
 
@@ -86,6 +87,12 @@ impl<W> Ledger<W> {
     /// Counts `bytes` sent besides units (the component).
     pub fn sent(&mut self, bytes: u64) {
         self.summary.bytes_sent += bytes;
+    }
+
+    /// Counts `bytes` received besides results (replay points' states and
+    /// items fetched from the object store).
+    pub fn received(&mut self, bytes: u64) {
+        self.summary.bytes_received += bytes;
     }
 
     /// A worker answered the roll call.
@@ -189,6 +196,8 @@ mod tests {
         assert_eq!(summary.bytes_sent, 100);
         assert_eq!(summary.bytes_received, 30);
         assert_eq!(summary.workers_seen, ["w2", "w1"]);
+        ledger.received(7);
+        assert_eq!(ledger.summary().bytes_received, 37, "states fetched count");
     }
 
     #[test]

@@ -251,6 +251,11 @@ fn a_run_on_three_workers_writes_the_records_of_a_local_run() {
         "{distributed}"
     );
     assert_eq!(distributed["redeliveries"], 0, "{distributed}");
+    let state_bytes: usize = states.values().map(Vec::len).sum();
+    assert!(
+        distributed["bytes_received"].as_u64().unwrap() > state_bytes as u64,
+        "results and the states fetched are counted: {distributed}"
+    );
     assert!(
         distributed["bytes_sent"].as_u64().unwrap() > 0,
         "{distributed}"
@@ -331,7 +336,14 @@ fn environment_variables_come_only_from_workers_that_offer_them() {
     // The coordinator does not have the variable: the guest sees the
     // offering worker's.
     let out = dir.path().join("run");
-    let flags = ["--nats", &nats.url, "--workers", "3", "--env", "SANDLOOP_E2E_TOKEN"];
+    let flags = [
+        "--nats",
+        &nats.url,
+        "--workers",
+        "3",
+        "--env",
+        "SANDLOOP_E2E_TOKEN",
+    ];
     let output = hostile_run(&items, &out, "5", &flags)
         .env_remove("SANDLOOP_E2E_TOKEN")
         .output()
@@ -344,7 +356,10 @@ fn environment_variables_come_only_from_workers_that_offer_them() {
         .collect();
     assert_eq!(records.len(), 4);
     for record in &records {
-        assert_eq!(record["var_count"], 1, "one variable, the offered one: {record}");
+        assert_eq!(
+            record["var_count"], 1,
+            "one variable, the offered one: {record}"
+        );
         assert_eq!(record["home_visible"], false, "{record}");
     }
     let distributed = &json_file(&out.join("summary.json"))["distributed"];
