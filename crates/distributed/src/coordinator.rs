@@ -11,24 +11,24 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use sandloop_core::episode::adapter::{CallContext, Protocols, Record};
+use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Protocols, Record};
 use sandloop_core::episode::clock::Clock;
 use sandloop_core::episode::policy::{FailurePolicy, FatalError};
 use sandloop_core::harness::work::{UnitError, UnitRunner, WorkUnit, load_stored};
 use sandloop_core::replay::ReplayMetricLedger;
 use sandloop_core::replay::durable::{PointLine, ReplayStore};
-use sandloop_sandbox::CallLog;
+use sandloop_sandbox::{CallLines, CallLog};
 
 use crate::ledger::{DistributedSummary, Ledger, MAX_STARTS, Settled};
 use crate::lock;
-use crate::lost::lost_unit_records;
+use crate::lost::{lost_unit_records, unit_error_records};
 use crate::transport::{
     ComponentError, Connection, NatsTarget, RESULTS_PREFIX, ROLL_CALL_SUBJECT, Runtime,
     STATES_BUCKET, TransportError, UNITS_PREFIX, connect,
 };
 use crate::wire::{
     GuestNeed, Limits, Outcome, ReplaySettings, ReplayShipment, UnitBody, UnitMessage, UnitResult,
-    WIRE_VERSION, WorkerHello, decode,
+    WIRE_VERSION, WorkerHello, decode, shown_offers,
 };
 
 /// What a distributed run sends with every unit, and how long it waits for
@@ -49,6 +49,16 @@ pub struct RunSpec {
     pub worker_wait: Duration,
     /// The component's protocols (the records of a lost unit follow them).
     pub protocols: Protocols,
+}
+
+/// How a unit's trip ended.
+enum Sent {
+    /// Its first result.
+    Answered(Box<UnitResult>),
+    /// It started more than [`MAX_STARTS`] times without a result.
+    Abandoned,
+    /// It is too large to publish (why).
+    Unsendable(String),
 }
 
 /// What wakes a lane waiting for its unit.
@@ -157,15 +167,14 @@ impl Dispatcher {
         lock(&self.failure).clone()
     }
 
-    /// Publishes `unit` and waits for its first result; `None` when it was
-    /// given up (it kept starting on workers without a result).
+    /// Publishes `unit` and waits for its first result.
     fn run(
         &self,
         unit: &WorkUnit,
         ctx: &CallContext,
         fatal: bool,
         replay: Option<ReplaySettings>,
-    ) -> Result<Option<UnitResult>, UnitError> {
+    ) -> Result<Sent, UnitError> {
         let body = body_of(unit)?;
         let index = self.next_unit.fetch_add(1, Ordering::Relaxed);
         let unit_id = format!("{}.e{}.u{index}", self.run_id, ctx.epoch);
@@ -188,8 +197,9 @@ impl Dispatcher {
         let payload = serde_json::to_vec(&message).expect("a unit serialises");
         let max_payload = self.connection.client.server_info().max_payload;
         if payload.len() > max_payload {
-            return Err(UnitError::Remote(format!(
-                "unit {unit_id} is {} bytes, more than the NATS server's max_payload ({max_payload} bytes)",
+            return Ok(Sent::Unsendable(format!(
+                "its unit is {} bytes, more than the NATS server's max_payload ({max_payload} \
+                 bytes); raise max_payload in the server's configuration",
                 payload.len()
             )));
         }
@@ -223,16 +233,12 @@ impl Dispatcher {
     /// it, the connected workers are asked again: when none that could run
     /// the unit answers (they all died or left), the unit fails saying so
     /// instead of waiting forever.
-    fn wait(
-        &self,
-        unit_id: &str,
-        receiver: &Receiver<Delivery>,
-    ) -> Result<Option<UnitResult>, UnitError> {
+    fn wait(&self, unit_id: &str, receiver: &Receiver<Delivery>) -> Result<Sent, UnitError> {
         let mut next_check = Instant::now() + self.spec.worker_wait;
         loop {
             match receiver.recv_timeout(Duration::from_millis(500)) {
-                Ok(Delivery::Result(result)) => return Ok(Some(*result)),
-                Ok(Delivery::Abandoned) => return Ok(None),
+                Ok(Delivery::Result(result)) => return Ok(Sent::Answered(result)),
+                Ok(Delivery::Abandoned) => return Ok(Sent::Abandoned),
                 Err(RecvTimeoutError::Timeout) => {
                     if let Some(reason) = self.failure() {
                         lock(&self.ledger).forget(unit_id);
@@ -275,10 +281,11 @@ impl Dispatcher {
     }
 }
 
-impl Drop for Dispatcher {
+impl Dispatcher {
     /// Withdraws the units the run left queued (a unit whose workers all
-    /// died), so that a worker started later does not run them for nobody.
-    fn drop(&mut self) {
+    /// died, or those of a run stopped by Ctrl-C), so that no worker runs
+    /// them for nobody. Waits at most 5 seconds for the server.
+    pub fn withdraw_queued(&self) {
         let subject = self.units_subject();
         let withdrawn = self.runtime.block_on(async {
             tokio::time::timeout(
@@ -293,6 +300,12 @@ impl Drop for Dispatcher {
             Ok(Err(error)) => tracing::warn!("{error}"),
             Err(_) => tracing::warn!("withdrawing the units on {subject}: no answer within 5 s"),
         }
+    }
+}
+
+impl Drop for Dispatcher {
+    fn drop(&mut self) {
+        self.withdraw_queued();
     }
 }
 
@@ -377,21 +390,41 @@ impl UnitRunner for RemoteLane {
         _clock: &dyn Clock,
     ) -> Result<Vec<Record>, UnitError> {
         let settings = self.replay.as_ref().map(|replay| replay.settings);
-        let Some(mut result) = self
+        let protocols = self.dispatcher.spec.protocols;
+        let mut result = match self
             .dispatcher
             .run(unit, ctx, policy.is_fatal(), settings)?
-        else {
-            let why = format!(
-                "a unit of {} started {} times on workers without a result (they died running \
-                 it); see the workers' logs",
-                ctx.branch_id,
-                MAX_STARTS + 1
-            );
-            tracing::warn!("{why}");
-            return lost_unit_records(unit, ctx, policy, self.dispatcher.spec.protocols, why);
+        {
+            Sent::Answered(result) => result,
+            Sent::Abandoned => {
+                let why = format!(
+                    "a unit of {} started {} times on workers without a result (they died \
+                     running it); see the workers' logs",
+                    ctx.branch_id,
+                    MAX_STARTS + 1
+                );
+                tracing::warn!("{why}");
+                return lost_unit_records(unit, ctx, policy, protocols, why);
+            }
+            Sent::Unsendable(why) => {
+                tracing::warn!("a unit of {}: {why}", ctx.branch_id);
+                let error = AdapterError::new(ErrorType::InvalidItem, why);
+                return unit_error_records(unit, ctx, policy, protocols, error);
+            }
         };
         if let Some(log) = &self.dispatcher.call_log {
-            for lines in &result.calls {
+            for lines in &mut result.calls {
+                let before = lines.traces.len() + usize::from(lines.output.is_some());
+                keep_json_objects(lines);
+                let dropped = before - lines.traces.len() - usize::from(lines.output.is_some());
+                if dropped > 0 {
+                    tracing::warn!(
+                        "unit {} on worker {}: dropped {dropped} trace or output line(s) that \
+                         are not one JSON object each",
+                        result.unit_id,
+                        result.worker
+                    );
+                }
                 log.write_lines(lines);
             }
         }
@@ -416,9 +449,35 @@ impl UnitRunner for RemoteLane {
                 }))
             }
             Outcome::Failed { reason } => Err(remote(reason)),
+            Outcome::TooLarge { reason } => {
+                tracing::warn!(
+                    "unit {} on worker {}: {reason}",
+                    result.unit_id,
+                    result.worker
+                );
+                let error = AdapterError::new(ErrorType::OutputTooLarge, reason);
+                unit_error_records(unit, ctx, policy, protocols, error)
+            }
             // Never handed to a lane: `route` counts starts.
             Outcome::Started => Err(remote("a start notice where a result belongs".into())),
         }
+    }
+}
+
+/// Keeps of `lines` (a worker's, untrusted) only the trace and output lines
+/// that are one JSON object each on one line, as the run's files hold them.
+fn keep_json_objects(lines: &mut CallLines) {
+    let one_object = |line: &str| {
+        !line.contains(['\n', '\r'])
+            && serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(line).is_ok()
+    };
+    lines.traces.retain(|line| one_object(line));
+    if lines
+        .output
+        .as_deref()
+        .is_some_and(|line| !one_object(line))
+    {
+        lines.output = None;
     }
 }
 
@@ -559,6 +618,8 @@ async fn roll_call(connection: &Connection, spec: &RunSpec) -> Result<Vec<Worker
             tokio::select! {
                 _ = &mut window => break,
                 answer = answers.next() => match answer {
+                    // The server's "no responders" notice: nobody answered.
+                    Some(answer) if answer.payload.is_empty() => {}
                     Some(answer) => match decode::<WorkerHello>("a worker's answer", &answer.payload) {
                         Ok(hello) => hellos.push(hello),
                         Err(error) => tracing::warn!("{error}"),
@@ -598,31 +659,13 @@ fn note_workers(ledger: &SharedLedger, hellos: &[WorkerHello]) {
 
 /// Why none of the workers that answered can run the run's units.
 fn unmet(hellos: &[WorkerHello], needs: &[GuestNeed], env: &[String]) -> String {
-    let shown = |grants: &[GuestNeed], names: &[String]| {
-        let mut parts: Vec<String> = grants
-            .iter()
-            .map(|grant| {
-                format!(
-                    "{}{}",
-                    grant.guest,
-                    if grant.read_only { ":ro" } else { "" }
-                )
-            })
-            .collect();
-        parts.extend(names.iter().map(|name| format!("${name}")));
-        if parts.is_empty() {
-            "no directories".to_owned()
-        } else {
-            parts.join(", ")
-        }
-    };
     let offers = hellos
         .iter()
         .map(|hello| {
             format!(
                 "{} offers {}",
                 hello.worker,
-                shown(&hello.offers, &hello.env)
+                shown_offers(&hello.offers, &hello.env)
             )
         })
         .collect::<Vec<_>>()
@@ -631,7 +674,7 @@ fn unmet(hellos: &[WorkerHello], needs: &[GuestNeed], env: &[String]) -> String 
         "no connected worker offers the guest paths and environment variables this run's units \
          need ({}): {offers}; start a worker with --dir HOST::GUEST for each path and --env NAME \
          for each variable",
-        shown(needs, env)
+        shown_offers(needs, env)
     )
 }
 
@@ -648,6 +691,31 @@ fn new_run_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_lines_that_are_one_json_object_each_reach_the_run_files() {
+        let mut lines = CallLines {
+            epoch: 1,
+            traces: vec![
+                r#"{"event_id":"a"}"#.into(),
+                "{\"a\":1}\n{\"injected\":\"line\"}".into(),
+                "not json".into(),
+                "[1, 2]".into(),
+                r#"{"event_id":"b"}"#.into(),
+            ],
+            output: Some("{\"call\":\"x\"}\r".into()),
+        };
+        keep_json_objects(&mut lines);
+        assert_eq!(lines.traces, [r#"{"event_id":"a"}"#, r#"{"event_id":"b"}"#]);
+        assert_eq!(lines.output, None);
+        let mut honest = CallLines {
+            epoch: 1,
+            traces: vec![],
+            output: Some(r#"{"call":"execute"}"#.into()),
+        };
+        keep_json_objects(&mut honest);
+        assert!(honest.output.is_some());
+    }
 
     #[test]
     fn unmet_needs_name_what_each_worker_offers() {

@@ -71,6 +71,21 @@ pub fn lost_unit_records(
 ) -> Result<Vec<Record>, UnitError> {
     let mut error = AdapterError::new(ErrorType::Instantiation, why);
     error.retryable_infra_error = true;
+    unit_error_records(unit, ctx, policy, protocols, error)
+}
+
+/// The records a local run writes when every call of `unit` fails with
+/// `error` (a unit or result too large to travel), under `policy`.
+///
+/// # Errors
+/// [`UnitError::Fatal`] under the fatal policy.
+pub fn unit_error_records(
+    unit: &WorkUnit,
+    ctx: &CallContext,
+    policy: FailurePolicy,
+    protocols: Protocols,
+    error: AdapterError,
+) -> Result<Vec<Record>, UnitError> {
     let mut adapter = Unreachable { protocols, error };
     execute_work_unit(&mut adapter, unit, ctx, policy, &SystemClock)
 }

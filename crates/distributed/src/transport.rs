@@ -122,6 +122,28 @@ pub fn shown_url(url: &str) -> String {
     }
 }
 
+/// Checks `url` as the NATS client reads it: `nats://`, `tls://`, `ws://`
+/// or `wss://` (or a bare `HOST:PORT`), a host, and a port that fits.
+///
+/// # Errors
+/// What is wrong, without the password.
+pub fn check_url(url: &str) -> Result<(), String> {
+    let fail = |why: String| {
+        Err(format!(
+            "--nats {}: {why}; give nats://HOST:4222 (tls:// and user:password@ work too)",
+            shown_url(url)
+        ))
+    };
+    if url.trim().is_empty() {
+        return fail("no server given".into());
+    }
+    match url.parse::<async_nats::ServerAddr>() {
+        Ok(address) if address.host().is_empty() => fail("no host".into()),
+        Ok(_) => Ok(()),
+        Err(error) => fail(error.to_string()),
+    }
+}
+
 /// Connects to `target` as `name`.
 ///
 /// # Errors
@@ -167,7 +189,15 @@ impl Connection {
                 ..Default::default()
             })
             .await
-            .map_err(|error| self.error(format!("creating stream {UNITS_STREAM}"), error))
+            .map_err(|error| {
+                self.error(
+                    format!(
+                        "creating stream {UNITS_STREAM} (is JetStream enabled? start the server \
+                         with `nats-server -js`)"
+                    ),
+                    error,
+                )
+            })
     }
 
     /// Removes the units still queued on `subject` (a run that stopped
@@ -312,7 +342,7 @@ impl Connection {
             let (kind, refusal) = if bucket == COMPONENTS_BUCKET {
                 ("component", "refusing to run a tampered component")
             } else {
-                ("object", "refusing to restore from a tampered object")
+                ("object", "refusing a tampered object")
             };
             return Err(ComponentError::Tampered(format!(
                 "{kind} {sha256} in object store {bucket} (on {}): its bytes hash to {found}, not \

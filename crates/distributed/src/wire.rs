@@ -14,7 +14,7 @@ use sandloop_sandbox::CallLines;
 use serde::{Deserialize, Serialize};
 
 /// The version of every message below; bumped on any incompatible change.
-pub const WIRE_VERSION: u32 = 2;
+pub const WIRE_VERSION: u32 = 3;
 
 /// The sandbox limits a run sets for every instance (the run's flags of
 /// the same names); a worker runs the unit under exactly these.
@@ -169,8 +169,11 @@ impl UnitBody {
     }
 }
 
-/// One unit of work on the units stream.
+/// One unit of work on the units stream. A field this worker does not know
+/// is refused rather than ignored: it may be a need the worker would not
+/// meet.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct UnitMessage {
     /// [`WIRE_VERSION`].
     pub version: u32,
@@ -314,6 +317,13 @@ pub enum Outcome {
         /// Why, naming the worker's file or object.
         reason: String,
     },
+    /// The unit ran, but its result is larger than the server takes: its
+    /// items get `output_too_large` error records, under the run's failure
+    /// policy.
+    TooLarge {
+        /// Sizes, and the server setting to raise.
+        reason: String,
+    },
 }
 
 impl Outcome {
@@ -369,6 +379,27 @@ impl WorkerHello {
     /// of `env`.
     pub fn meets(&self, needs: &[GuestNeed], env: &[String]) -> bool {
         meets(&self.offers, needs) && offers_env(&self.env, env)
+    }
+}
+
+/// Guest paths (`/docs:ro`) and variables (`$NAME`) as a list for people,
+/// or `no directories` when there are none.
+pub fn shown_offers(grants: &[GuestNeed], env: &[String]) -> String {
+    let mut parts: Vec<String> = grants
+        .iter()
+        .map(|grant| {
+            format!(
+                "{}{}",
+                grant.guest,
+                if grant.read_only { ":ro" } else { "" }
+            )
+        })
+        .collect();
+    parts.extend(env.iter().map(|name| format!("${name}")));
+    if parts.is_empty() {
+        "no directories".to_owned()
+    } else {
+        parts.join(", ")
     }
 }
 
@@ -545,7 +576,7 @@ mod tests {
         assert!(error.contains("wire version 99"), "{error}");
         let error = decode::<UnitResult>("result", br#"{"version": 1}"#).unwrap_err();
         assert!(
-            error.contains("wire version 1 (this sandloop speaks 2)"),
+            error.contains("wire version 1 (this sandloop speaks 3)"),
             "{error}"
         );
         let shape = format!(r#"{{"version": {WIRE_VERSION}, "unit_id": 5}}"#);

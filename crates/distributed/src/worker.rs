@@ -84,10 +84,11 @@ pub fn run_worker(config: WorkerConfig) -> Result<(), String> {
         .block_on(answer_roll_calls(&connection, &hello))
         .map_err(|error| format!("answering roll calls on {}: {error}", connection.url))?;
     tracing::info!(
-        "worker {} ready on {} with {} lane(s)",
+        "worker {} ready on {} with {} lane(s), offering {}",
         config.name,
         connection.url,
-        config.lanes
+        config.lanes,
+        crate::wire::shown_offers(&hello.offers, &hello.env)
     );
     let shared = Shared {
         runtime,
@@ -246,14 +247,14 @@ fn grants_for(offers: &[DirGrant], needs: &[GuestNeed]) -> Vec<DirGrant> {
 }
 
 /// `result` as JSON, or — when that is more than the server's
-/// `max_payload` bytes — a [`Outcome::Failed`] saying so (a result that
+/// `max_payload` bytes — a [`Outcome::TooLarge`] saying so (a result that
 /// cannot be published would only be run again and again).
 fn encode_within(mut result: UnitResult, max_payload: usize) -> Vec<u8> {
     let payload = serde_json::to_vec(&result).expect("a result serialises");
     if payload.len() <= max_payload {
         return payload;
     }
-    result.outcome = Outcome::Failed {
+    result.outcome = Outcome::TooLarge {
         reason: format!(
             "its result is {} bytes, more than the NATS server's max_payload ({max_payload} \
              bytes); raise max_payload in the server's configuration",
@@ -605,8 +606,8 @@ mod tests {
         let whole = serde_json::to_vec(&result).unwrap();
         assert_eq!(encode_within(result.clone(), whole.len()), whole);
         let shrunk: UnitResult = decode("r", &encode_within(result, 40)).unwrap();
-        let Outcome::Failed { reason } = shrunk.outcome else {
-            panic!("a failure");
+        let Outcome::TooLarge { reason } = shrunk.outcome else {
+            panic!("a result too large");
         };
         assert!(
             reason.contains(&format!("{} bytes", whole.len())),

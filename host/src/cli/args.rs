@@ -83,7 +83,7 @@ pub struct WorkerArgs {
     /// this worker does not offer is left to other workers.
     #[arg(long = "env", value_name = "NAME")]
     pub env: Vec<String>,
-    /// Units run at once, each in its own sandboxed instance.
+    /// Units run at once, each in its own sandboxed instance (1 to 256).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub lanes: usize,
     /// Where fetched components and their compiled code are kept

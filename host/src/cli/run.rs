@@ -71,7 +71,9 @@ pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxCo
     check_env_names(&args.env)?;
     for name in &args.env {
         if std::env::var_os(name).is_none() {
-            tracing::warn!("--env {name}: not set on the host, so the guest will not see it");
+            tracing::warn!(
+                "--env {name}: not set here, so the instances this process runs will not see it"
+            );
         }
     }
     let dirs = DirGrant::parse_all(&args.dirs).map_err(CliError::Input)?;
@@ -140,7 +142,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let session = RunSession::open(&args.out, args.resume, resumed_at).map_err(session_error)?;
     arm.resume = session.resumes();
     record_invocation(&session, &args, &loaded.info, &loaded.config().dirs)?;
-    interrupt_message(&args.out);
+    interrupt_message(&args.out, dispatcher.as_ref());
 
     let observer: Arc<dyn CallObserver> = call_log.clone();
     let replay = (protocols.replay && !args.no_replay).then(|| ReplayOptions {
@@ -519,14 +521,20 @@ fn arm_config(args: &RunArgs, sha256: &str) -> ArmConfig {
     }
 }
 
-/// On Ctrl-C, say how to continue, then stop at once (exit 130). What the
-/// interrupted epoch wrote is cut back when the run resumes.
-fn interrupt_message(out: &Path) {
+/// On Ctrl-C, say how to continue, withdraw the units a distributed run
+/// left queued, then stop (exit 130). What the interrupted epoch wrote is
+/// cut back when the run resumes.
+fn interrupt_message(out: &Path, dispatcher: Option<&Arc<crate::distributed::Dispatcher>>) {
     let out = out.display().to_string();
+    // Weak: the run's own stop drops the dispatcher, which withdraws then.
+    let dispatcher = dispatcher.map(Arc::downgrade);
     let _ = ctrlc::set_handler(move || {
         eprintln!(
             "\ninterrupted: {out} keeps every finished epoch; continue with the same command and --resume"
         );
+        if let Some(dispatcher) = dispatcher.as_ref().and_then(std::sync::Weak::upgrade) {
+            dispatcher.withdraw_queued();
+        }
         std::process::exit(130);
     });
 }

@@ -36,12 +36,18 @@ pub(super) fn check_unsupported(args: &RunArgs, protocols: Protocols) -> Result<
         )))
     };
     if super::run::fork_kind(args, protocols)? == Some(ForkKind::Snapshot) {
-        return refuse(
-            "children forked by snapshot (workers fork children by state transfer, which needs \
-             the `replay-children` export); use --child-workers 0 to run each suffix in its \
-             group's instance, or --no-replay",
-        );
+        let instead = if protocols.replay_children {
+            "use --fork state"
+        } else {
+            "the adapter does not export `replay-children`: use --child-workers 0 to run each \
+             suffix in its group's instance, or --no-replay"
+        };
+        return refuse(&format!(
+            "children forked by snapshot (workers fork children by state transfer); {instead}"
+        ));
     }
+    crate::distributed::transport::check_url(args.nats.as_deref().unwrap_or_default())
+        .map_err(CliError::Input)?;
     if args.nats_wait == 0 {
         return Err(CliError::Input(
             "--nats-wait must be at least 1 second".into(),

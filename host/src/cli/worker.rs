@@ -6,11 +6,17 @@ use super::args::WorkerArgs;
 use crate::distributed::{NatsTarget, WorkerConfig, run_worker};
 use crate::sandbox::DirGrant;
 
+/// Most lanes one worker runs.
+const MAX_LANES: usize = 256;
+
 /// Run the `worker` command (exit 2 on bad flags, 1 when the server cannot
 /// be used).
 pub fn worker(args: WorkerArgs) -> Result<(), CliError> {
-    if args.lanes == 0 {
-        return Err(CliError::Input("--lanes must be at least 1".into()));
+    if !(1..=MAX_LANES).contains(&args.lanes) {
+        return Err(CliError::Input(format!(
+            "--lanes must be from 1 to {MAX_LANES} (the lanes of all workers together wait on one \
+             JetStream consumer, which takes 512 waiting pulls by default)"
+        )));
     }
     let offers = DirGrant::parse_all(&args.dirs).map_err(CliError::Input)?;
     super::run::check_env_names(&args.env)?;
@@ -18,6 +24,16 @@ pub fn worker(args: WorkerArgs) -> Result<(), CliError> {
         .cache_dir
         .or_else(crate::sandbox::config::default_cache_dir)
         .unwrap_or_else(|| std::env::temp_dir().join("sandloop-worker"));
+    crate::distributed::transport::check_url(&args.nats).map_err(CliError::Input)?;
+    check_cache_dir(&cache_dir)?;
+    for name in &args.env {
+        if std::env::var_os(name).is_none() {
+            tracing::warn!(
+                "--env {name}: not set in this worker's environment, so the units it runs will \
+                 not see it"
+            );
+        }
+    }
     let name = args.name.unwrap_or_else(default_name);
     if name.is_empty() {
         return Err(CliError::Input("--name must not be empty".into()));
@@ -34,6 +50,23 @@ pub fn worker(args: WorkerArgs) -> Result<(), CliError> {
         cache_dir,
     })
     .map_err(CliError::Failed)
+}
+
+/// Refuses (exit 1) a cache directory this worker cannot write: every unit
+/// would be handed back for ever.
+fn check_cache_dir(cache_dir: &std::path::Path) -> Result<(), CliError> {
+    let components = cache_dir.join("components");
+    let probe = components.join(format!(".write-check-{}", std::process::id()));
+    std::fs::create_dir_all(&components)
+        .and_then(|()| std::fs::File::create(&probe))
+        .and_then(|_| std::fs::remove_file(&probe))
+        .map_err(|error| {
+            CliError::Failed(format!(
+                "the cache directory {} cannot be written ({error}); give --cache-dir a \
+                 writable directory",
+                cache_dir.display()
+            ))
+        })
 }
 
 /// `HOST-PID`: the machine's host name and this process's id.

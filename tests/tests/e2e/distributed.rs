@@ -304,10 +304,131 @@ fn what_nats_runs_do_not_support_yet_is_refused_before_anything_runs() {
         2,
         &[
             "--nats does not yet support children forked by snapshot",
-            "--child-workers 0",
+            "use --fork state",
         ],
     );
     assert!(!out.exists(), "nothing written");
+}
+
+#[test]
+fn worker_flags_are_checked_before_connecting() {
+    let dir = tempfile::tempdir().unwrap();
+    let worker = |extra: &[&str]| {
+        sandloop()
+            .args(["worker"])
+            .args(extra)
+            .args(["--cache-dir", s(&dir.path().join("cache"))])
+            .output()
+            .unwrap()
+    };
+    let unreachable = "nats://127.0.0.1:9";
+    assert_exit(
+        &worker(&["--nats", "http://127.0.0.1:4222"]),
+        2,
+        &[
+            "--nats http://127.0.0.1:4222",
+            "invalid scheme",
+            "nats://HOST:4222",
+        ],
+    );
+    assert_exit(&worker(&["--nats", "nats://"]), 2, &["no host"]);
+    assert_exit(
+        &worker(&["--nats", unreachable, "--lanes", "257"]),
+        2,
+        &["--lanes must be from 1 to 256"],
+    );
+    assert_exit(
+        &worker(&["--nats", unreachable, "--env", "A=B"]),
+        2,
+        &["not NAME=VALUE"],
+    );
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let output = sandloop()
+        .args(["worker", "--nats", unreachable, "--cache-dir", s(&file)])
+        .output()
+        .unwrap();
+    assert_exit(&output, 1, &["cannot be written", "--cache-dir"]);
+}
+
+#[test]
+fn results_and_units_too_large_for_the_server_become_error_records() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("w.log");
+    let _worker = worker(&nats, "w", &["--lanes", "2"], &log);
+    let items = vec![
+        serde_json::json!({"item_id": "huge-result", "family": "a", "text": "x",
+                           "attack": "huge_output", "bytes": 1_100_000}),
+        serde_json::json!({"item_id": "huge-unit", "family": "b",
+                           "text": "x".repeat(1_100_000), "attack": "read_env"}),
+        serde_json::json!({"item_id": "plain", "family": "c", "text": "x", "attack": "read_env"}),
+    ];
+    let items = crate::support::write_items(dir.path(), "items.jsonl", &items);
+    let out = dir.path().join("run");
+    let flags = ["--nats", &nats.url, "--workers", "3"];
+    let output = hostile_run(&items, &out, "10", &flags).output().unwrap();
+    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &[log]));
+    let records = records(&out);
+    // The record named by the item's id (a group whose preparation failed
+    // has only that one).
+    let of = |id: &str, field: &str| {
+        records
+            .iter()
+            .find(|record| record["item_id"] == id)
+            .unwrap_or_else(|| panic!("a record of {id}: {records:?}"))[field]
+            .clone()
+    };
+    assert_eq!(
+        of("huge-result", "adapter_error")["type"],
+        "output_too_large"
+    );
+    assert_eq!(of("huge-unit", "adapter_error")["type"], "invalid_item");
+    for id in ["huge-result", "huge-unit"] {
+        let message = of(id, "adapter_error")["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            message.contains("max_payload (1048576 bytes)"),
+            "{id}: {message}"
+        );
+    }
+    assert_eq!(
+        of("plain", "adapter_error"),
+        Value::Null,
+        "the other unit ran"
+    );
+    assert_eq!(of("plain", "var_count"), 0);
+}
+
+#[test]
+fn a_coordinator_stopped_by_ctrl_c_withdraws_its_queued_units() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("only.log");
+    let _only = worker(&nats, "only", &[], &log);
+    let items = spin_items(dir.path(), 4);
+    let out = dir.path().join("run");
+    let flags = ["--nats", &nats.url, "--workers", "4"];
+    let mut run = spawn_piped(&mut hostile_run(&items, &out, "30", &flags));
+    wait_for_log(&log, "running (delivery 1)", Duration::from_secs(60));
+    let started = Instant::now();
+    while queued_units(&nats) < 4 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "4 units published"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SAFETY: kill(2) on the run's own process id.
+    assert_eq!(unsafe { libc::kill(run.0.id() as i32, libc::SIGINT) }, 0);
+    let output = output_within(&mut run, Duration::from_secs(30), "the interrupted run");
+    assert_exit(&output, 130, &["interrupted", "--resume"]);
+    assert!(
+        queued_units(&nats) <= 1,
+        "only the unit the worker runs is left, not the three queued"
+    );
 }
 
 #[test]

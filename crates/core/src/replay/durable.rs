@@ -274,10 +274,13 @@ impl ReplayStore {
                         durable.kind
                     ));
                 }
-                if !is_state_file_name(&expected)
-                    || durable.file != expected
-                    || durable.items_file != items_expected
-                {
+                if !is_state_file_name(&expected) {
+                    return Err(format!(
+                        "point id {id:?} cannot name a file under {STATES_DIR}/ (it holds a path \
+                         separator or is `.` or `..`)"
+                    ));
+                }
+                if durable.file != expected || durable.items_file != items_expected {
                     return Err(format!(
                         "point {id}: durable_state names {:?} and {:?}, not {expected:?} and {items_expected:?}",
                         durable.file, durable.items_file
@@ -758,6 +761,9 @@ pub(crate) mod tests {
         let mut escaping = lines[0].clone();
         escaping.durable_state.as_mut().unwrap().file = "../outside.bin".into();
         assert!(refused(&escaping, Some((&state, &items))).contains("../outside.bin"));
+        let mut climbing = lines[0].clone();
+        climbing.point.replay_point_id = "../rp-1".into();
+        assert!(refused(&climbing, Some((&state, &items))).contains("cannot name a file"));
         let mut snapshot = lines[0].clone();
         snapshot.durable_state.as_mut().unwrap().kind = DurableKind::Snapshot;
         assert!(refused(&snapshot, Some((&state, &items))).contains("Snapshot"));
