@@ -571,7 +571,12 @@ fn route(ledger: &SharedLedger, payload: &[u8]) -> Option<u64> {
         }
     };
     if result.outcome == Outcome::Started {
-        let (sequence, waiter) = lock(ledger).started(&result.unit_id)?;
+        let (sequence, waiter) = {
+            let mut ledger = lock(ledger);
+            // A worker that dies on the unit was seen all the same.
+            ledger.saw_worker(&result.worker);
+            ledger.started(&result.unit_id)?
+        };
         tracing::warn!(
             "unit {} started {} times without a result; giving it up",
             result.unit_id,

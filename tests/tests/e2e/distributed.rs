@@ -939,5 +939,17 @@ fn a_unit_that_kills_every_worker_it_starts_on_is_given_up_as_an_error_record() 
         serde_json::json!({}),
         "{distributed}"
     );
+    let seen: Vec<&str> = distributed["workers_seen"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|name| name.as_str().unwrap())
+        .collect();
+    for name in ["w1", "w2", "w3", "w4"] {
+        assert!(
+            seen.contains(&name),
+            "every worker it killed was seen: {distributed}"
+        );
+    }
     assert_eq!(queued_units(&nats), 0, "the unit was withdrawn");
 }
