@@ -34,6 +34,11 @@ impl NatsServer {
     /// Starts one; panics naming the install command when `nats-server` is
     /// missing, or when it does not listen within 10 s.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// [`NatsServer::start`] with `extra` server flags (`--user U --pass P`).
+    pub fn start_with(extra: &[&str]) -> Self {
         let binary = nats_server_binary().unwrap_or_else(|| {
             panic!(
                 "nats-server is not installed; distributed runs need it: \
@@ -48,6 +53,7 @@ impl NatsServer {
         let process = Command::new(&binary)
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
             .arg(store.path())
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -144,6 +144,39 @@ pub fn check_url(url: &str) -> Result<(), String> {
     }
 }
 
+/// Credentials written in a `--nats` URL.
+#[derive(Debug, PartialEq, Eq)]
+enum UrlCredentials {
+    /// `nats://USER:PASSWORD@HOST`.
+    Password {
+        /// The user.
+        user: String,
+        /// The password.
+        password: String,
+    },
+    /// `nats://TOKEN@HOST`.
+    Token(String),
+}
+
+/// The credentials of `url`, percent-decoded (the client itself does not
+/// read them from the URL).
+fn url_credentials(url: &str) -> Option<UrlCredentials> {
+    let address = url.parse::<async_nats::ServerAddr>().ok()?;
+    let decode = |text: &str| {
+        percent_encoding::percent_decode_str(text)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let user = decode(address.username()?);
+    Some(match address.password() {
+        Some(password) => UrlCredentials::Password {
+            user,
+            password: decode(password),
+        },
+        None => UrlCredentials::Token(user),
+    })
+}
+
 /// Connects to `target` as `name`.
 ///
 /// # Errors
@@ -151,13 +184,23 @@ pub fn check_url(url: &str) -> Result<(), String> {
 /// refuses the credentials.
 pub async fn connect(target: &NatsTarget, name: &str) -> Result<Connection, TransportError> {
     let shown = shown_url(&target.url);
-    let options = match &target.creds {
-        Some(path) => async_nats::ConnectOptions::with_credentials_file(path)
+    let options = match (&target.creds, url_credentials(&target.url)) {
+        (Some(path), None) => async_nats::ConnectOptions::with_credentials_file(path)
             .await
             .map_err(|error| {
                 TransportError::new(format!("reading --nats-creds {}", path.display()), error)
             })?,
-        None => async_nats::ConnectOptions::new(),
+        (Some(_), Some(_)) => {
+            return Err(TransportError::new(
+                format!("connecting to {shown}"),
+                "give either a user in the URL or --nats-creds, not both",
+            ));
+        }
+        (None, Some(UrlCredentials::Password { user, password })) => {
+            async_nats::ConnectOptions::with_user_and_password(user, password)
+        }
+        (None, Some(UrlCredentials::Token(token))) => async_nats::ConnectOptions::with_token(token),
+        (None, None) => async_nats::ConnectOptions::new(),
     };
     let client = options
         .name(name)
@@ -462,6 +505,23 @@ impl Drop for Runtime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_the_url_are_read_and_decoded() {
+        assert_eq!(url_credentials("nats://127.0.0.1:4222"), None);
+        assert_eq!(
+            url_credentials("nats://team-a:p%40ss%3Aword@nats.example:4222"),
+            Some(UrlCredentials::Password {
+                user: "team-a".into(),
+                password: "p@ss:word".into()
+            })
+        );
+        assert_eq!(
+            url_credentials("tls://s3cr3t@nats.example"),
+            Some(UrlCredentials::Token("s3cr3t".into()))
+        );
+        assert_eq!(url_credentials("not a url"), None);
+    }
 
     #[test]
     fn passwords_are_not_shown() {

@@ -24,9 +24,14 @@ use nats_server::NatsServer;
 /// stderr goes to `log`, with a `running (delivery N)` line per unit it
 /// starts.
 fn worker(nats: &NatsServer, name: &str, extra: &[&str], log: &Path) -> KillOnDrop {
+    worker_on(&nats.url, name, extra, log)
+}
+
+/// [`worker`] on the server at `url`.
+fn worker_on(url: &str, name: &str, extra: &[&str], log: &Path) -> KillOnDrop {
     let log = std::fs::File::create(log).expect("worker log");
     let child = sandloop()
-        .args(["worker", "--nats", &nats.url, "--name", name])
+        .args(["worker", "--nats", url, "--name", name])
         .args(extra)
         .env("RUST_LOG", "info,sandloop_distributed=debug")
         .stdout(Stdio::null())
@@ -308,6 +313,35 @@ fn what_nats_runs_do_not_support_yet_is_refused_before_anything_runs() {
         ],
     );
     assert!(!out.exists(), "nothing written");
+}
+
+#[test]
+fn a_user_and_password_in_the_url_log_both_ends_in() {
+    let nats = NatsServer::start_with(&["--user", "team-a", "--pass", "p@ss:word"]);
+    let with = |password: &str| {
+        nats.url
+            .replace("nats://", &format!("nats://team-a:{password}@"))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("w.log");
+    let _worker = worker_on(&with("p%40ss%3Aword"), "w", &[], &log);
+    let item = serde_json::json!({"item_id": "a", "text": "x", "attack": "read_env"});
+    let items = crate::support::write_items(dir.path(), "items.jsonl", &[item]);
+    let out = dir.path().join("run");
+    let output = hostile_run(&items, &out, "5", &["--nats", &with("p%40ss%3Aword")])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &[log]));
+    assert!(!records(&out).is_empty());
+    let wrong = dir.path().join("wrong");
+    let output = hostile_run(&items, &wrong, "5", &["--nats", &with("guess")])
+        .output()
+        .unwrap();
+    assert_exit(&output, 1, &["authorization violation", "team-a:***@"]);
+    assert!(
+        !stderr(&output).contains("guess"),
+        "the password is never shown"
+    );
 }
 
 #[test]
