@@ -15,20 +15,19 @@ use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Prot
 use sandloop_core::episode::clock::Clock;
 use sandloop_core::episode::policy::{FailurePolicy, FatalError};
 use sandloop_core::harness::work::{UnitError, UnitRunner, WorkUnit, load_stored};
-use sandloop_core::replay::ReplayMetricLedger;
-use sandloop_core::replay::durable::{PointLine, ReplayStore};
 use sandloop_sandbox::{CallLines, CallLog};
 
 use crate::ledger::{DistributedSummary, Ledger, MAX_STARTS, Settled};
 use crate::lock;
 use crate::lost::{lost_unit_records, unit_error_records};
+use crate::points::RemoteReplay;
 use crate::transport::{
-    ComponentError, Connection, NatsTarget, RESULTS_PREFIX, ROLL_CALL_SUBJECT, Runtime,
-    STATES_BUCKET, TransportError, UNITS_PREFIX, connect,
+    Connection, NatsTarget, RESULTS_PREFIX, ROLL_CALL_SUBJECT, Runtime, TransportError,
+    UNITS_PREFIX, connect,
 };
 use crate::wire::{
-    GuestNeed, Limits, Outcome, ReplaySettings, ReplayShipment, UnitBody, UnitMessage, UnitResult,
-    WIRE_VERSION, WorkerHello, decode, shown_offers,
+    GuestNeed, Limits, Outcome, ReplaySettings, UnitBody, UnitMessage, UnitResult, WIRE_VERSION,
+    WorkerHello, decode, shown_offers,
 };
 
 /// What a distributed run sends with every unit, and how long it waits for
@@ -317,70 +316,6 @@ pub struct RemoteLane {
     replay: Option<RemoteReplay>,
 }
 
-/// The replay points of a distributed run: how workers run them, and the
-/// coordinator's store and metrics they end in.
-#[derive(Clone)]
-pub struct RemoteReplay {
-    /// Sent with every unit.
-    pub settings: ReplaySettings,
-    /// The run directory's `replay-points.jsonl` and `replay-points/`.
-    pub store: Arc<ReplayStore>,
-    /// The run's replay metrics (`summary.json`'s `replay`).
-    pub metrics: Arc<ReplayMetricLedger>,
-}
-
-impl RemoteReplay {
-    /// Keeps what a unit's worker sent of its replay points: the metrics
-    /// added, each point's state and items fetched from
-    /// [`STATES_BUCKET`] (checked against their digests) and written with
-    /// its line. What cannot be kept (a damaged line, a state missing or
-    /// tampered with) is a write error of the run's store, which makes the
-    /// run fail at its end; the unit's records stand.
-    fn receive(&self, dispatcher: &Dispatcher, unit: &str, shipment: ReplayShipment) {
-        let note = |error: String| {
-            self.store.note_error(format!("unit {unit}: {error}"));
-        };
-        if let Err(error) = self.metrics.absorb(&shipment.metrics) {
-            note(error);
-        }
-        for error in shipment.errors {
-            note(format!("on the worker: {error}"));
-        }
-        for record in &shipment.points {
-            let line = match PointLine::from_record(record) {
-                Ok(line) => line,
-                Err(error) => {
-                    note(format!("a replay point line: {error}"));
-                    continue;
-                }
-            };
-            let files = match &line.durable_state {
-                None => Ok(None),
-                Some(durable) => dispatcher.runtime.block_on(async {
-                    let state = fetch_state(&dispatcher.connection, &durable.sha256).await?;
-                    let items = fetch_state(&dispatcher.connection, &durable.items_sha256).await?;
-                    Ok::<_, ComponentError>(Some((state, items)))
-                }),
-            };
-            if let Ok(Some((state, items))) = &files {
-                lock(&dispatcher.ledger).received((state.len() + items.len()) as u64);
-            }
-            let received = match files {
-                Ok(files) => self.store.receive_point(
-                    &line,
-                    files
-                        .as_ref()
-                        .map(|(state, items)| (state.as_slice(), items.as_slice())),
-                ),
-                Err(error) => Err(format!("point {}: {error}", line.point.replay_point_id)),
-            };
-            if let Err(error) = received {
-                note(error);
-            }
-        }
-    }
-}
-
 impl UnitRunner for RemoteLane {
     fn run_unit(
         &mut self,
@@ -429,7 +364,14 @@ impl UnitRunner for RemoteLane {
             }
         }
         if let (Some(replay), Some(shipment)) = (&self.replay, result.replay.take()) {
-            replay.receive(&self.dispatcher, &result.unit_id, shipment);
+            let dispatcher = &self.dispatcher;
+            replay.receive(
+                &dispatcher.runtime,
+                &dispatcher.connection,
+                &result.unit_id,
+                shipment,
+                |bytes| lock(&dispatcher.ledger).received(bytes),
+            );
         }
         let remote = |message: String| {
             UnitError::Remote(format!(
@@ -478,22 +420,6 @@ fn keep_json_objects(lines: &mut CallLines) {
         .is_some_and(|line| !one_object(line))
     {
         lines.output = None;
-    }
-}
-
-/// The object `sha256` of [`STATES_BUCKET`], tried up to three times while
-/// it cannot be read (another worker storing the same bytes replaces the
-/// object's chunks under a reader); a tampered object is refused at once.
-async fn fetch_state(connection: &Connection, sha256: &str) -> Result<Vec<u8>, ComponentError> {
-    let mut tries = 0;
-    loop {
-        match connection.get_by_digest(STATES_BUCKET, sha256).await {
-            Err(ComponentError::Unavailable(_)) if tries < 2 => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_millis(200 * tries)).await;
-            }
-            fetched => return fetched,
-        }
     }
 }
 

@@ -8,18 +8,20 @@
 //! back. Modules: [`wire`] (the messages), [`transport`] (connection,
 //! streams, the component's object store), [`ledger`] (units in flight,
 //! one result per unit, the summary's figures), [`lost`] (the records of
-//! a unit no worker could finish), [`coordinator`],
-//! [`worker`].
+//! a unit no worker could finish), [`points`] (replay points between the
+//! two ends), [`coordinator`], [`worker`].
 
 pub mod coordinator;
 pub mod ledger;
 pub mod lost;
+pub mod points;
 pub mod transport;
 pub mod wire;
 pub mod worker;
 
-pub use coordinator::{Dispatcher, RemoteLane, RemoteReplay, RunSpec};
+pub use coordinator::{Dispatcher, RemoteLane, RunSpec};
 pub use ledger::DistributedSummary;
+pub use points::RemoteReplay;
 pub use transport::NatsTarget;
 pub use wire::{GuestNeed, Limits, ReplaySettings};
 pub use worker::{WorkerConfig, run_worker};

@@ -16,21 +16,20 @@ use futures_util::StreamExt;
 use sandloop_core::episode::clock::SystemClock;
 use sandloop_core::harness::queue::branch_id;
 use sandloop_core::harness::work::{UnitError, UnitRunner};
-use sandloop_core::replay::ReplayMetricLedger;
-use sandloop_core::replay::durable::ReplayStore;
 use sandloop_sandbox::{
-    CallLines, CallObserver, CallReport, DirGrant, LoadedAdapter, ReplayOptions, SandboxConfig,
-    SandboxEngine, WasmAdapter, load,
+    CallLines, CallObserver, CallReport, DirGrant, LoadedAdapter, SandboxConfig, SandboxEngine,
+    WasmAdapter, load,
 };
 
 use crate::lock;
+use crate::points::LaneReplay;
 use crate::transport::{
     ACK_WAIT, ComponentError, Connection, HAND_BACK_DELAY, NatsTarget, ROLL_CALL_SUBJECT, Runtime,
-    STATES_BUCKET, connect,
+    connect,
 };
 use crate::wire::{
-    GuestNeed, Outcome, ReplaySettings, ReplayShipment, UnitMessage, UnitResult, WIRE_VERSION,
-    WorkerHello, decode, meets, offers_env,
+    GuestNeed, Outcome, ReplayShipment, UnitMessage, UnitResult, WIRE_VERSION, WorkerHello, decode,
+    meets, offers_env,
 };
 
 /// A worker's settings (`sandloop worker` flags).
@@ -295,74 +294,6 @@ struct LaneAdapter {
     replay: Option<LaneReplay>,
 }
 
-/// The replay points of a lane's units: their lines and metrics kept in
-/// memory, their durable states in a temporary directory, until the unit's
-/// result carries them to the coordinator.
-struct LaneReplay {
-    store: Arc<ReplayStore>,
-    metrics: Arc<ReplayMetricLedger>,
-    dir: tempfile::TempDir,
-}
-
-impl LaneReplay {
-    fn new(settings: ReplaySettings) -> std::io::Result<(Self, ReplayOptions)> {
-        let dir = tempfile::Builder::new()
-            .prefix("sandloop-worker-points-")
-            .tempdir()?;
-        let store = Arc::new(ReplayStore::capturing(dir.path()));
-        let metrics = Arc::new(ReplayMetricLedger::new());
-        let options = ReplayOptions {
-            metrics: Arc::clone(&metrics),
-            store: Some(Arc::clone(&store)),
-            minimum_fidelity: settings.minimum_fidelity,
-            child_workers: settings.child_workers,
-            snapshots: None,
-        };
-        Ok((
-            Self {
-                store,
-                metrics,
-                dir,
-            },
-            options,
-        ))
-    }
-
-    /// What the last unit left: its points' lines (their states and items
-    /// stored by digest in [`STATES_BUCKET`] and removed from here), its
-    /// metrics and its write errors.
-    ///
-    /// # Errors
-    /// A state could not be read back or stored: the unit is handed back.
-    fn ship(&self, shared: &Shared) -> Result<ReplayShipment, String> {
-        // Taken first: a unit handed back leaves nothing to the next one.
-        let lines = self.store.take_captured();
-        let metrics = self.metrics.take_totals();
-        let errors = self.store.take_errors();
-        let mut points = Vec::with_capacity(lines.len());
-        for line in &lines {
-            if let Some(durable) = &line.durable_state {
-                for file in [&durable.file, &durable.items_file] {
-                    let path = self.dir.path().join(file);
-                    let bytes = std::fs::read(&path)
-                        .map_err(|error| format!("reading {}: {error}", path.display()))?;
-                    shared
-                        .runtime
-                        .block_on(shared.connection.put_by_digest(STATES_BUCKET, &bytes))
-                        .map_err(|error| error.to_string())?;
-                    let _ = std::fs::remove_file(&path);
-                }
-            }
-            points.push(line.to_record());
-        }
-        Ok(ReplayShipment {
-            points,
-            metrics,
-            errors,
-        })
-    }
-}
-
 impl<'a> Lane<'a> {
     fn new(shared: &'a Shared, lane: usize) -> Self {
         Self {
@@ -576,7 +507,7 @@ impl<'a> Lane<'a> {
                 },
             };
         let shipment = match &lane.replay {
-            Some(replay) => Some(replay.ship(self.shared)?),
+            Some(replay) => Some(replay.ship(&self.shared.runtime, &self.shared.connection)?),
             None => None,
         };
         Ok((outcome, shipment))
