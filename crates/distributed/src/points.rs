@@ -1,5 +1,5 @@
 //! Replay points across machines, both ends: a worker lane keeps the
-//! points of the units it runs ([`LaneReplay`]: lines and metrics in
+//! points of the units it runs (`LaneReplay`: lines and metrics in
 //! memory, durable states in a temporary directory) and ships them with
 //! each unit's result, the states by digest through the object store
 //! bucket [`STATES_BUCKET`]; the coordinator ([`RemoteReplay`]) fetches
