@@ -349,9 +349,7 @@ impl UnitRunner for RemoteLane {
         };
         if let Some(log) = &self.dispatcher.call_log {
             for lines in &mut result.calls {
-                let before = lines.traces.len() + usize::from(lines.output.is_some());
-                keep_json_objects(lines);
-                let dropped = before - lines.traces.len() - usize::from(lines.output.is_some());
+                let dropped = keep_json_objects(lines);
                 if dropped > 0 {
                     tracing::warn!(
                         "unit {} on worker {}: dropped {dropped} trace or output line(s) that \
@@ -407,20 +405,26 @@ impl UnitRunner for RemoteLane {
 }
 
 /// Keeps of `lines` (a worker's, untrusted) only the trace and output lines
-/// that are one JSON object each on one line, as the run's files hold them.
-fn keep_json_objects(lines: &mut CallLines) {
+/// that are one JSON object each on one line, as the run's files hold them;
+/// returns how many it dropped. Checked without building the objects.
+fn keep_json_objects(lines: &mut CallLines) -> usize {
     let one_object = |line: &str| {
         !line.contains(['\n', '\r'])
-            && serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(line).is_ok()
+            && line.trim_start().starts_with('{')
+            && serde_json::from_str::<serde::de::IgnoredAny>(line).is_ok()
     };
+    let before = lines.traces.len();
     lines.traces.retain(|line| one_object(line));
+    let mut dropped = before - lines.traces.len();
     if lines
         .output
         .as_deref()
         .is_some_and(|line| !one_object(line))
     {
         lines.output = None;
+        dropped += 1;
     }
+    dropped
 }
 
 /// The body of `unit`, a stored group's items read from its file.
@@ -636,7 +640,7 @@ mod tests {
             ],
             output: Some("{\"call\":\"x\"}\r".into()),
         };
-        keep_json_objects(&mut lines);
+        assert_eq!(keep_json_objects(&mut lines), 4);
         assert_eq!(lines.traces, [r#"{"event_id":"a"}"#, r#"{"event_id":"b"}"#]);
         assert_eq!(lines.output, None);
         let mut honest = CallLines {
@@ -644,7 +648,7 @@ mod tests {
             traces: vec![],
             output: Some(r#"{"call":"execute"}"#.into()),
         };
-        keep_json_objects(&mut honest);
+        assert_eq!(keep_json_objects(&mut honest), 0);
         assert!(honest.output.is_some());
     }
 

@@ -365,36 +365,31 @@ impl<'a> Lane<'a> {
         };
         // Fetching and compiling the component count as running the unit
         // (the heartbeat covers them); a start is told once it can run.
-        let outcome = match self.shared.components.get(self.shared, &unit) {
-            Err(Unusable::Later(reason)) => {
-                heartbeat.abort();
+        // `Err`: not now (the object store, this disk, the unit's replay
+        // points), hand the unit back for a later try, here or elsewhere.
+        let ran = match self.shared.components.get(self.shared, &unit) {
+            Err(Unusable::Later(reason)) => Err(reason),
+            Err(Unusable::Never(reason)) => {
+                tracing::warn!("unit {}: {reason}", unit.unit_id);
+                Ok((Outcome::Failed { reason }, None))
+            }
+            Ok(loaded) => {
+                self.publish_started(&unit, attempt);
+                tracing::debug!("unit {}: running (delivery {attempt})", unit.unit_id);
+                self.execute(&unit, loaded)
+            }
+        };
+        heartbeat.abort();
+        let (outcome, replay) = match ran {
+            Ok(ran) => ran,
+            Err(reason) => {
+                std::mem::take(&mut *lock(&self.collector.0));
                 tracing::warn!("unit {}: {reason}; handing it back", unit.unit_id);
                 let nak = AckKind::Nak(Some(HAND_BACK_DELAY));
                 let _ = runtime.block_on(message.ack_with(nak));
                 return;
             }
-            Err(Unusable::Never(reason)) => {
-                tracing::warn!("unit {}: {reason}", unit.unit_id);
-                (Outcome::Failed { reason }, None)
-            }
-            Ok(loaded) => {
-                self.publish_started(&unit, attempt);
-                tracing::debug!("unit {}: running (delivery {attempt})", unit.unit_id);
-                match self.execute(&unit, loaded) {
-                    Ok(ran) => ran,
-                    Err(reason) => {
-                        heartbeat.abort();
-                        std::mem::take(&mut *lock(&self.collector.0));
-                        tracing::warn!("unit {}: {reason}; handing it back", unit.unit_id);
-                        let nak = AckKind::Nak(Some(HAND_BACK_DELAY));
-                        let _ = runtime.block_on(message.ack_with(nak));
-                        return;
-                    }
-                }
-            }
         };
-        heartbeat.abort();
-        let (outcome, replay) = outcome;
         let calls = std::mem::take(&mut *lock(&self.collector.0));
         let mut result = self.result(&unit, attempt, outcome, calls);
         result.replay = replay;
