@@ -147,7 +147,7 @@ fn group_items(loaded: &Arc<LoadedAdapter>, children: usize, pad_bytes: usize) -
     let mut items = vec![seed.clone()];
     for k in 1..children {
         let spec = json!({"spec_id": format!("v{k:02}"), "seed_family": "probe", "ops": []});
-        let spec = spec.as_object().unwrap().clone();
+        let spec = Item::from(spec.as_object().unwrap().clone());
         items.push(control.compile_variant(&spec, &seed).unwrap());
     }
     items

@@ -132,7 +132,7 @@ fn seed_and_variants(loaded: &Arc<LoadedAdapter>) -> (Item, Vec<Item>) {
     let mut items = vec![seed.clone()];
     for spec in catalog["specs"].as_array().unwrap() {
         if spec["seed_family"] == family.as_str() {
-            let spec = spec.as_object().unwrap().clone();
+            let spec = Item::from(spec.as_object().unwrap().clone());
             items.push(control.compile_variant(&spec, &seed).unwrap());
         }
     }

@@ -440,7 +440,7 @@ fn main() {
         .into_iter()
         .find(|seed| seed["item_id"] == "README.md")
         .unwrap();
-    let seed = Value::Object(seed).to_string();
+    let seed = Value::from(seed).to_string();
     run_case(
         &Case {
             name: "markdown-explorer",

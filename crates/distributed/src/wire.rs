@@ -448,9 +448,9 @@ mod tests {
 
     use super::*;
 
-    fn obj(value: serde_json::Value) -> Item {
+    fn obj<T: From<serde_json::Map<String, serde_json::Value>>>(value: serde_json::Value) -> T {
         match value {
-            serde_json::Value::Object(map) => map,
+            serde_json::Value::Object(map) => T::from(map),
             _ => unreachable!(),
         }
     }

@@ -421,10 +421,7 @@ impl WasmAdapter {
                 _ => TraceLog::new(group, "main").ok(),
             };
         }
-        let id = item
-            .get("item_id")
-            .and_then(|v| v.as_str())
-            .unwrap_or("item");
+        let id = item.item_id_str().unwrap_or("item");
         TraceLog::new(id, "main").ok()
     }
 
@@ -503,7 +500,7 @@ impl WasmAdapter {
         if let Some(result) = self.run_from_group_point(handle, item, ctx) {
             return result;
         }
-        let json = to_json(item);
+        let json = item.json_text();
         let wit_ctx = self.context(ctx);
         let trace = self.trace_for(ctx, item);
         let resource = handle.resource.get();
@@ -548,11 +545,7 @@ fn last_stderr_words(output: &CallOutput) -> Option<String> {
 }
 
 fn item_id(item: &Item) -> Option<&str> {
-    item.get("item_id").and_then(|value| value.as_str())
-}
-
-fn to_json(item: &Item) -> String {
-    serde_json::to_string(item).expect("a JSON map always serialises")
+    item.item_id_str()
 }
 
 /// Parse what the adapter returned as one JSON object within `max_bytes`
@@ -638,7 +631,7 @@ impl EpisodeAdapter for WasmAdapter {
         if self.loaded.indices.episode.is_none() {
             return Err(Self::missing("episode.execute"));
         }
-        let json = to_json(item);
+        let json = item.json_text();
         let wit_ctx = self.context(ctx);
         let trace = self.trace_for(ctx, item);
         let (result, _) = self.call("execute", item_id(item), trace, |live| {
@@ -658,8 +651,11 @@ impl EpisodeAdapter for WasmAdapter {
         if self.loaded.indices.groups.is_none() {
             return Err(Self::missing("episode-groups.prepare-episode-group"));
         }
-        let seed_json = to_json(seed);
-        let item_json: Vec<String> = items.iter().map(to_json).collect();
+        let seed_json = seed.json_text().into_owned();
+        let item_json: Vec<String> = items
+            .iter()
+            .map(|item| item.json_text().into_owned())
+            .collect();
         let result = self.call_prepare(&seed_json, &item_json, item_id(seed), ctx);
         let Some(prepared) = result?.map_err(declared)? else {
             return Ok(None);
@@ -759,7 +755,9 @@ impl SeedSource for WasmAdapter {
         texts
             .iter()
             .enumerate()
-            .map(|(index, text)| parse_object(text, max, &format!("seed item {index}")))
+            .map(|(index, text)| {
+                parse_object(text, max, &format!("seed item {index}")).map(Item::from)
+            })
             .collect()
     }
 
@@ -767,8 +765,8 @@ impl SeedSource for WasmAdapter {
         if self.loaded.indices.variants.is_none() {
             return Err(Self::missing("variants.compile-variant"));
         }
-        let spec_json = to_json(spec);
-        let seed_json = to_json(seed);
+        let spec_json = spec.json_text();
+        let seed_json = seed.json_text();
         let spec_id = spec
             .get("spec_id")
             .and_then(|v| v.as_str())
@@ -780,7 +778,7 @@ impl SeedSource for WasmAdapter {
             guest.call_compile_variant(&mut live.store, &spec_json, &seed_json)
         });
         let text = result?.map_err(declared)?;
-        parse_object(&text, self.max_output(), "the compiled variant item")
+        parse_object(&text, self.max_output(), "the compiled variant item").map(Item::from)
     }
 }
 

@@ -33,7 +33,7 @@ fn items(children: usize) -> Vec<Item> {
     (0..children)
         .map(|k| {
             let item = json!({"item_id": format!("c{k:02}"), "family": "noop", "text": "x"});
-            item.as_object().unwrap().clone()
+            Item::from(item.as_object().unwrap().clone())
         })
         .collect()
 }

@@ -327,10 +327,12 @@ fn markdown_explorer_children_see_the_prepared_document_but_not_its_wasi_handles
             .find(|seed| seed["item_id"] == "README.md")
             .unwrap()
             .clone();
-        let spec: Item = json!({"spec_id": "v1", "seed_family": "readme", "ops": []})
-            .as_object()
-            .unwrap()
-            .clone();
+        let spec = Item::from(
+            json!({"spec_id": "v1", "seed_family": "readme", "ops": []})
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
         let variant = adapter.compile_variant(&spec, &seed).unwrap();
         let items = vec![seed.clone(), variant];
         let prepared = adapter

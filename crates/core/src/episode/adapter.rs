@@ -4,8 +4,7 @@
 
 use serde_json::{Map, Value};
 
-/// A work item or observation record: one JSON object.
-pub type Item = Map<String, Value>;
+pub use super::item::{Item, ItemIdentity};
 /// An observation record: one JSON object.
 pub type Record = Map<String, Value>;
 

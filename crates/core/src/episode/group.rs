@@ -274,11 +274,7 @@ fn shape_prefix_record(prefix: &mut Record, seed: &Item, seed_item_id: &str) {
             Value::from(format!("{seed_item_id}:shared-prefix")),
         );
     }
-    set_field(
-        prefix,
-        "family",
-        seed.get("family").cloned().unwrap_or(Value::Null),
-    );
+    set_field(prefix, "family", seed.identity().family.clone());
     set_field(prefix, "is_variant", Value::Bool(false));
     prefix.remove("variant_spec_id");
     if !prefix.contains_key("accepted") {

@@ -4,6 +4,7 @@
 //!
 //! - [`units`]: concurrency keys, execution units, fatal preflight;
 //! - [`group`]: running one unit (prepare, suffixes, release, fallback);
+//! - [`item`]: a work item, held as its map or as the text it was read from;
 //! - [`records`]: the error record factory and record annotation;
 //! - [`metrics`]: actual and avoided recomputation minutes;
 //! - [`probes`]: router probes folding siblings into one observation;
@@ -18,6 +19,7 @@
 pub mod adapter;
 pub mod clock;
 pub mod group;
+pub mod item;
 pub mod metrics;
 pub mod policy;
 pub mod probes;

@@ -25,15 +25,11 @@ pub const RECORD_KIND_EPISODE_SUFFIX: &str = "episode_suffix";
 /// `record_kind` of a record produced outside a prepared group.
 pub const RECORD_KIND_STANDALONE: &str = "standalone";
 
-/// Sets `record[key] = value`, reusing the existing key's slot (no key
-/// allocation) when the field is already there; a new key is appended.
+/// Sets `record[key] = value`. One search of the map: the host's fields
+/// are rarely in an adapter's record already, so the key is inserted
+/// straight away (an existing entry keeps its key and takes the value).
 pub fn set_field(record: &mut Record, key: &str, value: Value) {
-    match record.get_mut(key) {
-        Some(slot) => *slot = value,
-        None => {
-            record.insert(key.to_owned(), value);
-        }
-    }
+    record.insert(key.to_owned(), value);
 }
 
 /// Folds every run of whitespace in `message` to one space and keeps the
@@ -59,19 +55,6 @@ pub fn fold_error_message(message: &str) -> String {
         }
     }
     out
-}
-
-/// The `variant_spec.spec_id` of a variant item: `Some(spec_id)` (possibly
-/// `null`) when the item is a variant whose `variant_spec` is an object,
-/// `None` otherwise.
-fn variant_spec_id(item: &Item) -> Option<Value> {
-    if !truthy(item.get("is_variant")) {
-        return None;
-    }
-    match item.get("variant_spec") {
-        Some(Value::Object(spec)) => Some(spec.get("spec_id").cloned().unwrap_or(Value::Null)),
-        _ => None,
-    }
 }
 
 /// The structured zero-value record for a failed item (reference
@@ -102,22 +85,14 @@ pub fn adapter_error_record(item: &Item, error: &AdapterError, duration_minutes:
         adapter_error.insert("kind".into(), Value::from(error.kind.as_str()));
     }
 
+    let identity = item.identity().into_owned();
     let mut record = Map::with_capacity(14);
-    record.insert(
-        "item_id".into(),
-        item.get("item_id").cloned().unwrap_or(Value::Null),
-    );
-    record.insert(
-        "family".into(),
-        item.get("family").cloned().unwrap_or(Value::Null),
-    );
-    record.insert(
-        "is_variant".into(),
-        Value::Bool(truthy(item.get("is_variant"))),
-    );
+    record.insert("item_id".into(), identity.item_id);
+    record.insert("family".into(), identity.family);
+    record.insert("is_variant".into(), Value::Bool(identity.is_variant));
     record.insert(
         "variant_spec_id".into(),
-        variant_spec_id(item).unwrap_or(Value::Null),
+        identity.variant_spec_id.unwrap_or(Value::Null),
     );
     record.insert("execution_status".into(), Value::from("adapter_error"));
     record.insert("item_failure_policy".into(), Value::from("record"));
@@ -147,21 +122,13 @@ pub fn adapter_error_record(item: &Item, error: &AdapterError, duration_minutes:
 /// variant whose `variant_spec` is an object gets its `spec_id` as
 /// `variant_spec_id`, a non-variant loses any `variant_spec_id`.
 pub fn normalize_item_record(record: &mut Record, item: &Item) {
-    set_field(
-        record,
-        "item_id",
-        item.get("item_id").cloned().unwrap_or(Value::Null),
-    );
-    set_field(
-        record,
-        "family",
-        item.get("family").cloned().unwrap_or(Value::Null),
-    );
-    let is_variant = truthy(item.get("is_variant"));
-    set_field(record, "is_variant", Value::Bool(is_variant));
-    if is_variant {
-        if let Some(spec_id) = variant_spec_id(item) {
-            set_field(record, "variant_spec_id", spec_id);
+    let identity = item.identity();
+    set_field(record, "item_id", identity.item_id.clone());
+    set_field(record, "family", identity.family.clone());
+    set_field(record, "is_variant", Value::Bool(identity.is_variant));
+    if identity.is_variant {
+        if let Some(spec_id) = &identity.variant_spec_id {
+            set_field(record, "variant_spec_id", spec_id.clone());
         }
     } else {
         record.remove("variant_spec_id");
@@ -254,10 +221,10 @@ mod tests {
     use crate::episode::adapter::ErrorType;
     use serde_json::json;
 
-    fn obj(value: Value) -> Map<String, Value> {
+    fn obj<T: From<Map<String, Value>>>(value: Value) -> T {
         match value {
-            Value::Object(map) => map,
-            other => panic!("not an object: {other}"),
+            Value::Object(map) => T::from(map),
+            other => panic!("not a JSON object: {other}"),
         }
     }
 

@@ -321,7 +321,8 @@ impl StoredItems {
         if line_hash(bytes) != entry.hash {
             return Err(changed());
         }
-        serde_json::from_slice(bytes).map_err(|_| changed())
+        let text = std::str::from_utf8(bytes).map_err(|_| changed())?;
+        Item::from_json_text(text).map_err(|_| changed())
     }
 
     /// The epoch's units (reference `build_episode_execution_units`), by
@@ -470,7 +471,7 @@ mod tests {
     fn held(lines: &[Value]) -> Vec<Item> {
         lines
             .iter()
-            .map(|line| line.as_object().unwrap().clone())
+            .map(|line| Item::from(line.as_object().unwrap().clone()))
             .collect()
     }
 

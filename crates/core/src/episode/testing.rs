@@ -12,9 +12,9 @@ use super::adapter::{
 use super::clock::ManualClock;
 
 /// Builds an item/record from a JSON object literal.
-pub(crate) fn obj(value: Value) -> Map<String, Value> {
+pub(crate) fn obj<T: From<Map<String, Value>>>(value: Value) -> T {
     match value {
-        Value::Object(map) => map,
+        Value::Object(map) => T::from(map),
         other => panic!("not a JSON object: {other}"),
     }
 }

@@ -561,7 +561,7 @@ mod tests {
 
     fn item(value: Value) -> Item {
         match value {
-            Value::Object(map) => map,
+            Value::Object(map) => map.into(),
             other => panic!("not an object: {other}"),
         }
     }

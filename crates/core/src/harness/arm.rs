@@ -1082,7 +1082,7 @@ mod tests {
         items.push(seed("s0", "dup"));
         let mut file = tempfile::NamedTempFile::new().unwrap();
         for item in &items {
-            writeln!(file, "{}", Value::Object(item.clone())).unwrap();
+            writeln!(file, "{}", Value::Object(item.to_map())).unwrap();
         }
 
         // One directory, emptied between the runs: the summary names it.
@@ -1768,10 +1768,8 @@ mod tests {
         // Repeated keys across epochs, so the restored ledger matters.
         for epoch in &mut seed_items {
             for item in epoch.iter_mut() {
-                item.insert(
-                    "obs".into(),
-                    json!(["shared", format!("own:{}", item["item_id"])]),
-                );
+                let obs = json!(["shared", format!("own:{}", item["item_id"])]);
+                item.insert("obs".into(), obs);
                 item.insert("flags".into(), json!({"hot": 0.5}));
             }
         }
@@ -2117,7 +2115,7 @@ mod tests {
     fn novelty_is_credited_in_write_order_and_totals_match_the_records() {
         let dir = tempfile::tempdir().unwrap();
         let harness = Harness::new(Script::standalone());
-        let mut items = vec![
+        let mut items: Vec<Item> = vec![
             obj(json!({"item_id": "a", "family": "f", "obs": ["k1", "k2"], "flags": {"x": 2.0}})),
             obj(json!({"item_id": "b", "family": "f", "obs": ["k2", "k3"], "flags": {"x": 2.0}})),
             obj(json!({"item_id": "c", "family": "g", "obs": ["k1"], "flags": {"x": 2.0}})),

@@ -199,7 +199,7 @@ fn validate_catalog(path: &Path, payload: Value) -> Result<Vec<Item>, CatalogErr
                 describe(other)
             )),
         }
-        items.push(spec);
+        items.push(spec.into());
     }
     if !problems.is_empty() {
         let total = problems.len();
@@ -503,7 +503,7 @@ pub fn select_frontier_work<S: SeedSource + ?Sized>(
                 Ok(mut item) => {
                     let defaults = [
                         ("is_variant", Value::Bool(true)),
-                        ("variant_spec", Value::Object(spec.clone())),
+                        ("variant_spec", Value::Object(spec.to_map())),
                         ("family", Value::from(family.as_str())),
                         (
                             "seed_item_id",
@@ -528,7 +528,7 @@ pub fn select_frontier_work<S: SeedSource + ?Sized>(
                     pseudo.insert("item_id".into(), Value::from(spec_id.as_str()));
                     pseudo.insert("family".into(), Value::from(family.as_str()));
                     pseudo.insert("is_variant".into(), Value::Bool(true));
-                    pseudo.insert("variant_spec".into(), Value::Object(spec.clone()));
+                    pseudo.insert("variant_spec".into(), Value::Object(spec.to_map()));
                     let mut record = adapter_error_record(&pseudo, &error, minutes);
                     record.insert("episode_stage".into(), Value::from(STAGE_COMPILE_VARIANT));
                     selection.error_records.push(record);

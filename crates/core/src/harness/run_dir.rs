@@ -510,7 +510,7 @@ mod tests {
         let mut run_dir = RunDir::new(dir.path());
         run_dir.begin_fresh().unwrap();
         assert_eq!(run_dir.flush_interval(), Some(DEFAULT_FLUSH_INTERVAL));
-        let record = obj(json!({"item_id": "a"}));
+        let record: Record = obj(json!({"item_id": "a"}));
         run_dir
             .append_records(&[record.clone(), record.clone()])
             .unwrap();

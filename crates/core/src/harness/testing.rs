@@ -67,7 +67,7 @@ impl SeedSource for ScriptedSeeds {
         if let Some(error) = self.compile_errors.get(&spec_id) {
             return Err(error.clone());
         }
-        let mut item = crate::episode::testing::obj(json!({
+        let mut item: Item = crate::episode::testing::obj(json!({
             "item_id": format!("{}~{spec_id}", item_id(seed)),
             "text": "compiled",
         }));

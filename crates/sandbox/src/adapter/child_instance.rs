@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value};
 
-use super::{Live, WasmAdapter, declared, parse_record, to_json};
+use super::{Live, WasmAdapter, declared, parse_record};
 use crate::LoadedAdapter;
 use crate::bindings::exports::sandloop::adapter::{child_risk, counterfactual};
 use crate::bindings::sandloop::adapter::types as wit_types;
@@ -130,7 +130,7 @@ impl ChildInstance {
             &wit_types::Context,
         ) -> wasmtime::Result<Result<String, wit_types::AdapterError>>,
     ) -> Result<Record, AdapterError> {
-        let json = to_json(task);
+        let json = task.json_text();
         let wit_ctx = self.adapter.context(&self.ctx);
         let text = self.call(name, true, |live| body(live, &json, &wit_ctx))?;
         parse_record(
@@ -185,7 +185,7 @@ impl ChildInstance {
         if self.adapter.loaded.indices.counterfactual.is_none() {
             return Err(WasmAdapter::missing("counterfactual.run-counterfactual"));
         }
-        let json = to_json(task);
+        let json = task.json_text();
         let wit_ctx = self.adapter.context(&self.ctx);
         let wit_request = counterfactual::CounterfactualRequest {
             hypothesis_id: request.hypothesis_id.clone(),

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use wasmtime::component::ResourceAny;
 
 use super::snapshot_children::SnapshotPoint;
-use super::{GroupHandle, WasmAdapter, declared, item_id, parse_record, to_json};
+use super::{GroupHandle, WasmAdapter, declared, item_id, parse_record};
 use crate::LoadedAdapter;
 use crate::bindings::exports::sandloop::adapter::replay as wit;
 use crate::snapshot::{CompiledSnapshot, Instrumented};
@@ -237,7 +237,7 @@ impl WasmAdapter {
         if !self.binding_alive(binding) {
             return Err(instance_lost("run a suffix"));
         }
-        let json = to_json(item);
+        let json = item.json_text();
         let wit_ctx = self.context(ctx);
         let resource = binding.resource;
         let (result, returned) =
