@@ -593,6 +593,12 @@ pub use sandloop_contract::HOST_OWNED_FIELDS;
 /// under `adapter_claimed`.
 pub fn parse_record(text: &str, max_bytes: usize, what: &str) -> Result<Record, AdapterError> {
     let mut record = parse_object(text, max_bytes, what)?;
+    if !record
+        .keys()
+        .any(|key| HOST_OWNED_FIELDS.contains(&key.as_str()))
+    {
+        return Ok(record);
+    }
     let mut claimed = Record::new();
     for field in HOST_OWNED_FIELDS {
         if let Some(value) = record.remove(*field) {

@@ -25,6 +25,7 @@
 //! | `try_reserve` | `Vec::try_reserve("bytes")` (default 256 MiB), reporting the failure | deny the growth with -1, not a trap |
 //! | `swap_for_symlink` | replaces the directory `"dir"` by a symlink to `"target"`, then panics | keep every grant on the directory it granted |
 //! | `plant_start_sleep` | creates `/work/sleep-on-start`, then panics | (the next instance's start function sleeps: see below) |
+//! | `echo_item` | not an attack: records the item's text exactly as received, as `item_text` | send an items-file line as written |
 //!
 //! The start function (`_initialize`, run while the component is
 //! instantiated) sleeps for an hour when the file `/work/sleep-on-start`
@@ -249,7 +250,7 @@ fn try_reserve(bytes: usize) -> Record {
 }
 
 /// Run `item`'s attack at `stage` (`execute` or `execute_episode`).
-fn run(item: &Item, stage: &str) -> Result<String, AdapterError> {
+fn run(item: &Item, text: &str, stage: &str) -> Result<String, AdapterError> {
     let attack = attack_of(item);
     log::info!("{stage}: attack {attack}");
     let record = match attack.as_str() {
@@ -304,6 +305,8 @@ fn run(item: &Item, stage: &str) -> Result<String, AdapterError> {
         "declared_error" => {
             return Err(Error::infra("hostile-declared", "declared on purpose").into());
         }
+        // Not an attack: the exact text the host sent, for checking it.
+        "echo_item" => Record::with_keys(["attack:echo_item"]).with("item_text", text),
         // none, and the attacks that only bite in prepare/release
         "none" | "trap_prepare" | "trap_release" | "prepare_none" => {
             let mut record = Record::with_keys([format!("attack:{attack}")]);
@@ -317,7 +320,7 @@ fn run(item: &Item, stage: &str) -> Result<String, AdapterError> {
 
 impl episode::Guest for Hostile {
     fn execute(item: String, _ctx: Context) -> Result<String, AdapterError> {
-        run(&parse(&item)?, "execute")
+        run(&parse(&item)?, &item, "execute")
     }
 }
 
@@ -354,7 +357,7 @@ impl episode_groups::Guest for Hostile {
         item: String,
         _ctx: Context,
     ) -> Result<String, AdapterError> {
-        run(&parse(&item)?, "execute_episode")
+        run(&parse(&item)?, &item, "execute_episode")
     }
 
     fn release_episode_group(

@@ -211,3 +211,35 @@ fn a_trap_in_one_suffix_costs_its_siblings_nothing_but_a_fresh_prefix() {
         );
     }
 }
+
+/// An item from the items file reaches the component as its line, byte for
+/// byte (surrounding whitespace removed): its key order, spacing and
+/// number spelling.
+#[test]
+fn an_items_file_line_reaches_the_component_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = r#"{"family": "f",  "item_id": "s", "attack": "echo_item", "z": 1.50, "a": [1e2]}"#;
+    let variant = r#"{"seed_item_id":"s","item_id":"v","is_variant":true,"family":"f","attack":"echo_item","n":10}"#;
+    let items = dir.path().join("items.jsonl");
+    std::fs::write(&items, format!("  {seed}\t\n{variant}\n")).unwrap();
+    let out = dir.path().join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        HOSTILE_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let records = records(&out);
+    assert_eq!(
+        find(&records, "s", "episode_suffix")["item_text"],
+        Value::from(seed)
+    );
+    assert_eq!(
+        find(&records, "v", "episode_suffix")["item_text"],
+        Value::from(variant)
+    );
+}
