@@ -37,7 +37,12 @@ impl RecordLine {
     /// # Errors
     /// What serde_json reports (a value it cannot write).
     pub fn new(record: &Record) -> Result<Self, serde_json::Error> {
-        let mut line = RecordLine::default();
+        // Room for a typical field (~25 bytes) and then some, so the
+        // line is allocated once rather than grown by doubling.
+        let mut line = RecordLine {
+            body: Vec::with_capacity(40 * record.len() + 64),
+            ..RecordLine::default()
+        };
         let (mut novel_at, mut raw_at) = (None, None);
         for (key, value) in record {
             let key = key.as_str();
