@@ -218,7 +218,7 @@ fn a_trap_in_one_suffix_costs_its_siblings_nothing_but_a_fresh_prefix() {
 #[test]
 fn an_items_file_line_reaches_the_component_as_written() {
     let dir = tempfile::tempdir().unwrap();
-    let seed = r#"{"family": "f",  "item_id": "s", "attack": "echo_item", "z": 1.50, "a": [1e2]}"#;
+    let seed = r#"{"family": "f",  "item_id": "s", "attack": "echo_item", "z": 1.50, "a": [1e2], "t": "caf\u00e9 \/"}"#;
     let variant = r#"{"seed_item_id":"s","item_id":"v","is_variant":true,"family":"f","attack":"echo_item","n":10}"#;
     let items = dir.path().join("items.jsonl");
     std::fs::write(&items, format!("  {seed}\t\n{variant}\n")).unwrap();

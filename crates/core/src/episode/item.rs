@@ -122,12 +122,16 @@ impl Item {
     /// The item whose JSON text is `text` (surrounding whitespace is
     /// dropped), keeping the text to send and reading only its
     /// [`ItemIdentity`] now. A text that is not one JSON object, or that
-    /// names an identity field twice, is parsed whole at once (and an
-    /// invalid one is an error).
+    /// names an identity field twice, is parsed whole at once.
+    ///
+    /// For a line the items file's reader has checked (`check_line`):
+    /// reading the identity skips the other fields without checking all of
+    /// them (a number out of range, a lone surrogate, nesting depth), so
+    /// an unchecked text that fails there reads as an empty map.
     ///
     /// # Errors
     /// What serde_json reports for a text that is not one JSON object.
-    pub fn from_json_text(text: &str) -> Result<Item, serde_json::Error> {
+    pub(crate) fn from_json_text(text: &str) -> Result<Item, serde_json::Error> {
         let text = text.trim();
         match ItemIdentity::read(text) {
             Some(identity) => Ok(Item {
@@ -182,8 +186,10 @@ impl Item {
 
     fn map(&self) -> &Map<String, Value> {
         self.map.get_or_init(|| {
-            // The text was read as one JSON object when the item was made
-            // (its identity was), so it parses; an empty map is never seen.
+            // The text is a line the items file's reader checked, and its
+            // hash matched when it was read back, so it parses; only a line
+            // changed under the run into one that collides with its 32-bit
+            // hash and skips cleanly would read as empty.
             self.text
                 .as_ref()
                 .and_then(|text| serde_json::from_str(&text.json).ok())

@@ -262,7 +262,8 @@ impl StoredItems {
     }
 
     /// Reads every item, in file order (the held form, for callers that
-    /// need the items themselves).
+    /// need the items themselves): each item's map, without its line's
+    /// text, since a held queue reads every item's fields anyway.
     ///
     /// # Errors
     /// As [`StoredItems::read`].
@@ -270,7 +271,11 @@ impl StoredItems {
         let members: Vec<u32> = (0..self.len())
             .map(|index| u32::try_from(index).expect("a store holds fewer than 2^32 items"))
             .collect();
-        self.read_members(&members)
+        Ok(self
+            .read_members(&members)?
+            .into_iter()
+            .map(|item| Item::from(item.into_map()))
+            .collect())
     }
 
     /// Reads the items at `members`: one read for members lying close

@@ -136,7 +136,7 @@ pub struct Capture {
 
 /// The `item_id` of an item, when it is a string.
 fn item_id(item: &Item) -> Option<&str> {
-    item.get("item_id").and_then(Value::as_str)
+    item.item_id_str()
 }
 
 impl<B> GroupLane<B> {

@@ -121,11 +121,7 @@ impl<B> GroupLane<B> {
             let tasks = chunk
                 .iter()
                 .map(|item| {
-                    let id = item
-                        .get("item_id")
-                        .and_then(|value| value.as_str())
-                        .unwrap_or("child")
-                        .to_string();
+                    let id = item.item_id_str().unwrap_or("child").to_string();
                     ChildTask {
                         child_id: id.clone(),
                         target_branch_id: id,
