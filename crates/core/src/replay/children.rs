@@ -883,6 +883,13 @@ impl SerialChildGroup {
     }
 }
 
+/// Runs `job` on a thread of the pool [`run_parallel`] uses, without
+/// waiting for it: for work a lane starts ahead and takes the results of
+/// as they come (a group's child instances).
+pub fn spawn_on_pool(job: impl FnOnce() + Send + 'static) {
+    rayon_core::spawn(job);
+}
+
 /// Run `execute` over `children` on up to `workers` threads, each taking
 /// the next child; outcomes come back in the children's order.
 ///

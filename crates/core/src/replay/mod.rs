@@ -45,5 +45,5 @@ pub use registry::{
     ChildResult, ChildSession, ChildTask, CounterfactualRequest, Disposition, ForkRequest,
     RISK_DENIED, ReplayAdapter, ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage,
     RiskAssessment, RiskAssessmentRules, Selection, SerialChildGroup, ValidationOutcome,
-    run_parallel, select_before,
+    run_parallel, select_before, spawn_on_pool,
 };

@@ -7,9 +7,8 @@
 //! failure), the `child-risk` screens, parsing the observation record —
 //! while each child type makes its own WIT calls.
 
-use std::collections::VecDeque;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
 
@@ -20,7 +19,7 @@ use crate::bindings::sandloop::adapter::types as wit_types;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
 use sandloop_core::replay::{
     ChildTask, CounterfactualRequest, Disposition, ForkAt, ForkRequest, RiskAssessment,
-    ValidationOutcome, run_parallel,
+    ValidationOutcome, spawn_on_pool,
 };
 use sandloop_core::trace::TraceLog;
 
@@ -233,24 +232,152 @@ impl ChildInstance {
 }
 
 /// Child instances started ahead of their forks: when a group's children
-/// may run on more than one worker, every child's instance is created and
-/// instantiated first, on the workers
-/// ([`run_parallel`]), so the forks — one after another on the
-/// calling thread, as the group runtime requires — no longer pay for
-/// instantiation. Each is still a fresh instance (its own store from the
-/// pool, the adapter's limits) that nothing ran in but its start function.
-/// An instantiation that failed leaves its instance empty, and the fork's
-/// first call instantiates again and reports the failure as it would
-/// have.
+/// may run on more than one worker, every child's instance is created at
+/// once and instantiated by `workers - 1` jobs on the pool's threads
+/// ([`spawn_on_pool`]: the pool the group's children run on), in the tasks'
+/// order, while the forks — one after another on the calling thread, as
+/// the group runtime requires — take them as they become ready. A fork
+/// whose instance no job has begun instantiates it itself; while a job
+/// is instantiating it, the calling thread instantiates the last waiting
+/// one (see [`Ahead::take`]). So instantiation overlaps the forks instead
+/// of coming before them all, and the calling thread does not go to sleep
+/// and wait for the scheduler to wake it, unless a start function runs
+/// long.
+///
+/// Each is still a fresh instance (its own store from the pool, the
+/// adapter's limits) that nothing ran in but its start function. An
+/// instantiation that failed leaves its instance empty, and the fork's
+/// first call instantiates again and reports the failure as it would have.
+/// Instances no fork took (the group stopped at a failed fork) are dropped
+/// with the last reference, by the forker or by a job.
 #[derive(Default)]
 pub(super) struct Prestarted {
-    ready: VecDeque<ChildInstance>,
+    ahead: Option<Arc<Ahead>>,
+    /// The next task's index.
+    next: usize,
+}
+
+/// The instances of one group's children and who has them.
+struct Ahead {
+    /// Each slot's child id.
+    ids: Vec<String>,
+    /// One slot per child, in the tasks' order.
+    slots: Mutex<Vec<Slot>>,
+    /// The next slot a job claims.
+    claim: AtomicUsize,
+    /// Set when the forker is done: jobs stop claiming.
+    done: AtomicBool,
+}
+
+/// Where one child's instance is.
+enum Slot {
+    /// Created, not yet instantiated: whoever comes first instantiates it.
+    Waiting(ChildInstance),
+    /// A job is instantiating it.
+    Starting,
+    /// Instantiated (or failed to be), for its fork to take.
+    Ready(ChildInstance),
+    /// Taken by its fork.
+    Taken,
+}
+
+impl Ahead {
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A job: instantiate the waiting slots in order until none is left
+    /// or the forker is done.
+    fn work(&self) {
+        loop {
+            let index = self.claim.fetch_add(1, Ordering::Relaxed);
+            if index >= self.ids.len() || self.done.load(Ordering::Relaxed) {
+                return;
+            }
+            let mut child = {
+                let mut slots = self.slots();
+                match std::mem::replace(&mut slots[index], Slot::Starting) {
+                    Slot::Waiting(child) => child,
+                    other => {
+                        slots[index] = other; // its fork came first
+                        continue;
+                    }
+                }
+            };
+            // A failure is reported by the fork's own instantiation.
+            let _ = child.adapter.instantiate();
+            self.slots()[index] = Slot::Ready(child);
+        }
+    }
+
+    /// Slot `index`'s instance for its fork: ready, or instantiated here
+    /// when no job has begun it. While a job is instantiating it, this
+    /// thread instantiates the last waiting slot meanwhile (the jobs go
+    /// from the front, the forks need the front first), and only when none
+    /// is left does it spin until the job is done: a thread woken from
+    /// sleep waits for the scheduler longer than an instantiation takes.
+    fn take(&self, index: usize) -> Option<ChildInstance> {
+        let mut spins = 0u32;
+        loop {
+            let mut slots = self.slots();
+            match std::mem::replace(&mut slots[index], Slot::Taken) {
+                Slot::Ready(child) => return Some(child),
+                Slot::Waiting(mut child) => {
+                    drop(slots);
+                    let _ = child.adapter.instantiate();
+                    return Some(child);
+                }
+                Slot::Taken => return None,
+                Slot::Starting => {
+                    slots[index] = Slot::Starting;
+                    let last = slots
+                        .iter()
+                        .rposition(|slot| matches!(slot, Slot::Waiting(_)))
+                        .filter(|&last| last > index);
+                    let Some(last) = last else {
+                        drop(slots);
+                        pause(&mut spins);
+                        continue;
+                    };
+                    let Slot::Waiting(mut child) =
+                        std::mem::replace(&mut slots[last], Slot::Starting)
+                    else {
+                        unreachable!("found waiting above");
+                    };
+                    drop(slots);
+                    let _ = child.adapter.instantiate();
+                    self.slots()[last] = Slot::Ready(child);
+                }
+            }
+        }
+    }
+}
+
+/// Waits a little for a job to finish an instantiation: spins at first
+/// (an instantiation takes microseconds), then yields the core, then
+/// sleeps, so a start function that runs to its deadline does not keep
+/// this thread busy.
+fn pause(spins: &mut u32) {
+    *spins += 1;
+    match *spins {
+        0..64 => std::hint::spin_loop(),
+        64..512 => std::thread::yield_now(),
+        _ => std::thread::sleep(std::time::Duration::from_micros(100)),
+    }
+}
+
+impl Drop for Prestarted {
+    fn drop(&mut self) {
+        if let Some(ahead) = &self.ahead {
+            ahead.done.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Prestarted {
-    /// Instances of `loaded` for `tasks` (in order), instantiated on up to
-    /// `workers` threads; none when `workers` is 1 or less (the forks then
-    /// instantiate as they go: nothing would run beside them).
+    /// Instances of `loaded` for `tasks` (in order), instantiated ahead by
+    /// `workers - 1` pool jobs; none when `workers` is 1 or less (the forks
+    /// then instantiate as they go: nothing would run beside them).
     pub(super) fn start(
         parent: &WasmAdapter,
         loaded: &Arc<LoadedAdapter>,
@@ -262,16 +389,24 @@ impl Prestarted {
         if workers <= 1 || tasks.len() <= 1 {
             return Prestarted::default();
         }
-        let mut ready: Vec<ChildInstance> = tasks
-            .iter()
-            .map(|task| Self::instance(parent, loaded, ctx, task, fork_at))
-            .collect();
-        run_parallel(&mut ready, workers, &|child: &mut ChildInstance| {
-            // A failure is reported by the fork's own instantiation.
-            let _ = child.adapter.instantiate();
+        let ahead = Arc::new(Ahead {
+            ids: tasks.iter().map(|task| task.child_id.clone()).collect(),
+            slots: Mutex::new(
+                tasks
+                    .iter()
+                    .map(|task| Slot::Waiting(Self::instance(parent, loaded, ctx, task, fork_at)))
+                    .collect(),
+            ),
+            claim: AtomicUsize::new(0),
+            done: AtomicBool::new(false),
         });
+        for _ in 1..workers.min(tasks.len()) {
+            let ahead = Arc::clone(&ahead);
+            spawn_on_pool(move || ahead.work());
+        }
         Prestarted {
-            ready: ready.into(),
+            ahead: Some(ahead),
+            next: 0,
         }
     }
 
@@ -294,7 +429,7 @@ impl Prestarted {
 
     /// The instance started for `request`'s child, or a new one (not yet
     /// instantiated) when none was: the forks come in the tasks' order,
-    /// so the next ready instance is the one when its child id matches.
+    /// so the next slot is the one when its child id matches.
     pub(super) fn take(
         &mut self,
         parent: &WasmAdapter,
@@ -303,12 +438,16 @@ impl Prestarted {
         request: &ForkRequest,
         fork_at: &ForkAt,
     ) -> ChildInstance {
-        match self.ready.front() {
-            Some(next) if next.child_id == request.child_id => {
-                self.ready.pop_front().expect("checked above")
+        if let Some(ahead) = &self.ahead
+            && ahead.ids.get(self.next) == Some(&request.child_id)
+        {
+            let index = self.next;
+            self.next += 1;
+            if let Some(child) = ahead.take(index) {
+                return child;
             }
-            _ => ChildInstance::new(parent, loaded, ctx, request, fork_at),
         }
+        ChildInstance::new(parent, loaded, ctx, request, fork_at)
     }
 }
 
