@@ -86,17 +86,6 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         figures.per_child_us
     );
     println!("parallel speed-up: {:.2}x", figures.speed_up);
-    // What 2 idle cores would give: the parallel lane's serial part (fork
-    // and validate on the calling thread) plus the rest of its CPU time
-    // per child shared by the 2 workers. On a machine whose cores are busy
-    // with other work, the measured speed-up is lower.
-    let serial_part = parallel.fork.p50_us() + parallel.validate.p50_us();
-    let shared = (parallel.cpu.p50_us() - serial_part).max(0.0);
-    println!(
-        "  on 2 idle cores (serial part + the rest of the parallel lane's CPU per child / 2): \
-         {:.2}x",
-        serial.per_child.p50_us() / (serial_part + shared / 2.0)
-    );
     println!(
         "snapshot fork / state fork per child (no-op adapter): {:.2}x",
         figures.snapshot_ratio
