@@ -104,9 +104,9 @@ struct Text {
 ///
 /// Reads as its map (`item.get("family")`, `item["item_id"]`, iteration)
 /// through [`Deref`]; an item read from a file parses its text on the
-/// first such read. Built from a map with [`From`], or from a file's line
-/// with [`Item::from_json_text`]. Equality, `Debug` and serde see only the
-/// map.
+/// first such read. Built from a map with [`From`]; the items file's
+/// reader builds its items from their lines. Equality, `Debug` and serde
+/// see only the map.
 #[derive(Clone, Default)]
 pub struct Item {
     text: Option<Text>,
