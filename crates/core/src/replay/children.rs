@@ -885,9 +885,13 @@ impl SerialChildGroup {
 
 /// Runs `job` on a thread of the pool [`run_parallel`] uses, without
 /// waiting for it: for work a lane starts ahead and takes the results of
-/// as they come (a group's child instances).
+/// as they come (a group's child instances). A panic in `job` ends the
+/// job only (the pool would otherwise abort the process); whoever waits
+/// for its results must not wait for a job that can panic.
 pub fn spawn_on_pool(job: impl FnOnce() + Send + 'static) {
-    rayon_core::spawn(job);
+    rayon_core::spawn(move || {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+    });
 }
 
 /// Run `execute` over `children` on up to `workers` threads, each taking

@@ -294,7 +294,7 @@ impl Ahead {
             if index >= self.ids.len() || self.done.load(Ordering::Relaxed) {
                 return;
             }
-            let mut child = {
+            let child = {
                 let mut slots = self.slots();
                 match std::mem::replace(&mut slots[index], Slot::Starting) {
                     Slot::Waiting(child) => child,
@@ -304,9 +304,17 @@ impl Ahead {
                     }
                 }
             };
-            // A failure is reported by the fork's own instantiation.
-            let _ = child.adapter.instantiate();
-            self.slots()[index] = Slot::Ready(child);
+            // A failure is reported by the fork's own instantiation; a
+            // panic loses the instance, and its fork makes a new one.
+            let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                let mut child = child;
+                let _ = child.adapter.instantiate();
+                child
+            }));
+            self.slots()[index] = match started {
+                Ok(child) => Slot::Ready(child),
+                Err(_) => Slot::Taken,
+            };
         }
     }
 
