@@ -504,7 +504,7 @@ impl WasmAdapter {
         let wit_ctx = self.context(ctx);
         let trace = self.trace_for(ctx, item);
         let resource = handle.resource.get();
-        let (result, trace) = self.call("execute-episode", item_id(item), trace, |live| {
+        let (result, trace) = self.call("execute-episode", item.item_id_str(), trace, |live| {
             let guest = live
                 .groups
                 .as_ref()
@@ -542,10 +542,6 @@ fn last_stderr_words(output: &CallOutput) -> Option<String> {
         .collect();
     let tail = &lines[lines.len().saturating_sub(2)..];
     (!tail.is_empty()).then(|| tail.join(" "))
-}
-
-fn item_id(item: &Item) -> Option<&str> {
-    item.item_id_str()
 }
 
 /// Parse what the adapter returned as one JSON object within `max_bytes`
@@ -640,7 +636,7 @@ impl EpisodeAdapter for WasmAdapter {
         let json = item.json_text();
         let wit_ctx = self.context(ctx);
         let trace = self.trace_for(ctx, item);
-        let (result, _) = self.call("execute", item_id(item), trace, |live| {
+        let (result, _) = self.call("execute", item.item_id_str(), trace, |live| {
             let guest = live.episode.as_ref().expect("checked above");
             guest.call_execute(&mut live.store, &json, &wit_ctx)
         });
@@ -662,7 +658,7 @@ impl EpisodeAdapter for WasmAdapter {
             .iter()
             .map(|item| item.json_text().into_owned())
             .collect();
-        let result = self.call_prepare(&seed_json, &item_json, item_id(seed), ctx);
+        let result = self.call_prepare(&seed_json, &item_json, seed.item_id_str(), ctx);
         let Some(prepared) = result?.map_err(declared)? else {
             return Ok(None);
         };
@@ -779,7 +775,7 @@ impl SeedSource for WasmAdapter {
             .unwrap_or("spec");
         let trace_id = format!("{}:epoch-{}:variant:{spec_id}", self.arm, self.epoch);
         let trace = TraceLog::new(&trace_id, "main").ok();
-        let (result, _) = self.call("compile-variant", item_id(seed), trace, |live| {
+        let (result, _) = self.call("compile-variant", seed.item_id_str(), trace, |live| {
             let guest = live.variants.as_ref().expect("checked above");
             guest.call_compile_variant(&mut live.store, &spec_json, &seed_json)
         });

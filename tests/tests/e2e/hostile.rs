@@ -6,6 +6,23 @@ use serde_json::Value;
 use crate::support::*;
 use sandloop_tests::HOSTILE_ADAPTER;
 
+/// Runs the hostile adapter over `items` into `out` with `extra` flags;
+/// the run must finish (exit 0) whatever its items do.
+fn run_hostile(items: &std::path::Path, out: &std::path::Path, extra: &[&str]) {
+    let mut args = vec![
+        "run",
+        "--adapter",
+        HOSTILE_ADAPTER,
+        "--items",
+        s(items),
+        "--out",
+        s(out),
+    ];
+    args.extend_from_slice(extra);
+    let output = run(&args);
+    assert_eq!(code(&output), 0, "the run finishes: {}", stderr(&output));
+}
+
 fn error_type(record: &Value) -> &str {
     record["adapter_error"]["type"].as_str().unwrap_or("")
 }
@@ -15,22 +32,18 @@ fn a_mix_of_attacks_is_contained_and_reported() {
     let dir = tempfile::tempdir().unwrap();
     let items = workspace_file("examples/hostile-adapter/attacks.jsonl");
     let out = dir.path().join("out");
-    let output = run(&[
-        "run",
-        "--adapter",
-        HOSTILE_ADAPTER,
-        "--items",
-        s(&items),
-        "--out",
-        s(&out),
-        "--workers",
-        "2",
-        "--call-timeout",
-        "1",
-        "--max-memory",
-        "128",
-    ]);
-    assert_eq!(code(&output), 0, "the run finishes: {}", stderr(&output));
+    run_hostile(
+        &items,
+        &out,
+        &[
+            "--workers",
+            "2",
+            "--call-timeout",
+            "1",
+            "--max-memory",
+            "128",
+        ],
+    );
     let records = records(&out);
 
     let suffix = |id: &str| find(&records, id, "episode_suffix");
@@ -117,18 +130,7 @@ fn fuel_bounds_a_busy_loop() {
         ],
     );
     let out = dir.path().join("out");
-    let output = run(&[
-        "run",
-        "--adapter",
-        HOSTILE_ADAPTER,
-        "--items",
-        s(&items),
-        "--out",
-        s(&out),
-        "--fuel",
-        "50000000",
-    ]);
-    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    run_hostile(&items, &out, &["--fuel", "50000000"]);
     let records = records(&out);
     assert_eq!(
         error_type(find(&records, "spin", "episode_suffix")),
@@ -149,18 +151,7 @@ fn a_granted_directory_is_readable_and_only_that() {
     std::fs::write(shared.path().join("note.txt"), "hello").unwrap();
     let out = dir.path().join("out");
     let grant = format!("{}::/etc:ro", s(shared.path()));
-    let output = run(&[
-        "run",
-        "--adapter",
-        HOSTILE_ADAPTER,
-        "--items",
-        s(&items),
-        "--out",
-        s(&out),
-        "--dir",
-        &grant,
-    ]);
-    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    run_hostile(&items, &out, &["--dir", &grant]);
     // /etc is now the granted directory, which has no passwd file.
     let record = find(&records(&out), "peek", "episode_suffix").clone();
     assert_eq!(record["leaked"], false, "{record}");
@@ -182,16 +173,7 @@ fn a_trap_in_one_suffix_costs_its_siblings_nothing_but_a_fresh_prefix() {
         ],
     );
     let out = dir.path().join("out");
-    let output = run(&[
-        "run",
-        "--adapter",
-        HOSTILE_ADAPTER,
-        "--items",
-        s(&items),
-        "--out",
-        s(&out),
-    ]);
-    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    run_hostile(&items, &out, &[]);
     let records = records(&out);
     let suffix = |id: &str| find(&records, id, "episode_suffix");
     assert_eq!(error_type(suffix("grp~b")), "trap");
@@ -223,16 +205,7 @@ fn an_items_file_line_reaches_the_component_as_written() {
     let items = dir.path().join("items.jsonl");
     std::fs::write(&items, format!("  {seed}\t\n{variant}\n")).unwrap();
     let out = dir.path().join("out");
-    let output = run(&[
-        "run",
-        "--adapter",
-        HOSTILE_ADAPTER,
-        "--items",
-        s(&items),
-        "--out",
-        s(&out),
-    ]);
-    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    run_hostile(&items, &out, &[]);
     let records = records(&out);
     assert_eq!(
         find(&records, "s", "episode_suffix")["item_text"],

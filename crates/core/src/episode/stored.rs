@@ -47,6 +47,16 @@ struct Entry {
     keys_len_and_flag: u32,
 }
 
+/// How an item read back is held.
+#[derive(Clone, Copy, Debug)]
+enum Held {
+    /// Its line's text, the rest parsed when read (a lane's group: the
+    /// component receives the text).
+    Text,
+    /// Its map (a held queue reads every item's fields anyway).
+    Map,
+}
+
 /// The bit of [`Entry::keys_len_and_flag`] that marks a variant.
 const VARIANT_FLAG: u32 = 1 << 31;
 
@@ -255,10 +265,14 @@ impl StoredItems {
     /// The read's I/O error, or [`io::ErrorKind::InvalidData`] when the
     /// file no longer holds the line it held when it was loaded.
     pub fn read(&self, index: usize) -> io::Result<Item> {
+        self.read_as(index, Held::Text)
+    }
+
+    fn read_as(&self, index: usize, held: Held) -> io::Result<Item> {
         let entry = &self.entries[index];
         let mut bytes = vec![0; entry.len as usize];
         self.file.read_exact_at(&mut bytes, entry.offset)?;
-        self.parse(entry, &bytes)
+        self.parse(entry, &bytes, held)
     }
 
     /// Reads every item, in file order (the held form, for callers that
@@ -271,17 +285,13 @@ impl StoredItems {
         let members: Vec<u32> = (0..self.len())
             .map(|index| u32::try_from(index).expect("a store holds fewer than 2^32 items"))
             .collect();
-        Ok(self
-            .read_members(&members)?
-            .into_iter()
-            .map(|item| Item::from(item.into_map()))
-            .collect())
+        self.read_members(&members, Held::Map)
     }
 
     /// Reads the items at `members`: one read for members lying close
     /// together in the file (a seed and its variants usually do), one per
     /// item otherwise.
-    fn read_members(&self, members: &[u32]) -> io::Result<Vec<Item>> {
+    fn read_members(&self, members: &[u32], held: Held) -> io::Result<Vec<Item>> {
         let entries = members.iter().map(|&index| &self.entries[index as usize]);
         let (Some(start), Some(end)) = (
             entries.clone().map(|entry| entry.offset).min(),
@@ -297,7 +307,7 @@ impl StoredItems {
         if span > needed.saturating_mul(2).saturating_add(4096) {
             return members
                 .iter()
-                .map(|&index| self.read(index as usize))
+                .map(|&index| self.read_as(index as usize, held))
                 .collect();
         }
         let span = usize::try_from(span)
@@ -307,12 +317,12 @@ impl StoredItems {
         entries
             .map(|entry| {
                 let at = (entry.offset - start) as usize;
-                self.parse(entry, &bytes[at..at + entry.len as usize])
+                self.parse(entry, &bytes[at..at + entry.len as usize], held)
             })
             .collect()
     }
 
-    fn parse(&self, entry: &Entry, bytes: &[u8]) -> io::Result<Item> {
+    fn parse(&self, entry: &Entry, bytes: &[u8], held: Held) -> io::Result<Item> {
         let changed = || {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -327,7 +337,12 @@ impl StoredItems {
             return Err(changed());
         }
         let text = std::str::from_utf8(bytes).map_err(|_| changed())?;
-        Item::from_json_text(text).map_err(|_| changed())
+        match held {
+            Held::Text => Item::from_json_text(text),
+            Held::Map => serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text)
+                .map(Item::from),
+        }
+        .map_err(|_| changed())
     }
 
     /// The epoch's units (reference `build_episode_execution_units`), by
@@ -444,7 +459,7 @@ impl StoredGroup {
         Ok(ExecutionUnit::Group(EpisodeGroup {
             execution_group_id: self.execution_group_id.clone(),
             seed_item_id: self.seed_item_id.clone(),
-            items: self.items.read_members(&self.members)?,
+            items: self.items.read_members(&self.members, Held::Text)?,
             concurrency_keys: self.concurrency_keys.clone(),
         }))
     }

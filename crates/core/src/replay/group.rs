@@ -134,11 +134,6 @@ pub struct Capture {
     pub minutes: f64,
 }
 
-/// The `item_id` of an item, when it is a string.
-fn item_id(item: &Item) -> Option<&str> {
-    item.item_id_str()
-}
-
 impl<B> GroupLane<B> {
     /// A lane with an empty registry counting into `settings.metrics`.
     pub fn new(settings: GroupSettings) -> Self {
@@ -225,7 +220,7 @@ impl<B> GroupLane<B> {
             arm: ctx.arm.clone(),
             epoch: ctx.epoch,
             execution_group_id: capture.execution_group_id,
-            seed_item_id: item_id(seed).unwrap_or_default().to_string(),
+            seed_item_id: seed.item_id_str().unwrap_or_default().to_string(),
             capture_minutes: capture.minutes,
             durable_state: None,
             durable_error: None,
@@ -324,7 +319,7 @@ impl<B> GroupLane<B> {
         if !self.usable(adapter, point_id) {
             return None;
         }
-        let target = item_id(item).unwrap_or("suffix").to_string();
+        let target = item.item_id_str().unwrap_or("suffix").to_string();
         let point = self.registry.get(point_id)?.clone();
         let mut trace = TraceLog::fork(
             &point.cursor.trace_id,

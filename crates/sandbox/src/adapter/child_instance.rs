@@ -294,28 +294,28 @@ impl Ahead {
             if index >= self.ids.len() || self.done.load(Ordering::Relaxed) {
                 return;
             }
-            let child = {
-                let mut slots = self.slots();
-                match std::mem::replace(&mut slots[index], Slot::Starting) {
-                    Slot::Waiting(child) => child,
-                    other => {
-                        slots[index] = other; // its fork came first
-                        continue;
-                    }
-                }
-            };
-            // A failure is reported by the fork's own instantiation; a
-            // panic loses the instance, and its fork makes a new one.
-            let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-                let mut child = child;
-                let _ = child.adapter.instantiate();
-                child
-            }));
-            self.slots()[index] = match started {
-                Ok(child) => Slot::Ready(child),
-                Err(_) => Slot::Taken,
-            };
+            // Not waiting: its fork came first.
+            let claimed = claim(&mut self.slots(), index);
+            if let Some(child) = claimed {
+                self.start(index, child);
+            }
         }
+    }
+
+    /// Instantiate slot `index`'s `child` (claimed with [`claim`]) and
+    /// make it ready. A failure is reported by the fork's own
+    /// instantiation; a panic loses the instance, and its fork makes a new
+    /// one.
+    fn start(&self, index: usize, child: ChildInstance) {
+        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let mut child = child;
+            let _ = child.adapter.instantiate();
+            child
+        }));
+        self.slots()[index] = match started {
+            Ok(child) => Slot::Ready(child),
+            Err(_) => Slot::Taken,
+        };
     }
 
     /// Slot `index`'s instance for its fork: ready, or instantiated here
@@ -347,16 +347,23 @@ impl Ahead {
                         pause(&mut spins);
                         continue;
                     };
-                    let Slot::Waiting(mut child) =
-                        std::mem::replace(&mut slots[last], Slot::Starting)
-                    else {
-                        unreachable!("found waiting above");
-                    };
+                    let child = claim(&mut slots, last).expect("found waiting above");
                     drop(slots);
-                    let _ = child.adapter.instantiate();
-                    self.slots()[last] = Slot::Ready(child);
+                    self.start(last, child);
                 }
             }
+        }
+    }
+}
+
+/// The instance of slot `index` when it is waiting, the slot then marked
+/// as starting; `None` (the slot unchanged) otherwise.
+fn claim(slots: &mut [Slot], index: usize) -> Option<ChildInstance> {
+    match std::mem::replace(&mut slots[index], Slot::Starting) {
+        Slot::Waiting(child) => Some(child),
+        other => {
+            slots[index] = other;
+            None
         }
     }
 }

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use wasmtime::component::ResourceAny;
 
 use super::snapshot_children::SnapshotPoint;
-use super::{GroupHandle, WasmAdapter, declared, item_id, parse_record};
+use super::{GroupHandle, WasmAdapter, declared, parse_record};
 use crate::LoadedAdapter;
 use crate::bindings::exports::sandloop::adapter::replay as wit;
 use crate::snapshot::{CompiledSnapshot, Instrumented};
@@ -240,11 +240,15 @@ impl WasmAdapter {
         let json = item.json_text();
         let wit_ctx = self.context(ctx);
         let resource = binding.resource;
-        let (result, returned) =
-            self.call("run-replay-suffix", item_id(item), trace.take(), |live| {
+        let (result, returned) = self.call(
+            "run-replay-suffix",
+            item.item_id_str(),
+            trace.take(),
+            |live| {
                 let guest = live.replay.as_ref().expect("a binding implies the export");
                 guest.call_run_replay_suffix(&mut live.store, resource, &json, &wit_ctx)
-            });
+            },
+        );
         *trace = returned;
         let text = result?.map_err(declared)?;
         parse_record(&text, self.max_output(), "the observation record")
@@ -282,7 +286,7 @@ impl WasmAdapter {
             .or_else(|| TraceLog::new(&group_id, "main").ok())?;
         let before = trace.next_sequence();
         let capture = lane.group.capture(self, &mut trace, ctx, &group_id);
-        self.report_events(&trace, before, "capture-replay-state", item_id(seed));
+        self.report_events(&trace, before, "capture-replay-state", seed.item_id_str());
         self.keep_group_trace(ctx, Some(trace));
         let (fields, point) = lane.group.settle_capture(self, capture, ctx, seed, items);
         *handle.point.borrow_mut() = point;
