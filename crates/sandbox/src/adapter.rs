@@ -32,6 +32,7 @@ use sandloop_core::episode::value::{MAX_INPUT_NESTING, nesting_depth};
 use sandloop_core::trace::{TraceEvent, TraceLog};
 
 mod adopted_children;
+mod bind;
 mod child_instance;
 mod children;
 mod replay;
@@ -247,56 +248,16 @@ impl WasmAdapter {
             failed.message = format!("while starting (start function): {}", failed.message);
             failed
         })?;
-        let indices = &loaded.indices;
+        // Interfaces are bound when first called (see `bind`).
         let live = Live {
-            episode: indices
-                .episode
-                .as_ref()
-                .map(|i| i.load(&mut store, &instance))
-                .transpose()
-                .map_err(fail)?,
-            seeds: indices
-                .seeds
-                .as_ref()
-                .map(|i| i.load(&mut store, &instance))
-                .transpose()
-                .map_err(fail)?,
-            variants: indices
-                .variants
-                .as_ref()
-                .map(|i| i.load(&mut store, &instance))
-                .transpose()
-                .map_err(fail)?,
-            groups: indices
-                .groups
-                .as_ref()
-                .map(|i| i.load(&mut store, &instance))
-                .transpose()
-                .map_err(fail)?,
-            replay: indices
-                .replay
-                .as_ref()
-                .map(|i| i.load(&mut store, &instance))
-                .transpose()
-                .map_err(fail)?,
-            replay_children: indices
-                .replay_children
-                .as_ref()
-                .map(|i| i.load(&mut store, &instance))
-                .transpose()
-                .map_err(fail)?,
-            child_risk: indices
-                .child_risk
-                .as_ref()
-                .map(|i| i.load(&mut store, &instance))
-                .transpose()
-                .map_err(fail)?,
-            counterfactual: indices
-                .counterfactual
-                .as_ref()
-                .map(|i| i.load(&mut store, &instance))
-                .transpose()
-                .map_err(fail)?,
+            episode: None,
+            seeds: None,
+            variants: None,
+            groups: None,
+            replay: None,
+            replay_children: None,
+            child_risk: None,
+            counterfactual: None,
             store,
             instance,
             snapshot_growth: 0,
@@ -321,6 +282,9 @@ impl WasmAdapter {
             return (Err(error), trace);
         }
         let timeout = self.loaded.config.call_timeout_secs;
+        if let Err(error) = self.bind_for(name) {
+            return (Err(error), trace);
+        }
         let live = self.live.as_mut().expect("instantiated above");
         let traced_before = trace.as_ref().map_or(0, |log| log.events().len());
         if let Err(error) = arm_call(&mut live.store, &self.loaded.config) {

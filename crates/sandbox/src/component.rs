@@ -23,6 +23,8 @@ pub use loader::{ComponentInfo, Examined, LoadError, LoadedAdapter, examine, loa
 pub use wit::WIT_SOURCE;
 
 pub(crate) use loader::{ExportIndices, compile_error, linker};
+#[cfg(test)]
+pub(crate) use wit::{HOST_WORLD, wit_functions, wit_world_exports};
 
 /// The WIT package every interface name is qualified with, and the version
 /// this host speaks (defined in `sandloop-contract`).

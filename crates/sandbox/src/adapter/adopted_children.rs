@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use super::WasmAdapter;
+use super::bind::Export;
 use super::child_instance::Prestarted;
 use super::children::WasmChildForker;
 use super::replay::BindingHandle;
@@ -66,8 +67,15 @@ pub fn run_adopted_children(
     let point_id = &point.replay_point_id;
     match fork {
         AdoptedFork::State(state) => {
-            let prestarted =
-                Prestarted::start(parent, &parent.loaded, ctx, &tasks, &fork_at, workers);
+            let prestarted = Prestarted::start(
+                parent,
+                &parent.loaded,
+                ctx,
+                &tasks,
+                &fork_at,
+                workers,
+                Export::STATE_CHILD,
+            );
             let mut forker = WasmChildForker {
                 parent,
                 state,
@@ -83,8 +91,15 @@ pub fn run_adopted_children(
             state,
             compile_ms,
         } => {
-            let prestarted =
-                Prestarted::start(parent, compiled.loaded(), ctx, &tasks, &fork_at, workers);
+            let prestarted = Prestarted::start(
+                parent,
+                compiled.loaded(),
+                ctx,
+                &tasks,
+                &fork_at,
+                workers,
+                Export::SNAPSHOT_CHILD,
+            );
             let point = Arc::new(SnapshotPoint {
                 compiled,
                 token,

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
 
+use super::bind::Export;
 use super::{Live, WasmAdapter, declared, parse_record};
 use crate::LoadedAdapter;
 use crate::bindings::exports::sandloop::adapter::{child_risk, counterfactual};
@@ -267,6 +268,8 @@ struct Ahead {
     claim: AtomicUsize,
     /// Set when the forker is done: jobs stop claiming.
     done: AtomicBool,
+    /// The interfaces each fork calls, bound as its instance starts.
+    exports: &'static [Export],
 }
 
 /// Where one child's instance is.
@@ -309,7 +312,7 @@ impl Ahead {
     fn start(&self, index: usize, child: ChildInstance) {
         let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
             let mut child = child;
-            let _ = child.adapter.instantiate();
+            child.adapter.start_binding(self.exports);
             child
         }));
         self.slots()[index] = match started {
@@ -332,7 +335,7 @@ impl Ahead {
                 Slot::Ready(child) => return Some(child),
                 Slot::Waiting(mut child) => {
                     drop(slots);
-                    let _ = child.adapter.instantiate();
+                    child.adapter.start_binding(self.exports);
                     return Some(child);
                 }
                 Slot::Taken => return None,
@@ -391,8 +394,9 @@ impl Drop for Prestarted {
 
 impl Prestarted {
     /// Instances of `loaded` for `tasks` (in order), instantiated ahead by
-    /// `workers - 1` pool jobs; none when `workers` is 1 or less (the forks
-    /// then instantiate as they go: nothing would run beside them).
+    /// `workers - 1` pool jobs, each with the interfaces its fork calls
+    /// (`exports`) bound; none when `workers` is 1 or less (the forks then
+    /// instantiate as they go: nothing would run beside them).
     pub(super) fn start(
         parent: &WasmAdapter,
         loaded: &Arc<LoadedAdapter>,
@@ -400,6 +404,7 @@ impl Prestarted {
         tasks: &[ChildTask],
         fork_at: &ForkAt,
         workers: usize,
+        exports: &'static [Export],
     ) -> Prestarted {
         if workers <= 1 || tasks.len() <= 1 {
             return Prestarted::default();
@@ -414,6 +419,7 @@ impl Prestarted {
             ),
             claim: AtomicUsize::new(0),
             done: AtomicBool::new(false),
+            exports,
         });
         for _ in 1..workers.min(tasks.len()) {
             let ahead = Arc::clone(&ahead);

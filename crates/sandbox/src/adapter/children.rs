@@ -11,6 +11,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use wasmtime::component::ResourceAny;
 
+use super::bind::Export;
 use super::child_instance::{ChildInstance, Prestarted};
 use super::replay::{receipt_from_wit, receipt_to_wit, report_from_wit, to_wit_fidelity};
 use super::snapshot_children::SnapshotForker;
@@ -234,6 +235,7 @@ impl WasmAdapter {
                             &tasks,
                             &chunk.fork_at,
                             workers,
+                            Export::STATE_CHILD,
                         );
                         let mut forker = WasmChildForker {
                             parent,
@@ -252,6 +254,7 @@ impl WasmAdapter {
                             &tasks,
                             &chunk.fork_at,
                             workers,
+                            Export::SNAPSHOT_CHILD,
                         );
                         let mut forker = SnapshotForker {
                             parent,
