@@ -27,7 +27,7 @@
 //!
 //! Modules: [`arm`] (the epoch loop), [`queue`] (lanes and concurrency
 //! keys), [`work`] (what a lane runs), [`novelty`], [`catalog`] (variant
-//! specs and frontier selection), [`checkpoint`], [`run_dir`] (outputs),
+//! specs and frontier selection), [`checkpoint`], [`run_dir`] (outputs; [`writeback`] syncs `records.jsonl` as it grows),
 //! [`run_files`] (the run directory's file names, `failure.json`),
 //! [`manifest`] (`manifest.json`), [`summary`] (JSON shapes), [`config`], [`error`], [`items_file`] (seeds
 //! from a JSONL file, for the CLI, each line checked by `item_line`).
@@ -51,6 +51,7 @@ pub mod run_files;
 pub mod run_session;
 pub mod summary;
 pub mod work;
+pub mod writeback;
 
 #[cfg(test)]
 pub(crate) mod testing;

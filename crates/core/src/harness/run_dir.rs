@@ -35,6 +35,7 @@ use super::checkpoint::{
 };
 use super::error::ArmError;
 use super::summary::{ArmSummary, EpochSummary, SummaryHost};
+use super::writeback::Writeback;
 
 pub use super::run_files::{CHECKPOINT_FILE, EPOCHS_FILE, RECORDS_FILE, SUMMARY_FILE};
 /// Longest time a completed unit's records stay buffered before they are
@@ -119,6 +120,8 @@ impl std::fmt::Debug for SideWriteCheck {
 pub struct RunDir {
     root: PathBuf,
     records: Option<File>,
+    /// Syncs `records.jsonl` in the background as it grows.
+    records_writeback: Option<Writeback>,
     epochs: Option<File>,
     offsets: OutputOffsets,
     /// Serialised records not yet written.
@@ -147,6 +150,7 @@ impl RunDir {
         Self {
             root: root.into(),
             records: None,
+            records_writeback: None,
             epochs: None,
             offsets: OutputOffsets::default(),
             pending: Vec::with_capacity(64 * 1024),
@@ -293,6 +297,31 @@ impl RunDir {
         Self::open_append(path, false)
     }
 
+    /// Writes records to `file` from now on, synced in the background as
+    /// it grows ([`Writeback`]).
+    fn open_records(&mut self, file: File) -> Result<(), ArmError> {
+        // The old thread (if any) ends before the new one starts.
+        self.records_writeback = None;
+        let writeback = Writeback::start(&file)
+            .map_err(|e| ArmError::io(format!("starting the writeback of {RECORDS_FILE}"), e))?;
+        self.records = Some(file);
+        self.records_writeback = Some(writeback);
+        Ok(())
+    }
+
+    /// What a background sync of `records.jsonl` reported, as the error of
+    /// the checkpoint or summary about to rely on it.
+    fn check_writeback(&self) -> Result<(), ArmError> {
+        match self
+            .records_writeback
+            .as_ref()
+            .and_then(Writeback::take_error)
+        {
+            Some(error) => Err(ArmError::io(format!("syncing {RECORDS_FILE}"), error)),
+            None => Ok(()),
+        }
+    }
+
     /// Counts what `pending` gained since `before` and writes it out when
     /// the run does not buffer or the buffer is full.
     fn appended(&mut self, before: usize) -> Result<(), ArmError> {
@@ -335,7 +364,7 @@ impl ArmOutput for RunDir {
                 found,
             });
         }
-        self.records = Some(Self::open_append(&self.records_path(), true)?);
+        self.open_records(Self::open_append(&self.records_path(), true)?)?;
         self.epochs = Some(Self::open_append(&self.epochs_path(), true)?);
         self.offsets = OutputOffsets::default();
         self.pending.clear();
@@ -346,7 +375,7 @@ impl ArmOutput for RunDir {
         let state = load_arm_checkpoint(&self.checkpoint_path(), expected)?;
         let records = Self::cut_back(&self.records_path(), state.records_jsonl_bytes)?;
         let epochs = Self::cut_back(&self.epochs_path(), state.epochs_jsonl_bytes)?;
-        self.records = Some(records);
+        self.open_records(records)?;
         self.epochs = Some(epochs);
         self.offsets = OutputOffsets {
             records_jsonl_bytes: state.records_jsonl_bytes,
@@ -383,6 +412,9 @@ impl ArmOutput for RunDir {
         }
         let root = &self.root;
         Self::append(&mut self.records, &self.pending, || root.join(RECORDS_FILE))?;
+        if let Some(writeback) = &mut self.records_writeback {
+            writeback.appended(self.pending.len() as u64);
+        }
         self.pending.clear();
         Ok(())
     }
@@ -420,6 +452,7 @@ impl ArmOutput for RunDir {
     fn write_checkpoint(&mut self, checkpoint: &ArmCheckpoint) -> Result<(), ArmError> {
         self.flush()?;
         self.check_side_writes()?;
+        self.check_writeback()?;
         for (file, name) in [(&self.records, RECORDS_FILE), (&self.epochs, EPOCHS_FILE)] {
             if let Some(file) = file {
                 file.sync_data()
@@ -433,6 +466,7 @@ impl ArmOutput for RunDir {
     fn write_summary(&mut self, summary: &ArmSummary) -> Result<(), ArmError> {
         self.check_side_writes()?;
         self.flush()?;
+        self.check_writeback()?;
         let late = self
             .summary_late
             .as_ref()
