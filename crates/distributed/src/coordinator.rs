@@ -11,9 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Protocols, Record};
+use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Protocols};
 use sandloop_core::episode::clock::Clock;
 use sandloop_core::episode::policy::{FailurePolicy, FatalError};
+use sandloop_core::episode::unit_record::UnitRecord;
 use sandloop_core::harness::work::{UnitError, UnitRunner, WorkUnit, load_stored};
 use sandloop_sandbox::{CallLines, CallLog};
 
@@ -323,7 +324,7 @@ impl UnitRunner for RemoteLane {
         ctx: &CallContext,
         policy: FailurePolicy,
         _clock: &dyn Clock,
-    ) -> Result<Vec<Record>, UnitError> {
+    ) -> Result<Vec<UnitRecord>, UnitError> {
         let settings = self.replay.as_ref().map(|replay| replay.settings);
         let protocols = self.dispatcher.spec.protocols;
         let mut result = match self
@@ -378,7 +379,7 @@ impl UnitRunner for RemoteLane {
             ))
         };
         match result.outcome {
-            Outcome::Records { records } => Ok(records),
+            Outcome::Records { records } => Ok(records.into_iter().map(UnitRecord::from).collect()),
             Outcome::Fatal { error, cause } => {
                 let error = error.into_adapter_error().map_err(remote)?;
                 Err(UnitError::Fatal(match cause {

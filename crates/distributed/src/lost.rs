@@ -10,6 +10,7 @@ use sandloop_core::episode::adapter::{
 };
 use sandloop_core::episode::clock::SystemClock;
 use sandloop_core::episode::policy::FailurePolicy;
+use sandloop_core::episode::unit_record::UnitRecord;
 use sandloop_core::harness::work::{UnitError, WorkUnit, execute_work_unit};
 
 /// An adapter every call of which fails with the same error.
@@ -68,7 +69,7 @@ pub fn lost_unit_records(
     policy: FailurePolicy,
     protocols: Protocols,
     why: String,
-) -> Result<Vec<Record>, UnitError> {
+) -> Result<Vec<UnitRecord>, UnitError> {
     let mut error = AdapterError::new(ErrorType::Instantiation, why);
     error.retryable_infra_error = true;
     unit_error_records(unit, ctx, policy, protocols, error)
@@ -85,7 +86,7 @@ pub fn unit_error_records(
     policy: FailurePolicy,
     protocols: Protocols,
     error: AdapterError,
-) -> Result<Vec<Record>, UnitError> {
+) -> Result<Vec<UnitRecord>, UnitError> {
     let mut adapter = Unreachable { protocols, error };
     execute_work_unit(&mut adapter, unit, ctx, policy, &SystemClock)
 }
@@ -128,10 +129,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(records.len(), 1);
-        assert_eq!(records[0]["item_id"], "a");
-        assert_eq!(records[0]["adapter_error"]["type"], "instantiation");
-        assert_eq!(records[0]["retryable_infra_error"], true);
-        let message = records[0]["adapter_error"]["message"].as_str().unwrap();
+        assert_eq!(records[0].to_map()["item_id"], "a");
+        assert_eq!(
+            records[0].to_map()["adapter_error"]["type"],
+            "instantiation"
+        );
+        assert_eq!(records[0].to_map()["retryable_infra_error"], true);
+        let first = records[0].to_map();
+        let message = first["adapter_error"]["message"].as_str().unwrap();
         assert!(message.contains("started 4 times"), "{message}");
     }
 
@@ -161,10 +166,13 @@ mod tests {
         .unwrap();
         // What a local run writes when a group's prefix cannot be prepared.
         assert_eq!(records.len(), 1, "{records:?}");
-        assert_eq!(records[0]["record_kind"], "shared_prefix");
-        assert_eq!(records[0]["episode_stage"], "prepare");
-        assert_eq!(records[0]["adapter_error"]["type"], "instantiation");
-        assert_eq!(records[0]["adapter_error"]["message"], "lost");
+        assert_eq!(records[0].to_map()["record_kind"], "shared_prefix");
+        assert_eq!(records[0].to_map()["episode_stage"], "prepare");
+        assert_eq!(
+            records[0].to_map()["adapter_error"]["type"],
+            "instantiation"
+        );
+        assert_eq!(records[0].to_map()["adapter_error"]["message"], "lost");
         let fatal = lost_unit_records(
             &unit,
             &ctx(),

@@ -14,6 +14,7 @@ use async_nats::jetstream::AckKind;
 use async_nats::jetstream::consumer::{Consumer, pull};
 use futures_util::StreamExt;
 use sandloop_core::episode::clock::SystemClock;
+use sandloop_core::episode::unit_record::UnitRecord;
 use sandloop_core::harness::queue::branch_id;
 use sandloop_core::harness::work::{UnitError, UnitRunner};
 use sandloop_sandbox::{
@@ -495,7 +496,9 @@ impl<'a> Lane<'a> {
                 .adapter
                 .run_unit(&work, &unit.context(), unit.policy(), &SystemClock)
             {
-                Ok(records) => Outcome::Records { records },
+                Ok(records) => Outcome::Records {
+                    records: records.into_iter().map(UnitRecord::into_map).collect(),
+                },
                 Err(UnitError::Fatal(error)) => Outcome::fatal(&error),
                 Err(error) => Outcome::Failed {
                     reason: error.to_string(),

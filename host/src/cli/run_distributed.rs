@@ -11,9 +11,10 @@ use crate::distributed::{
     Dispatcher, DistributedSummary, GuestNeed, Limits, NatsTarget, RemoteLane, RemoteReplay,
     ReplaySettings, RunSpec,
 };
-use crate::episode::adapter::{CallContext, Protocols, Record};
+use crate::episode::adapter::{CallContext, Protocols};
 use crate::episode::clock::Clock;
 use crate::episode::policy::FailurePolicy;
+use crate::episode::unit_record::UnitRecord;
 use crate::harness::work::{UnitError, UnitRunner, WorkUnit};
 use crate::sandbox::snapshot::ForkKind;
 use crate::sandbox::{CallLog, LoadedAdapter, ReplayOptions, SandboxConfig, WasmAdapter};
@@ -198,7 +199,7 @@ impl UnitRunner for Lane {
         ctx: &CallContext,
         policy: FailurePolicy,
         clock: &dyn Clock,
-    ) -> Result<Vec<Record>, UnitError> {
+    ) -> Result<Vec<UnitRecord>, UnitError> {
         match self {
             Lane::Local(adapter) => adapter.run_unit(unit, ctx, policy, clock),
             Lane::Remote(lane) => lane.run_unit(unit, ctx, policy, clock),

@@ -24,6 +24,7 @@ use super::records::{
     annotate_group_record, attach_release_error, normalize_item_record, set_field,
     standalone_record,
 };
+use super::unit_record::{GroupFields, UnitRecord};
 use super::units::{EpisodeGroup, ExecutionUnit, InvalidUnit};
 use super::value::json_f64;
 
@@ -78,9 +79,11 @@ pub fn execute_episode_group<A: EpisodeAdapter + ?Sized>(
     base: &CallContext,
     policy: FailurePolicy,
     clock: &dyn Clock,
-) -> Result<Vec<Record>, FatalError> {
+) -> Result<Vec<UnitRecord>, FatalError> {
     match unit {
-        ExecutionUnit::Invalid(invalid) => record_invalid_unit(invalid, policy).map(|r| vec![r]),
+        ExecutionUnit::Invalid(invalid) => {
+            record_invalid_unit(invalid, policy).map(|r| vec![r.into()])
+        }
         ExecutionUnit::Group(group) => run_group(adapter, group, base, policy, clock),
     }
 }
@@ -114,7 +117,7 @@ fn run_group<A: EpisodeAdapter + ?Sized>(
     base: &CallContext,
     policy: FailurePolicy,
     clock: &dyn Clock,
-) -> Result<Vec<Record>, FatalError> {
+) -> Result<Vec<UnitRecord>, FatalError> {
     let seed = group.seed();
     let ctx = CallContext {
         arm: base.arm.clone(),
@@ -142,7 +145,7 @@ fn run_group<A: EpisodeAdapter + ?Sized>(
                 adapter_error_record(seed, &error, clock.minutes_since(prepare_started));
             set_field(&mut failed, "episode_stage", Value::from(stage::PREPARE));
             annotate_group_record(&mut failed, &failed_prefix);
-            return Ok(vec![failed]);
+            return Ok(vec![failed.into()]);
         }
     };
     let prepare_minutes = clock.minutes_since(prepare_started);
@@ -153,7 +156,8 @@ fn run_group<A: EpisodeAdapter + ?Sized>(
         checkpoint_ref,
     }) = prepared
     else {
-        return run_fallback(adapter, group, base, policy, clock);
+        return run_fallback(adapter, group, base, policy, clock)
+            .map(|records| records.into_iter().map(UnitRecord::from).collect());
     };
 
     let mut prefix = match prefix_record {
@@ -171,7 +175,7 @@ fn run_group<A: EpisodeAdapter + ?Sized>(
             )
             .map(|mut failed| {
                 annotate_group_record(&mut failed, &failed_prefix);
-                vec![failed]
+                vec![failed.into()]
             });
         }
     };
@@ -191,8 +195,7 @@ fn run_group<A: EpisodeAdapter + ?Sized>(
         ..annotation
     };
 
-    let mut records = Vec::with_capacity(1 + group.items.len());
-    records.push(prefix);
+    let mut suffixes = Vec::with_capacity(group.items.len());
     let fatal_error = run_suffixes(
         adapter,
         &handle,
@@ -201,7 +204,7 @@ fn run_group<A: EpisodeAdapter + ?Sized>(
         policy,
         clock,
         &suffix_annotation,
-        &mut records,
+        &mut suffixes,
     );
 
     let release_started = clock.now();
@@ -216,13 +219,17 @@ fn run_group<A: EpisodeAdapter + ?Sized>(
             adapter_error_record(seed, &cleanup, clock.minutes_since(release_started));
         // The prepare succeeded and its observations are real: the prefix
         // keeps its status; the cleanup failure rides in dedicated fields.
-        let prefix = &mut records[0];
-        attach_release_error(prefix, &release_record);
-        set_field(prefix, "episode_stage", Value::from(stage::RELEASE));
+        attach_release_error(&mut prefix, &release_record);
+        set_field(&mut prefix, "episode_stage", Value::from(stage::RELEASE));
     }
     match fatal_error {
         Some(primary) => Err(FatalError::new(primary)),
-        None => Ok(records),
+        None => {
+            let mut records = Vec::with_capacity(1 + suffixes.len());
+            records.push(UnitRecord::from(prefix));
+            records.append(&mut suffixes);
+            Ok(records)
+        }
     }
 }
 
@@ -284,7 +291,8 @@ fn shape_prefix_record(prefix: &mut Record, seed: &Item, seed_item_id: &str) {
 
 /// Run each item of `group` as a suffix of the prepared `handle` (one batch
 /// call when the adapter offers one, else one call per item), appending its
-/// record to `records`. Returns the error that policy made fatal, if any;
+/// record to `records` (the adapter's record with the host's fields beside
+/// it, [`UnitRecord::suffix`]; an error record annotated as a map). Returns the error that policy made fatal, if any;
 /// the items after it are not run.
 #[allow(clippy::too_many_arguments)]
 fn run_suffixes<A: EpisodeAdapter + ?Sized>(
@@ -295,8 +303,9 @@ fn run_suffixes<A: EpisodeAdapter + ?Sized>(
     policy: FailurePolicy,
     clock: &dyn Clock,
     annotation: &GroupAnnotation<'_>,
-    records: &mut Vec<Record>,
+    records: &mut Vec<UnitRecord>,
 ) -> Option<AdapterError> {
+    let group_fields = GroupFields::new(annotation);
     let mut batch = adapter
         .execute_episode_batch(handle, &group.items, ctx)
         .map(Vec::into_iter);
@@ -315,10 +324,17 @@ fn run_suffixes<A: EpisodeAdapter + ?Sized>(
                 (outcome, clock.minutes_since(started))
             }
         };
-        match settle_item(outcome, item, minutes, policy, stage::EXECUTE) {
+        let error = match outcome {
+            Ok(record) => {
+                records.push(UnitRecord::suffix(record, item, minutes, &group_fields));
+                continue;
+            }
+            Err(error) => error,
+        };
+        match settle_item(Err(error), item, minutes, policy, stage::EXECUTE) {
             Ok(mut record) => {
                 annotate_group_record(&mut record, annotation);
-                records.push(record);
+                records.push(record.into());
             }
             Err(error) => return Some(error),
         }
@@ -442,6 +458,7 @@ mod tests {
         clock: &ManualClock,
     ) -> Result<Vec<Record>, FatalError> {
         execute_episode_group(adapter, unit, &base(), policy, clock)
+            .map(|records| records.into_iter().map(UnitRecord::into_map).collect())
     }
 
     fn timed_adapter(script: Script) -> (ScriptedAdapter, Arc<ManualClock>) {
@@ -923,7 +940,7 @@ mod tests {
             &clock,
         )
         .unwrap();
-        let prefix = &records[0];
+        let prefix = &records[0].to_map();
         assert_eq!(
             prefix["item_id"],
             json!("custom-prefix"),

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::adapter::Record;
 use super::records::{RECORD_KIND_EPISODE_SUFFIX, RECORD_KIND_SHARED_PREFIX};
+use super::unit_record::RecordFields;
 use super::value::{float_or_zero, round_to, str_or_empty};
 
 /// Execution cost of a set of records (all minutes, rounded to 6 places).
@@ -37,8 +38,8 @@ pub struct ExecutionMetrics {
 
 /// `max(0, float(record.duration_minutes or 0))`, `0` when not numeric
 /// (reference `_duration`).
-pub fn record_duration_minutes(record: &Record) -> f64 {
-    float_or_zero(record.get("duration_minutes"))
+pub fn record_duration_minutes(record: &(impl RecordFields + ?Sized)) -> f64 {
+    float_or_zero(record.field("duration_minutes"))
         .unwrap_or(0.0)
         .max(0.0)
 }
@@ -102,14 +103,14 @@ impl MetricsAccumulator {
     }
 
     /// Adds one record.
-    pub fn add(&mut self, record: &Record) {
+    pub fn add(&mut self, record: &(impl RecordFields + ?Sized)) {
         let duration = record_duration_minutes(record);
         if self.force_standalone {
             self.standalone += duration;
             return;
         }
-        let kind = str_or_empty(record.get("record_kind"));
-        let failed = str_or_empty(record.get("execution_status")) == "adapter_error";
+        let kind = str_or_empty(record.field("record_kind"));
+        let failed = str_or_empty(record.field("execution_status")) == "adapter_error";
         let kind = if kind == RECORD_KIND_SHARED_PREFIX {
             Kind::Prefix
         } else if kind == RECORD_KIND_EPISODE_SUFFIX {
@@ -128,7 +129,7 @@ impl MetricsAccumulator {
             }
             Kind::Standalone => self.standalone += duration,
         }
-        let group_id = str_or_empty(record.get("execution_group_id"));
+        let group_id = str_or_empty(record.field("execution_group_id"));
         let group_id = group_id.trim();
         if group_id.is_empty() {
             return;

@@ -6,6 +6,8 @@
 //! - [`group`]: running one unit (prepare, suffixes, release, fallback);
 //! - [`item`]: a work item, held as its map or as the text it was read from;
 //! - [`records`]: the error record factory and record annotation;
+//! - [`unit_record`]: a unit's record on its way to the run's files, the
+//!   host's suffix fields typed beside the adapter's;
 //! - [`metrics`]: actual and avoided recomputation minutes;
 //! - [`probes`]: router probes folding siblings into one observation;
 //! - [`policy`]: the item failure policy and [`FatalError`];
@@ -25,6 +27,7 @@ pub mod policy;
 pub mod probes;
 pub mod records;
 pub mod stored;
+pub mod unit_record;
 pub mod units;
 pub mod value;
 
@@ -42,6 +45,7 @@ pub use records::{
     RECORD_KIND_EPISODE_SUFFIX, RECORD_KIND_SHARED_PREFIX, RECORD_KIND_STANDALONE,
     adapter_error_record,
 };
+pub use unit_record::{GroupFields, RecordFields, UnitRecord};
 pub use units::{
     EpisodeGroup, ExecutionUnit, InvalidUnit, build_episode_execution_units,
     build_episode_execution_units_checked, fatal_preflight, item_concurrency_keys,

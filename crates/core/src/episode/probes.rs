@@ -140,7 +140,7 @@ pub fn build_router_probes(records: &[Record]) -> Vec<Map<String, Value>> {
                         suffixes.len(),
                     )
                 };
-                let duration: f64 = siblings.iter().map(|r| record_duration_minutes(r)).sum();
+                let duration: f64 = siblings.iter().map(|r| record_duration_minutes(*r)).sum();
                 probe.insert("execution_group_id".into(), Value::from(group_id.as_str()));
                 probe.insert("family".into(), family_of(siblings[0]));
                 probe.insert("duration_minutes".into(), json_f64(duration));

@@ -25,8 +25,8 @@ use crate::episode::adapter::{AdapterError, CallContext, Item, Protocols, Record
 use crate::episode::clock::{Clock, SystemClock};
 use crate::episode::metrics::{ExecutionMetrics, MetricsAccumulator, combine_execution_metrics};
 use crate::episode::policy::{FailurePolicy, FatalError};
-use crate::episode::records::set_field;
 use crate::episode::stored::{StoredItems, StoredUnit, StoredUnitsError};
+use crate::episode::unit_record::UnitRecord;
 use crate::episode::units::{
     ExecutionUnit, build_episode_execution_units, build_episode_execution_units_checked,
     fatal_preflight,
@@ -84,8 +84,10 @@ pub enum ArmEvent<'a> {
         epoch: u32,
         /// The lane's branch id.
         branch_id: &'a str,
-        /// The records as written (with `novel_value`, `raw_value`).
-        records: &'a [Record],
+        /// The records as written (with `novel_value`, `raw_value`); read a
+        /// field with [`UnitRecord::get`], or take the map with
+        /// [`UnitRecord::to_map`].
+        records: &'a [UnitRecord],
     },
     /// An epoch finished and its summary (and checkpoint) were written.
     EpochDone {
@@ -182,7 +184,7 @@ struct EpochTally<'o, O> {
 impl<O: ArmOutput> EpochTally<'_, O> {
     /// Credits `records` in order and writes them, each from its `lines`
     /// entry (serialized by the lane, outside this tally's lock).
-    fn absorb(&mut self, records: &mut [Record], lines: &[RecordLine]) -> Result<(), ArmError> {
+    fn absorb(&mut self, records: &mut [UnitRecord], lines: &[RecordLine]) -> Result<(), ArmError> {
         self.line_buffer.clear();
         for (record, line) in records.iter_mut().zip(lines) {
             let credit = self.ledger.credit(record);
@@ -190,8 +192,7 @@ impl<O: ArmOutput> EpochTally<'_, O> {
             let (novel_value, raw_value) = (json_f64(credit.novel_value), json_f64(raw));
             line.write(&novel_value, &raw_value, &mut self.line_buffer)
                 .map_err(|error| ArmError::io("serialising a record", error))?;
-            set_field(record, "novel_value", novel_value);
-            set_field(record, "raw_value", raw_value);
+            record.set_novelty(novel_value, raw_value);
             self.raw += raw;
             self.novel += credit.novel_value;
             if truthy(record.get("is_variant")) {
@@ -212,7 +213,7 @@ impl<O: ArmOutput> EpochTally<'_, O> {
 
 fn deliver<O: ArmOutput>(
     tally: &Mutex<EpochTally<'_, O>>,
-    mut records: Vec<Record>,
+    mut records: Vec<UnitRecord>,
     observer: &dyn ArmObserver,
     epoch: u32,
     branch_id: &str,
@@ -816,14 +817,15 @@ impl<F> EpochLanes<'_, F> {
             line_buffer: Vec::new(),
         });
         if !compile_errors.is_empty() {
-            deliver(&tally, compile_errors, observer, epoch, CONTROL_BRANCH_ID)?;
+            let records = compile_errors.into_iter().map(UnitRecord::from).collect();
+            deliver(&tally, records, observer, epoch, CONTROL_BRANCH_ID)?;
         }
         let execute = |adapter: &mut A, unit: WorkUnit, ctx: &CallContext| {
             adapter
                 .run_unit(&unit, ctx, policy, clock)
                 .map_err(ArmError::from)
         };
-        let sink = |done: &UnitDone<'_>, records: Vec<Record>| {
+        let sink = |done: &UnitDone<'_>, records: Vec<UnitRecord>| {
             deliver(&tally, records, observer, epoch, done.branch_id)
         };
         let flush = || {

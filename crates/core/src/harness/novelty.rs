@@ -5,6 +5,7 @@ use foldhash::HashSet;
 use serde_json::Value;
 
 use crate::episode::adapter::Record;
+use crate::episode::unit_record::RecordFields;
 use crate::episode::value::{py_float, py_str, str_or_empty};
 
 /// Weight of one observation key (reference `DEFAULT_OBSERVATION_WEIGHT`).
@@ -85,9 +86,9 @@ impl NoveltyLedger {
     /// Credits the record's first-seen keys and flags and remembers them
     /// (reference `credit`), and computes its raw value. The family
     /// defaults to `general`.
-    pub fn credit(&mut self, record: &Record) -> Credit {
+    pub fn credit(&mut self, record: &(impl RecordFields + ?Sized)) -> Credit {
         let mut credit = Credit::default();
-        if let Some(Value::Array(keys)) = record.get("observation_keys") {
+        if let Some(Value::Array(keys)) = record.field("observation_keys") {
             credit.raw_value += DEFAULT_OBSERVATION_WEIGHT * keys.len() as f64;
             for key in keys {
                 let key = py_str(key);
@@ -98,8 +99,8 @@ impl NoveltyLedger {
                 }
             }
         }
-        if let Some(Value::Object(flags)) = record.get("weighted_flags") {
-            let family = str_or_empty(record.get("family"));
+        if let Some(Value::Object(flags)) = record.field("weighted_flags") {
+            let family = str_or_empty(record.field("family"));
             let family = if family.is_empty() {
                 "general"
             } else {
@@ -205,7 +206,7 @@ mod tests {
     #[test]
     fn a_restored_ledger_remembers_what_it_saw() {
         let mut ledger = NoveltyLedger::from_seen(["k".to_owned(), "flag:f:x".to_owned()]);
-        let record = obj(json!({"family": "f", "observation_keys": ["k", "new"],
+        let record: Record = obj(json!({"family": "f", "observation_keys": ["k", "new"],
                                  "weighted_flags": {"x": 1.0}}));
         assert_eq!(
             ledger.credit(&record),

@@ -24,9 +24,10 @@ use foldhash::{HashMap, HashMapExt};
 use serde::{Deserialize, Serialize};
 
 use super::json_list::JsonList;
-use crate::episode::adapter::{AdapterError, CallContext, ErrorType, Record};
+use crate::episode::adapter::{AdapterError, CallContext, ErrorType};
 use crate::episode::clock::Clock;
 use crate::episode::policy::FatalError;
+use crate::episode::unit_record::RecordFields;
 use crate::episode::units::ExecutionUnit;
 use crate::episode::value::round_to;
 
@@ -146,7 +147,7 @@ pub struct Ticker<'a, E> {
 ///
 /// Returns the lanes' summaries in lane order (empty when `units` is).
 #[allow(clippy::too_many_arguments)]
-pub fn run_queue_epoch<U, A, F, X, K, E>(
+pub fn run_queue_epoch<U, A, F, X, K, E, R>(
     units: Vec<U>,
     config: &QueueConfig<'_>,
     clock: &dyn Clock,
@@ -158,9 +159,10 @@ pub fn run_queue_epoch<U, A, F, X, K, E>(
 where
     U: QueueUnit,
     F: Fn(usize) -> Result<A, AdapterError> + Sync,
-    X: Fn(&mut A, U, &CallContext) -> Result<Vec<Record>, E> + Sync,
-    K: Fn(&UnitDone<'_>, Vec<Record>) -> Result<(), E> + Sync,
+    X: Fn(&mut A, U, &CallContext) -> Result<Vec<R>, E> + Sync,
+    K: Fn(&UnitDone<'_>, Vec<R>) -> Result<(), E> + Sync,
     E: From<FatalError> + Send,
+    R: RecordFields,
 {
     if units.is_empty() {
         return Ok(Vec::new());
@@ -221,7 +223,7 @@ fn panic_error(what: &str, payload: Box<dyn std::any::Any + Send>) -> FatalError
     ))
 }
 
-fn run_lane<U, A, F, X, K, E>(
+fn run_lane<U, A, F, X, K, E, R>(
     lane_index: usize,
     shared: &Shared<U, E>,
     config: &QueueConfig<'_>,
@@ -233,9 +235,10 @@ fn run_lane<U, A, F, X, K, E>(
 where
     U: QueueUnit,
     F: Fn(usize) -> Result<A, AdapterError> + Sync,
-    X: Fn(&mut A, U, &CallContext) -> Result<Vec<Record>, E> + Sync,
-    K: Fn(&UnitDone<'_>, Vec<Record>) -> Result<(), E> + Sync,
+    X: Fn(&mut A, U, &CallContext) -> Result<Vec<R>, E> + Sync,
+    K: Fn(&UnitDone<'_>, Vec<R>) -> Result<(), E> + Sync,
     E: From<FatalError> + Send,
+    R: RecordFields,
 {
     let started = clock.now();
     let branch = branch_id(lane_index);
@@ -293,8 +296,8 @@ where
             summary.unit_count += 1;
             summary.record_count += records.len();
             for record in &records {
-                summary.item_ids.push(record.get("item_id"));
-                summary.families.push(record.get("family"));
+                summary.item_ids.push(record.field("item_id"));
+                summary.families.push(record.field("family"));
             }
             let done = UnitDone {
                 lane_index,
@@ -547,6 +550,7 @@ impl Scheduler {
 
 #[cfg(test)]
 mod tests {
+    use crate::episode::adapter::Record;
     use std::collections::HashSet;
     use std::rc::Rc;
     use std::sync::Arc;

@@ -12,7 +12,7 @@ use std::io;
 
 use serde_json::Value;
 
-use crate::episode::adapter::Record;
+use crate::episode::unit_record::UnitRecord;
 
 /// The field a tally fills first.
 const NOVEL: &str = "novel_value";
@@ -36,16 +36,15 @@ impl RecordLine {
     ///
     /// # Errors
     /// What serde_json reports (a value it cannot write).
-    pub fn new(record: &Record) -> Result<Self, serde_json::Error> {
-        // Room for a typical field (~25 bytes) and then some, so the
-        // line is allocated once rather than grown by doubling.
+    pub fn new(record: &UnitRecord) -> Result<Self, serde_json::Error> {
+        // Room for a typical record (~15 fields of ~25 bytes) and then
+        // some, so the line is allocated once rather than grown by doubling.
         let mut line = RecordLine {
-            body: Vec::with_capacity(40 * record.len() + 64),
+            body: Vec::with_capacity(640),
             ..RecordLine::default()
         };
         let (mut novel_at, mut raw_at) = (None, None);
-        for (key, value) in record {
-            let key = key.as_str();
+        record.for_each_field(|key, value| {
             if novel_at.is_none() && key >= NOVEL {
                 novel_at = Some(line.body.len());
             }
@@ -53,13 +52,13 @@ impl RecordLine {
                 raw_at = Some(line.body.len());
             }
             if key == NOVEL || key == RAW {
-                continue;
+                return Ok(());
             }
             line.body.push(b',');
             serde_json::to_writer(&mut line.body, key)?;
             line.body.push(b':');
-            serde_json::to_writer(&mut line.body, value)?;
-        }
+            serde_json::to_writer(&mut line.body, value)
+        })?;
         line.novel_at = novel_at.unwrap_or(line.body.len());
         line.raw_at = raw_at.unwrap_or(line.body.len());
         Ok(line)
@@ -91,6 +90,7 @@ fn field(out: &mut Vec<u8>, key: &str, value: &Value) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::episode::adapter::Record;
     use crate::hostile_inputs::{config, json_value};
     use proptest::prelude::*;
     use serde_json::json;
@@ -107,6 +107,10 @@ mod tests {
     }
 
     fn written(record: &Record, novel: &Value, raw: &Value) -> Vec<u8> {
+        written_unit(&UnitRecord::from(record.clone()), novel, raw)
+    }
+
+    fn written_unit(record: &UnitRecord, novel: &Value, raw: &Value) -> Vec<u8> {
         let mut out = b"earlier line\n".to_vec();
         RecordLine::new(record)
             .unwrap()
@@ -148,6 +152,34 @@ mod tests {
             let record: Record = fields.into_iter().collect();
             let (novel, raw) = (json!(novel), json!(raw));
             prop_assert_eq!(written(&record, &novel, &raw), expected(&record, &novel, &raw));
+        }
+
+        #[test]
+        fn prop_a_suffix_records_line_is_its_maps(
+            fields in prop::collection::btree_map("[a-z_]{0,16}", json_value(), 0..8),
+            is_variant in any::<bool>(),
+            checkpoint_ref in prop::option::of("[a-z]{1,4}"),
+            novel in -1.0e6f64..1.0e6,
+        ) {
+            let item = match json!({"item_id": "s1~v1", "family": "f", "is_variant": is_variant,
+                                    "variant_spec": {"spec_id": "v1"}}) {
+                Value::Object(map) => crate::episode::adapter::Item::from(map),
+                _ => unreachable!(),
+            };
+            let annotation = crate::episode::records::GroupAnnotation {
+                group_id: "main:epoch-1:group-0001",
+                seed_item_id: "s1",
+                record_kind: "episode_suffix",
+                prefix_reused: true,
+                checkpoint_ref: checkpoint_ref.as_deref(),
+            };
+            let group = crate::episode::unit_record::GroupFields::new(&annotation);
+            let record = UnitRecord::suffix(fields.into_iter().collect(), &item, 1e-7, &group);
+            let (novel, raw) = (json!(novel), json!(1.0));
+            prop_assert_eq!(
+                written_unit(&record, &novel, &raw),
+                expected(&record.to_map(), &novel, &raw)
+            );
         }
     }
 }

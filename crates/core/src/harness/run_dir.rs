@@ -28,6 +28,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::episode::adapter::Record;
+use crate::episode::unit_record::UnitRecord;
 
 use super::atomic::write_json_atomic;
 use super::checkpoint::{
@@ -73,9 +74,10 @@ pub trait ArmOutput: Send {
     /// Appends `records` given also as their serialized lines (`lines`:
     /// each record's JSON and a newline, in order). The default writes the
     /// records; [`RunDir`] copies the lines.
-    fn append_lines(&mut self, lines: &[u8], records: &[Record]) -> Result<(), ArmError> {
+    fn append_lines(&mut self, lines: &[u8], records: &[UnitRecord]) -> Result<(), ArmError> {
         let _ = lines;
-        self.append_records(records)
+        let maps: Vec<Record> = records.iter().map(UnitRecord::to_map).collect();
+        self.append_records(&maps)
     }
     /// Writes buffered records out. The arm calls it every
     /// [`ArmOutput::flush_interval`] while units run, after every epoch's
@@ -400,7 +402,7 @@ impl ArmOutput for RunDir {
         self.appended(before)
     }
 
-    fn append_lines(&mut self, lines: &[u8], _records: &[Record]) -> Result<(), ArmError> {
+    fn append_lines(&mut self, lines: &[u8], _records: &[UnitRecord]) -> Result<(), ArmError> {
         let before = self.pending.len();
         self.pending.extend_from_slice(lines);
         self.appended(before)

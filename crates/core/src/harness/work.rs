@@ -10,6 +10,7 @@ use crate::episode::group::execute_episode_group;
 use crate::episode::policy::{FailurePolicy, FatalError};
 use crate::episode::records::{adapter_error_record, set_field};
 use crate::episode::stored::StoredGroup;
+use crate::episode::unit_record::UnitRecord;
 use crate::episode::units::{ExecutionUnit, item_concurrency_keys};
 use crate::episode::value::{json_f64, truthy};
 
@@ -131,16 +132,14 @@ pub fn execute_work_unit<A: EpisodeAdapter + ?Sized>(
     ctx: &CallContext,
     policy: FailurePolicy,
     clock: &dyn Clock,
-) -> Result<Vec<Record>, UnitError> {
+) -> Result<Vec<UnitRecord>, UnitError> {
     Ok(match unit {
         WorkUnit::Episode(unit) => execute_episode_group(adapter, unit, ctx, policy, clock)?,
         WorkUnit::Stored(group) => {
             execute_episode_group(adapter, &load_stored(group)?, ctx, policy, clock)?
         }
         WorkUnit::Standalone(item) => {
-            vec![execute_standalone_item(
-                adapter, &item.item, ctx, policy, clock,
-            )?]
+            vec![execute_standalone_item(adapter, &item.item, ctx, policy, clock)?.into()]
         }
     })
 }
@@ -184,7 +183,7 @@ pub trait UnitRunner {
         ctx: &CallContext,
         policy: FailurePolicy,
         clock: &dyn Clock,
-    ) -> Result<Vec<Record>, UnitError>;
+    ) -> Result<Vec<UnitRecord>, UnitError>;
 }
 
 impl<A: EpisodeAdapter + ?Sized> UnitRunner for A {
@@ -194,7 +193,7 @@ impl<A: EpisodeAdapter + ?Sized> UnitRunner for A {
         ctx: &CallContext,
         policy: FailurePolicy,
         clock: &dyn Clock,
-    ) -> Result<Vec<Record>, UnitError> {
+    ) -> Result<Vec<UnitRecord>, UnitError> {
         execute_work_unit(self, unit, ctx, policy, clock)
     }
 }
@@ -296,7 +295,10 @@ mod tests {
         let unit = WorkUnit::Standalone(StandaloneItem::new(item));
         let records =
             execute_work_unit(&mut adapter, &unit, &ctx(), FailurePolicy::Record, &clock).unwrap();
-        assert_eq!(records[0]["adapter_error"]["type"], json!("missing_export"));
+        assert_eq!(
+            records[0].to_map()["adapter_error"]["type"],
+            json!("missing_export")
+        );
         assert!(adapter.ops().is_empty());
     }
 
