@@ -455,12 +455,22 @@ impl ArmOutput for RunDir {
         self.flush()?;
         self.check_side_writes()?;
         self.check_writeback()?;
-        for (file, name) in [(&self.records, RECORDS_FILE), (&self.epochs, EPOCHS_FILE)] {
-            if let Some(file) = file {
-                file.sync_data()
-                    .map_err(|e| ArmError::io(format!("syncing {name}"), e))?;
-            }
-        }
+        // Both files at once: each sync mostly waits for the disk.
+        let sync = |file: &Option<File>, name: &str| match file {
+            Some(file) => file
+                .sync_data()
+                .map_err(|e| ArmError::io(format!("syncing {name}"), e)),
+            None => Ok(()),
+        };
+        let (records, epochs) = std::thread::scope(|scope| {
+            let records = scope.spawn(|| sync(&self.records, RECORDS_FILE));
+            let epochs = sync(&self.epochs, EPOCHS_FILE);
+            let records = records
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (records, epochs)
+        });
+        records.and(epochs)?;
         write_arm_checkpoint(&self.checkpoint_path(), checkpoint)?;
         Ok(())
     }
