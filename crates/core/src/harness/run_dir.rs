@@ -304,7 +304,7 @@ impl RunDir {
     fn open_records(&mut self, file: File) -> Result<(), ArmError> {
         // The old thread (if any) ends before the new one starts.
         self.records_writeback = None;
-        let writeback = Writeback::start(&file)
+        let writeback = Writeback::start(&self.records_path())
             .map_err(|e| ArmError::io(format!("starting the writeback of {RECORDS_FILE}"), e))?;
         self.records = Some(file);
         self.records_writeback = Some(writeback);
@@ -463,11 +463,16 @@ impl ArmOutput for RunDir {
             None => Ok(()),
         };
         let (records, epochs) = std::thread::scope(|scope| {
-            let records = scope.spawn(|| sync(&self.records, RECORDS_FILE));
+            let records = std::thread::Builder::new()
+                .spawn_scoped(scope, || sync(&self.records, RECORDS_FILE));
             let epochs = sync(&self.epochs, EPOCHS_FILE);
-            let records = records
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            let records = match records {
+                Ok(records) => records
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                // No thread to be had: one after the other.
+                Err(_) => sync(&self.records, RECORDS_FILE),
+            };
             (records, epochs)
         });
         records.and(epochs)?;

@@ -5,13 +5,15 @@
 //! project's test machine that takes the final sync of a 25 MB
 //! `records.jsonl` from about 20 ms to about 1 ms.
 //!
-//! The thread syncs a duplicate of the file's descriptor. A failed sync is
-//! kept and reported by [`Writeback::take_error`]: the kernel reports a
-//! writeback error to one sync of the shared open file only, so the
-//! checkpoint's own sync might not see it again.
+//! The thread syncs the file through an open file of its own, not a
+//! duplicate of the writer's descriptor: the kernel reports a failed
+//! writeback once to each open file, so the checkpoint's own sync still
+//! sees an error the thread saw first. The thread's failed sync is kept
+//! too, and reported by [`Writeback::take_error`].
 
 use std::fs::File;
 use std::io;
+use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -50,11 +52,11 @@ impl Shared {
 }
 
 impl Writeback {
-    /// Start the thread for `file` (a duplicate of its descriptor).
+    /// Start the thread for the file at `path`, opened here for it alone.
     ///
-    /// Errors: duplicating the descriptor or starting the thread.
-    pub fn start(file: &File) -> io::Result<Writeback> {
-        let file = file.try_clone()?;
+    /// Errors: opening the file or starting the thread.
+    pub fn start(path: &Path) -> io::Result<Writeback> {
+        let file = File::open(path)?;
         let shared = Arc::new(Shared::default());
         let theirs = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -123,8 +125,9 @@ mod tests {
     #[test]
     fn a_chunk_asks_for_a_sync_and_the_thread_takes_it() {
         let dir = tempfile::tempdir().unwrap();
-        let mut file = File::create(dir.path().join("f")).unwrap();
-        let mut writeback = Writeback::start(&file).unwrap();
+        let path = dir.path().join("f");
+        let mut file = File::create(&path).unwrap();
+        let mut writeback = Writeback::start(&path).unwrap();
         file.write_all(b"line\n").unwrap();
         writeback.appended(WRITEBACK_CHUNK_BYTES - 1);
         assert!(!writeback.shared.state().requested, "below a chunk");
@@ -141,10 +144,8 @@ mod tests {
 
     #[test]
     fn a_failed_sync_is_kept_until_taken() {
-        // A pipe cannot be synced: EINVAL.
-        let (reader, _writer) = std::io::pipe().unwrap();
-        let file = File::from(std::os::fd::OwnedFd::from(reader));
-        let mut writeback = Writeback::start(&file).unwrap();
+        // A character device cannot be synced: EINVAL.
+        let mut writeback = Writeback::start(Path::new("/dev/null")).unwrap();
         writeback.appended(WRITEBACK_CHUNK_BYTES);
         let error = (0..2000).find_map(|_| {
             std::thread::sleep(std::time::Duration::from_millis(1));

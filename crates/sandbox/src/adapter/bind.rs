@@ -129,11 +129,15 @@ impl WasmAdapter {
 impl Live {
     /// Bind the interface declaring the function `name`, unless it is
     /// bound already or the component does not export it (its call then
-    /// finds it missing, as before). A name outside the contract binds
-    /// every interface.
+    /// finds it missing, as before). A resource's destructor (`drop …`)
+    /// calls no export and binds nothing; any other name outside the
+    /// contract binds every interface.
     ///
     /// Errors: wasmtime's, when an export does not match its binding.
     pub(super) fn bind_for(&mut self, name: &str, indices: &ExportIndices) -> wasmtime::Result<()> {
+        if name.starts_with("drop ") {
+            return Ok(());
+        }
         match Export::of_function(name) {
             Some(export) => self.bind(&[export], indices),
             None => self.bind(&Export::ALL, indices),
