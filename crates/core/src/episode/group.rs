@@ -291,9 +291,10 @@ fn shape_prefix_record(prefix: &mut Record, seed: &Item, seed_item_id: &str) {
 
 /// Run each item of `group` as a suffix of the prepared `handle` (one batch
 /// call when the adapter offers one, else one call per item), appending its
-/// record to `records` (the adapter's record with the host's fields beside
-/// it, [`UnitRecord::suffix`]; an error record annotated as a map). Returns the error that policy made fatal, if any;
-/// the items after it are not run.
+/// record to `records`: the adapter's record with the host's fields beside
+/// it ([`UnitRecord::suffix`]), or an error record annotated as a map.
+/// Returns the error that policy made fatal, if any; the items after it are
+/// not run.
 #[allow(clippy::too_many_arguments)]
 fn run_suffixes<A: EpisodeAdapter + ?Sized>(
     adapter: &mut A,
@@ -324,19 +325,15 @@ fn run_suffixes<A: EpisodeAdapter + ?Sized>(
                 (outcome, clock.minutes_since(started))
             }
         };
-        let error = match outcome {
-            Ok(record) => {
-                records.push(UnitRecord::suffix(record, item, minutes, &group_fields));
-                continue;
-            }
-            Err(error) => error,
-        };
-        match settle_item(Err(error), item, minutes, policy, stage::EXECUTE) {
-            Ok(mut record) => {
-                annotate_group_record(&mut record, annotation);
-                records.push(record.into());
-            }
-            Err(error) => return Some(error),
+        match outcome {
+            Ok(record) => records.push(UnitRecord::suffix(record, item, minutes, &group_fields)),
+            Err(error) => match error_record(error, item, minutes, policy, stage::EXECUTE) {
+                Ok(mut record) => {
+                    annotate_group_record(&mut record, annotation);
+                    records.push(record.into());
+                }
+                Err(error) => return Some(error),
+            },
         }
     }
     None
@@ -399,13 +396,25 @@ fn settle_item(
             set_duration(&mut record, minutes);
             Ok(record)
         }
-        Err(error) if policy.is_fatal() => Err(error),
-        Err(error) => {
-            let mut record = adapter_error_record(item, &error, minutes);
-            set_field(&mut record, "episode_stage", Value::from(stage));
-            Ok(record)
-        }
+        Err(error) => error_record(error, item, minutes, policy, stage),
     }
+}
+
+/// What a failed call for `item` becomes under `policy`: the error itself
+/// when fatal, else its error record (`episode_stage = stage`).
+fn error_record(
+    error: AdapterError,
+    item: &Item,
+    minutes: f64,
+    policy: FailurePolicy,
+    stage: &'static str,
+) -> Result<Record, AdapterError> {
+    if policy.is_fatal() {
+        return Err(error);
+    }
+    let mut record = adapter_error_record(item, &error, minutes);
+    set_field(&mut record, "episode_stage", Value::from(stage));
+    Ok(record)
 }
 
 fn missing_execute_error(group_id: &str) -> AdapterError {

@@ -550,7 +550,6 @@ impl Scheduler {
 
 #[cfg(test)]
 mod tests {
-    use crate::episode::adapter::Record;
     use std::collections::HashSet;
     use std::rc::Rc;
     use std::sync::Arc;
@@ -560,6 +559,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::episode::adapter::Record;
     use crate::episode::clock::SystemClock;
     use crate::episode::testing::obj;
 
