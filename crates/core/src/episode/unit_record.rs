@@ -20,7 +20,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::adapter::{Item, Record};
-use super::records::{GroupAnnotation, set_field};
+use super::records::GroupAnnotation;
 use super::value::json_f64;
 
 /// Read access to a record's fields, whichever form it is in.
@@ -246,56 +246,24 @@ impl UnitRecord {
         Ok(())
     }
 
-    /// The record as a JSON map, the host's fields inserted.
+    /// The record as a JSON map, the host's fields in it.
     pub fn into_map(self) -> Record {
-        let UnitRecord {
-            mut map,
-            host,
-            novelty,
-        } = self;
-        if let Some(host) = host {
-            let SuffixFields {
-                item_id,
-                family,
-                is_variant,
-                variant_spec_id,
-                duration_minutes,
-                group,
-            } = *host;
-            set_field(&mut map, "item_id", item_id);
-            set_field(&mut map, "family", family);
-            set_field(&mut map, "is_variant", is_variant);
-            match variant_spec_id {
-                SpecId::Set(spec_id) => set_field(&mut map, "variant_spec_id", spec_id),
-                SpecId::Removed => {
-                    map.remove("variant_spec_id");
-                }
-                SpecId::Kept => {}
-            }
-            set_field(&mut map, "duration_minutes", duration_minutes);
-            let group = Arc::unwrap_or_clone(group);
-            set_field(&mut map, "execution_group_id", group.execution_group_id);
-            set_field(&mut map, "record_kind", group.record_kind);
-            set_field(&mut map, "seed_item_id", group.seed_item_id);
-            set_field(&mut map, "prefix_reused", group.prefix_reused);
-            match group.checkpoint_ref {
-                Some(reference) => set_field(&mut map, "checkpoint_ref", reference),
-                None => {
-                    map.remove("checkpoint_ref");
-                }
-            }
+        if self.host.is_none() && self.novelty.is_none() {
+            return self.map;
         }
-        if let Some(novelty) = novelty {
-            let [novel_value, raw_value] = *novelty;
-            set_field(&mut map, "novel_value", novel_value);
-            set_field(&mut map, "raw_value", raw_value);
-        }
-        map
+        self.to_map()
     }
 
-    /// [`UnitRecord::into_map`] of a copy.
+    /// The record as a JSON map, the host's fields in it: the fields
+    /// [`UnitRecord::for_each_field`] gives, copied (already in key order,
+    /// so the map is built without a search per key).
     pub fn to_map(&self) -> Record {
-        self.clone().into_map()
+        let mut fields = Vec::with_capacity(self.map.len() + HOST_KEYS.len());
+        let Ok(()) = self.for_each_field(|key, value| {
+            fields.push((key.to_owned(), value.clone()));
+            Ok::<(), std::convert::Infallible>(())
+        });
+        fields.into_iter().collect()
     }
 }
 
@@ -305,29 +273,28 @@ impl RecordFields for UnitRecord {
     }
 }
 
-/// What [`UnitRecord::suffix`] stands for, done on the map: the reference's
-/// steps one after another (for tests).
-#[cfg(test)]
-pub(crate) fn suffix_stepwise(
-    mut record: Record,
-    item: &Item,
-    minutes: f64,
-    annotation: &GroupAnnotation<'_>,
-) -> Record {
-    use super::records::{annotate_group_record, normalize_item_record};
-    normalize_item_record(&mut record, item);
-    set_field(&mut record, "duration_minutes", json_f64(minutes));
-    annotate_group_record(&mut record, annotation);
-    record
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::episode::records::RECORD_KIND_EPISODE_SUFFIX;
+    use crate::episode::records::{RECORD_KIND_EPISODE_SUFFIX, set_field};
     use crate::hostile_inputs::{config, json_value};
     use proptest::prelude::*;
     use serde_json::{Map, json};
+
+    /// What [`UnitRecord::suffix`] stands for, done on the map: the reference's
+    /// steps one after another (for tests).
+    fn suffix_stepwise(
+        mut record: Record,
+        item: &Item,
+        minutes: f64,
+        annotation: &GroupAnnotation<'_>,
+    ) -> Record {
+        use crate::episode::records::{annotate_group_record, normalize_item_record};
+        normalize_item_record(&mut record, item);
+        set_field(&mut record, "duration_minutes", json_f64(minutes));
+        annotate_group_record(&mut record, annotation);
+        record
+    }
 
     fn record_strategy() -> impl Strategy<Value = Record> {
         // The host's own keys among others, so overwrites and removals
