@@ -42,13 +42,13 @@ pub struct ItemIdentity {
 impl ItemIdentity {
     /// The identity of the item whose fields are `map`.
     pub fn of(map: &Map<String, Value>) -> ItemIdentity {
-        let is_variant = truthy(map.get("is_variant"));
-        ItemIdentity {
-            item_id: map.get("item_id").cloned().unwrap_or(Value::Null),
-            family: map.get("family").cloned().unwrap_or(Value::Null),
-            is_variant,
-            variant_spec_id: variant_spec_id(is_variant, map.get("variant_spec")),
+        IdentityFields {
+            item_id: map.get("item_id"),
+            family: map.get("family"),
+            is_variant: map.get("is_variant"),
+            spec_id: spec_id_of(map.get("variant_spec")),
         }
+        .to_identity()
     }
 
     /// The identity read from an item's JSON `text`, skipping every other
@@ -74,21 +74,55 @@ impl ItemIdentity {
             return None; // a struct would also read a JSON array
         }
         let fields: Fields = serde_json::from_str(trimmed).ok()?;
-        let is_variant = truthy(fields.is_variant.as_ref());
-        Some(ItemIdentity {
-            item_id: fields.item_id.unwrap_or(Value::Null),
-            family: fields.family.unwrap_or(Value::Null),
-            is_variant,
-            variant_spec_id: variant_spec_id(is_variant, fields.variant_spec.as_ref()),
-        })
+        Some(
+            IdentityFields {
+                item_id: fields.item_id.as_ref(),
+                family: fields.family.as_ref(),
+                is_variant: fields.is_variant.as_ref(),
+                spec_id: spec_id_of(fields.variant_spec.as_ref()),
+            }
+            .to_identity(),
+        )
     }
 }
 
-fn variant_spec_id(is_variant: bool, spec: Option<&Value>) -> Option<Value> {
-    match spec {
-        Some(Value::Object(spec)) if is_variant => {
-            Some(spec.get("spec_id").cloned().unwrap_or(Value::Null))
+/// The fields an [`ItemIdentity`] is made of, borrowed from wherever the
+/// item was read (its map, or its line as the items file's reader scans
+/// it): each `None` when absent.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IdentityFields<'a> {
+    /// `item_id`.
+    pub(crate) item_id: Option<&'a Value>,
+    /// `family`.
+    pub(crate) family: Option<&'a Value>,
+    /// `is_variant`, read for its Python truthiness.
+    pub(crate) is_variant: Option<&'a Value>,
+    /// `Some` when `variant_spec` is an object, holding its `spec_id`.
+    pub(crate) spec_id: Option<Option<&'a Value>>,
+}
+
+impl IdentityFields<'_> {
+    /// The identity these fields make: absent and `null` alike become
+    /// `null`; a variant whose `variant_spec` is an object has that
+    /// object's `spec_id`.
+    pub(crate) fn to_identity(self) -> ItemIdentity {
+        let is_variant = truthy(self.is_variant);
+        ItemIdentity {
+            item_id: self.item_id.cloned().unwrap_or(Value::Null),
+            family: self.family.cloned().unwrap_or(Value::Null),
+            is_variant,
+            variant_spec_id: self
+                .spec_id
+                .filter(|_| is_variant)
+                .map(|spec_id| spec_id.cloned().unwrap_or(Value::Null)),
         }
+    }
+}
+
+/// `Some(spec_id)` when `variant_spec` is an object, `None` otherwise.
+fn spec_id_of(variant_spec: Option<&Value>) -> Option<Option<&Value>> {
+    match variant_spec {
+        Some(Value::Object(spec)) => Some(spec.get("spec_id")),
         _ => None,
     }
 }
@@ -134,14 +168,20 @@ impl Item {
     pub(crate) fn from_json_text(text: &str) -> Result<Item, serde_json::Error> {
         let text = text.trim();
         match ItemIdentity::read(text) {
-            Some(identity) => Ok(Item {
-                text: Some(Text {
-                    json: Arc::new(text.to_owned()),
-                    identity: Arc::new(identity),
-                }),
-                map: OnceLock::new(),
-            }),
+            Some(identity) => Ok(Item::from_checked_text(text, identity)),
             None => serde_json::from_str::<Map<String, Value>>(text).map(Item::from),
+        }
+    }
+
+    /// The item whose JSON text is `text` (trimmed) and whose identity,
+    /// read from that very text, is `identity`: nothing is parsed now.
+    pub(crate) fn from_checked_text(text: &str, identity: ItemIdentity) -> Item {
+        Item {
+            text: Some(Text {
+                json: Arc::new(text.to_owned()),
+                identity: Arc::new(identity),
+            }),
+            map: OnceLock::new(),
         }
     }
 

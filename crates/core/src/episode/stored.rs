@@ -12,6 +12,7 @@
 //! The grouping rules are the held items' ones ([`super::units`]); only the
 //! item's storage differs.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::hash::BuildHasher;
 use std::io;
@@ -19,7 +20,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use serde_json::Value;
+
 use super::adapter::{AdapterError, ErrorType, Item};
+use super::item::{IdentityFields, ItemIdentity};
 use super::units::{
     EpisodeGroup, ExecutionUnit, InvalidUnit, ItemFields, ItemHead, QueueHeads, UnitPlan,
     item_concurrency_keys, plan_units, union_keys,
@@ -32,8 +36,31 @@ struct TextRef {
     len: u32,
 }
 
+/// A kept identity field (`family`, a variant's `spec_id`): a string, as
+/// its index in [`StoredItems`]' deduplicated names, or one of two
+/// markers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Name(u32);
+
+impl Name {
+    /// A field whose value is `null` (or, for `family`, absent: records
+    /// read both as `null`).
+    const NULL: Name = Name(u32::MAX);
+    /// A `spec_id` that is not there because the item is no variant or its
+    /// `variant_spec` is not an object.
+    const ABSENT: Name = Name(u32::MAX - 1);
+
+    /// Whether this names a string rather than being a marker.
+    fn is_string(self) -> bool {
+        self.0 < Name::ABSENT.0
+    }
+}
+
 /// One stored item: its line's place in the file, a hash of its bytes (to
-/// notice a file changed under the run), and its grouping fields. 40 bytes.
+/// notice a file changed under the run), its grouping fields and, when
+/// they are strings or `null` ([`IDENTITY_FLAG`]), the rest of its
+/// records' identity, so that a lane need not parse the line again. 48
+/// bytes.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     offset: u64,
@@ -41,9 +68,13 @@ struct Entry {
     hash: u32,
     item_id: TextRef,
     seed_item_id: TextRef,
+    /// `family`, when [`IDENTITY_FLAG`] is set.
+    family: Name,
+    /// A variant's `variant_spec.spec_id`, when [`IDENTITY_FLAG`] is set.
+    spec_id: Name,
     keys_start: u32,
-    /// The number of concurrency keys, and [`VARIANT_FLAG`] when
-    /// `is_variant` is truthy.
+    /// The number of concurrency keys, [`VARIANT_FLAG`] when `is_variant`
+    /// is truthy and [`IDENTITY_FLAG`] when the identity is kept.
     keys_len_and_flag: u32,
 }
 
@@ -59,14 +90,22 @@ enum Held {
 
 /// The bit of [`Entry::keys_len_and_flag`] that marks a variant.
 const VARIANT_FLAG: u32 = 1 << 31;
+/// The bit of [`Entry::keys_len_and_flag`] that marks a kept identity:
+/// `item_id` is the stored (untrimmed-equal) string, and `family` and
+/// `spec_id` are held in the entry.
+const IDENTITY_FLAG: u32 = 1 << 30;
 
 impl Entry {
     fn is_variant(&self) -> bool {
         self.keys_len_and_flag & VARIANT_FLAG != 0
     }
 
+    fn has_identity(&self) -> bool {
+        self.keys_len_and_flag & IDENTITY_FLAG != 0
+    }
+
     fn keys_len(&self) -> u32 {
-        self.keys_len_and_flag & !VARIANT_FLAG
+        self.keys_len_and_flag & !(VARIANT_FLAG | IDENTITY_FLAG)
     }
 }
 
@@ -95,6 +134,12 @@ pub struct StoredItems {
     entries: Vec<Entry>,
     text: String,
     keys: Vec<TextRef>,
+    /// The distinct `family` and `spec_id` strings of kept identities.
+    names: Vec<TextRef>,
+    /// While filling: [`StoredItems::names`] by the hash of their text
+    /// (the first name of each hash).
+    name_index: HashMap<u64, Name, foldhash::fast::FixedState>,
+    name_hasher: foldhash::fast::FixedState,
 }
 
 /// The hash of a stored line (fixed seed: the same bytes always hash
@@ -114,6 +159,9 @@ impl StoredItems {
             entries: Vec::new(),
             text: String::new(),
             keys: Vec::new(),
+            names: Vec::new(),
+            name_index: HashMap::default(),
+            name_hasher: foldhash::fast::FixedState::with_seed(0x4e41_4d45),
         }
     }
 
@@ -121,15 +169,19 @@ impl StoredItems {
     /// file. `fields` holds (at least) the item's
     /// grouping fields — `item_id`, `is_variant`, `seed_item_id`,
     /// `concurrency_keys`, `concurrency_key`, `family` — as parsed from
-    /// that text; nothing else is read from it.
+    /// that text; nothing else is read from it. `identity` is the item's
+    /// records' identity as read from the same text: kept when its fields
+    /// are strings or `null` (the usual case), so the item is not parsed
+    /// again when it runs.
     ///
     /// # Errors
     /// [`StoreError::TooLarge`] when the store's text passes 4 GiB.
-    pub fn push<F: ItemFields + ?Sized>(
+    pub(crate) fn push<F: ItemFields + ?Sized>(
         &mut self,
         offset: u64,
         bytes: &[u8],
         fields: &F,
+        identity: &IdentityFields<'_>,
     ) -> Result<(), StoreError> {
         let head = ItemHead::of(fields);
         let len =
@@ -148,19 +200,114 @@ impl StoredItems {
         let too_many = || StoreError::TooLarge { what: "the keys" };
         let keys_start = u32::try_from(keys_start).map_err(|_| too_many())?;
         let keys_len = u32::try_from(self.keys.len()).map_err(|_| too_many())? - keys_start;
-        if keys_len >= VARIANT_FLAG {
+        if keys_len >= IDENTITY_FLAG {
             return Err(too_many());
         }
+        let kept = self.keep_identity(identity, &head)?;
+        let (family, spec_id) = kept.unwrap_or((Name::NULL, Name::ABSENT));
         self.entries.push(Entry {
             offset,
             len,
             hash: line_hash(bytes),
             item_id,
             seed_item_id,
+            family,
+            spec_id,
             keys_start,
-            keys_len_and_flag: keys_len | if head.is_variant { VARIANT_FLAG } else { 0 },
+            keys_len_and_flag: keys_len
+                | if head.is_variant { VARIANT_FLAG } else { 0 }
+                | if kept.is_some() { IDENTITY_FLAG } else { 0 },
         });
         Ok(())
+    }
+
+    /// `family` and `spec_id` of `identity` as entry fields, when the whole
+    /// identity can be kept: `item_id` a string the head holds as it is
+    /// (not trimmed), `family` and `spec_id` strings or `null`.
+    fn keep_identity(
+        &mut self,
+        identity: &IdentityFields<'_>,
+        head: &ItemHead<'_>,
+    ) -> Result<Option<(Name, Name)>, StoreError> {
+        /// `Some` when `value` can be kept: `null` (or absent) as
+        /// [`Name::NULL`], a string as itself.
+        fn keepable(value: Option<&Value>) -> Option<Result<Name, &str>> {
+            match value {
+                None | Some(Value::Null) => Some(Ok(Name::NULL)),
+                Some(Value::String(text)) => Some(Err(text)),
+                Some(_) => None,
+            }
+        }
+        if !matches!(identity.item_id, Some(Value::String(id)) if *id == head.item_id) {
+            return Ok(None);
+        }
+        let family = keepable(identity.family);
+        let spec_id = match identity.spec_id {
+            Some(spec_id) if head.is_variant => keepable(spec_id),
+            _ => Some(Ok(Name::ABSENT)),
+        };
+        let (Some(family), Some(spec_id)) = (family, spec_id) else {
+            return Ok(None);
+        };
+        let family = match family {
+            Ok(marker) => marker,
+            Err(text) => self.name(text)?,
+        };
+        let spec_id = match spec_id {
+            Ok(marker) => marker,
+            Err(text) => self.name(text)?,
+        };
+        Ok(Some((family, spec_id)))
+    }
+
+    /// The [`Name`] of `text`: the last item's family when equal (a seed's
+    /// items usually share one), else a name seen before (found by hash),
+    /// else a new one.
+    fn name(&mut self, text: &str) -> Result<Name, StoreError> {
+        let same = |name: Name| name.is_string() && self.name_text(name) == text;
+        if let Some(last) = self.entries.last().filter(|last| same(last.family)) {
+            return Ok(last.family);
+        }
+        let hash = self.name_hasher.hash_one(text);
+        if let Some(&known) = self.name_index.get(&hash)
+            && same(known)
+        {
+            return Ok(known);
+        }
+        let too_many = || StoreError::TooLarge { what: "the names" };
+        let name = Name(u32::try_from(self.names.len()).map_err(|_| too_many())?);
+        if !name.is_string() {
+            return Err(too_many());
+        }
+        let at = self.intern(text)?;
+        self.names.push(at);
+        self.name_index.entry(hash).or_insert(name);
+        Ok(name)
+    }
+
+    fn name_text(&self, name: Name) -> &str {
+        self.text(self.names[name.0 as usize])
+    }
+
+    /// The identity kept for `entry` ([`StoredItems::keep_identity`]), if
+    /// any.
+    fn kept_identity(&self, entry: &Entry) -> Option<ItemIdentity> {
+        if !entry.has_identity() {
+            return None;
+        }
+        let value = |name: Name| {
+            if name.is_string() {
+                Value::String(self.name_text(name).to_owned())
+            } else {
+                Value::Null
+            }
+        };
+        Some(ItemIdentity {
+            item_id: Value::String(self.text(entry.item_id).to_owned()),
+            family: value(entry.family),
+            is_variant: entry.is_variant(),
+            variant_spec_id: (entry.spec_id != Name::ABSENT).then(|| value(entry.spec_id)),
+        })
     }
 
     /// Appends the items of `other`, a store of a later part of the same
@@ -173,6 +320,19 @@ impl StoredItems {
         let too_large = |what| StoreError::TooLarge { what };
         let text_shift = u32::try_from(self.text.len()).map_err(|_| too_large("the ids"))?;
         let keys_shift = u32::try_from(self.keys.len()).map_err(|_| too_large("the keys"))?;
+        let names_shift = u32::try_from(self.names.len()).map_err(|_| too_large("the names"))?;
+        let shift_name = |name: Name| -> Result<Name, StoreError> {
+            if !name.is_string() {
+                return Ok(name);
+            }
+            Some(Name(
+                name.0
+                    .checked_add(names_shift)
+                    .ok_or(too_large("the names"))?,
+            ))
+            .filter(|name| name.is_string())
+            .ok_or(too_large("the names"))
+        };
         let shift = |at: TextRef| -> Result<TextRef, StoreError> {
             let start = at
                 .start
@@ -187,11 +347,17 @@ impl StoredItems {
         for key in other.keys {
             self.keys.push(shift(key)?);
         }
+        self.names.reserve_exact(other.names.len());
+        for name in other.names {
+            self.names.push(shift(name)?);
+        }
         self.entries.reserve_exact(other.entries.len());
         for entry in other.entries {
             self.entries.push(Entry {
                 item_id: shift(entry.item_id)?,
                 seed_item_id: shift(entry.seed_item_id)?,
+                family: shift_name(entry.family)?,
+                spec_id: shift_name(entry.spec_id)?,
                 keys_start: entry
                     .keys_start
                     .checked_add(keys_shift)
@@ -222,8 +388,9 @@ impl StoredItems {
     }
 
     /// Sheds spare capacity worth the copy (over a quarter of what is
-    /// used), once filling is done.
+    /// used), and the index used while filling, once filling is done.
     pub fn shrink_to_fit(&mut self) {
+        self.name_index = HashMap::default();
         fn shrink<T>(vec: &mut Vec<T>) {
             if vec.capacity() - vec.len() > vec.len() / 4 {
                 vec.shrink_to_fit();
@@ -231,6 +398,7 @@ impl StoredItems {
         }
         shrink(&mut self.entries);
         shrink(&mut self.keys);
+        shrink(&mut self.names);
         if self.text.capacity() - self.text.len() > self.text.len() / 4 {
             self.text.shrink_to_fit();
         }
@@ -252,11 +420,11 @@ impl StoredItems {
     }
 
     /// The concurrency keys of the item at `index`.
-    fn keys_of(&self, index: usize) -> impl Iterator<Item = String> + '_ {
+    fn keys_of(&self, index: usize) -> impl Iterator<Item = &str> + '_ {
         let entry = &self.entries[index];
         let start = entry.keys_start as usize;
         let keys = &self.keys[start..start + entry.keys_len() as usize];
-        keys.iter().map(|key| self.text(*key).to_owned())
+        keys.iter().map(|key| self.text(*key))
     }
 
     /// Reads and parses the item at `index`.
@@ -338,7 +506,10 @@ impl StoredItems {
         }
         let text = std::str::from_utf8(bytes).map_err(|_| changed())?;
         match held {
-            Held::Text => Item::from_json_text(text),
+            Held::Text => match self.kept_identity(entry) {
+                Some(identity) => Ok(Item::from_checked_text(text, identity)),
+                None => Item::from_json_text(text),
+            },
             Held::Map => serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text)
                 .map(Item::from),
         }
@@ -383,11 +554,8 @@ impl StoredItems {
                     mut members,
                 } => {
                     members.shrink_to_fit();
-                    let concurrency_keys = union_keys(
-                        members
-                            .iter()
-                            .map(|&index| self.keys_of(index as usize).collect::<Vec<_>>()),
-                    );
+                    let concurrency_keys =
+                        union_keys(members.iter().map(|&index| self.keys_of(index as usize)));
                     Ok(StoredUnit::Group(StoredGroup {
                         items: Arc::clone(self),
                         execution_group_id,
@@ -558,6 +726,116 @@ mod tests {
         let expected = crate::episode::units::fatal_preflight(&held(&lines)).unwrap_err();
         assert_eq!(error.message, expected.message);
         assert_eq!(error.error_type, ErrorType::InvalidItem);
+    }
+
+    /// Each stored item's identity, as a lane reads it back, next to the
+    /// one read from its map; and whether the store kept it.
+    fn identities(lines: &[String]) -> Vec<(ItemIdentity, ItemIdentity, bool)> {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        for line in lines {
+            writeln!(f, "{line}").unwrap();
+        }
+        let stored = load_items_file(f.path()).unwrap();
+        lines
+            .iter()
+            .enumerate()
+            .map(|(index, line)| {
+                let map: serde_json::Map<String, Value> = serde_json::from_str(line).unwrap();
+                (
+                    stored.read(index).unwrap().identity().into_owned(),
+                    ItemIdentity::of(&map),
+                    stored.entries[index].has_identity(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_identity_kept_from_the_scan_is_the_one_read_from_the_map() {
+        let kept = [
+            r#"{"item_id":"s0","family":"f0","text":"seed"}"#,
+            r#"{"item_id":"s0~v0","family":"f0","is_variant":true,"seed_item_id":"s0","variant_spec":{"spec_id":"v0"}}"#,
+            r#"{"item_id":"s0~v1","family":"f0","is_variant":true,"seed_item_id":"s0","variant_spec":{"x":1}}"#,
+            r#"{"item_id":"s0~v2","is_variant":true,"seed_item_id":"s0","variant_spec":{"spec_id":null}}"#,
+            r#"{"item_id":"s0~v3","family":null,"is_variant":true,"seed_item_id":"s0","variant_spec":[1]}"#,
+            r#"{"item_id":"s1","family":"f0","variant_spec":{"spec_id":"ignored"}}"#,
+            r#"{"item_id":"s2","family":"g","variant_spec":{"spec_id":1,"spec_id":"last"},"variant_spec":{"spec_id":"w"},"is_variant":true,"seed_item_id":"s1"}"#,
+            r#"{"item_id":"s7","item_id":"s8","family":"f"}"#,
+        ];
+        let parsed = [
+            r#"{"item_id":" s3 ","family":"f"}"#,
+            r#"{"item_id":4,"family":"f"}"#,
+            r#"{"item_id":"s5","family":["f"]}"#,
+            r#"{"item_id":"s6~v","family":"f","is_variant":true,"seed_item_id":"s6","variant_spec":{"spec_id":7}}"#,
+        ];
+        let lines: Vec<String> = kept.iter().chain(&parsed).map(|l| l.to_string()).collect();
+        for (index, (read_back, expected, is_kept)) in identities(&lines).into_iter().enumerate() {
+            assert_eq!(read_back, expected, "{}", lines[index]);
+            assert_eq!(is_kept, index < kept.len(), "{}", lines[index]);
+        }
+    }
+
+    use proptest::strategy::Strategy;
+
+    proptest::proptest! {
+        #![proptest_config(crate::hostile_inputs::config(128))]
+
+        /// Whatever an item's identity fields hold, the identity a lane
+        /// reads back is the one its map gives.
+        #[test]
+        fn prop_a_stored_identity_is_the_one_read_from_the_map(
+            fields in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec![
+                        "item_id", "family", "is_variant", "variant_spec", "x",
+                    ]),
+                    crate::hostile_inputs::json_value(),
+                ),
+                0..5,
+            ),
+            family in proptest::option::of(proptest::prop_oneof![
+                "[a-z ]{0,3}".prop_map(Value::from),
+                crate::hostile_inputs::json_value(),
+            ]),
+            spec_id in proptest::option::of(proptest::prop_oneof![
+                "[a-z ]{0,3}".prop_map(Value::from),
+                crate::hostile_inputs::json_value(),
+            ]),
+            variant in proptest::prelude::any::<bool>(),
+            id in "[a-z ]{1,4}",
+        ) {
+            // Keys may repeat (the last one counts): random fields first,
+            // then, as often as not, a family and a variant's fields.
+            let mut line = format!(r#"{{"item_id":{}"#, json!(id));
+            let mut push = |key: &str, value: &Value| {
+                line.push_str(&format!(",{}:{value}", json!(key)));
+            };
+            for (key, value) in &fields {
+                match (*key, value) {
+                    ("item_id", Value::Bool(_)) => push(key, &json!(id)),
+                    _ => push(key, value),
+                }
+            }
+            if let Some(family) = &family {
+                push("family", family);
+            }
+            if variant {
+                push("is_variant", &json!(true));
+                push("seed_item_id", &json!("s"));
+                let spec = match &spec_id {
+                    Some(spec_id) => json!({"x": 1, "spec_id": spec_id}),
+                    None => json!({"x": 1}),
+                };
+                push("variant_spec", &spec);
+            }
+            line.push('}');
+            let Ok(_) = crate::harness::item_line::check_line(&line) else {
+                return Ok(()); // refused by the items file's type rules
+            };
+            for (read_back, expected, _) in identities(&[line.clone()]) {
+                proptest::prop_assert_eq!(read_back, expected, "{}", line);
+            }
+        }
     }
 
     #[test]

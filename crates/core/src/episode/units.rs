@@ -291,12 +291,13 @@ struct IdTable<'h, H: ?Sized> {
 }
 
 impl<'h, H: QueueHeads + ?Sized> IdTable<'h, H> {
-    fn new(heads: &'h H, id: fn(&H, usize) -> &str) -> Self {
+    /// An empty table with room for `capacity` positions.
+    fn new(heads: &'h H, id: fn(&H, usize) -> &str, capacity: usize) -> Self {
         Self {
             heads,
             id,
             hasher: foldhash::fast::RandomState::default(),
-            table: hashbrown::HashTable::new(),
+            table: hashbrown::HashTable::with_capacity(capacity),
         }
     }
 
@@ -330,7 +331,11 @@ impl<'h, H: QueueHeads + ?Sized> IdTable<'h, H> {
 
 fn classify<H: QueueHeads + ?Sized>(heads: &H) -> Classification {
     let mut invalid: BTreeMap<usize, InvalidReason> = BTreeMap::new();
-    let mut seeds = IdTable::new(heads, H::item_id);
+    let variants = (0..heads.len())
+        .filter(|&index| heads.is_variant(index))
+        .count();
+    let seed_count = heads.len() - variants;
+    let mut seeds = IdTable::new(heads, H::item_id, seed_count);
     let mut ambiguous: HashSet<&str> = HashSet::new();
 
     for index in 0..heads.len() {
@@ -352,8 +357,8 @@ fn classify<H: QueueHeads + ?Sized>(heads: &H) -> Classification {
         seeds.insert(index);
     }
 
-    let mut variants_of: HashMap<usize, Vec<u32>> = HashMap::new();
-    let mut variant_ids = IdTable::new(heads, H::item_id);
+    let mut variants_of: HashMap<usize, Vec<u32>> = HashMap::with_capacity(seed_count);
+    let mut variant_ids = IdTable::new(heads, H::item_id, variants);
     for index in 0..heads.len() {
         if !heads.is_variant(index) {
             continue;
@@ -446,16 +451,17 @@ pub(crate) fn plan_units<H: QueueHeads + ?Sized>(
 }
 
 /// The union of the members' keys, in first-seen order.
-pub(crate) fn union_keys<I, K>(members: I) -> Vec<String>
+pub(crate) fn union_keys<I, K, S>(members: I) -> Vec<String>
 where
     I: IntoIterator<Item = K>,
-    K: IntoIterator<Item = String>,
+    K: IntoIterator<Item = S>,
+    S: AsRef<str> + Into<String>,
 {
     let mut union: Vec<String> = Vec::new();
     for keys in members {
         for key in keys {
-            if !union.contains(&key) {
-                union.push(key);
+            if !union.iter().any(|known| known == key.as_ref()) {
+                union.push(key.into());
             }
         }
     }

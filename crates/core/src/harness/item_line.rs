@@ -9,6 +9,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
+use crate::episode::item::IdentityFields;
 use crate::episode::units::ItemFields;
 use crate::episode::value::{MAX_INPUT_NESTING, nesting_depth};
 
@@ -86,15 +87,33 @@ fn check_field(
     }
 }
 
-/// The [`KEPT_FIELDS`] of a line, in that order; the last value of a
-/// repeated key.
+/// The [`KEPT_FIELDS`] of a line, in that order, and what its records'
+/// identity needs of `variant_spec` (only its `spec_id`); the last value
+/// of a repeated key.
 #[derive(Debug, Default)]
-pub(crate) struct KeptFields([Option<Value>; KEPT_FIELDS.len()]);
+pub(crate) struct KeptFields {
+    values: [Option<Value>; KEPT_FIELDS.len()],
+    /// `Some` when `variant_spec` is an object, holding its `spec_id`.
+    spec_id: Option<Option<Value>>,
+}
 
 impl ItemFields for KeptFields {
     fn field(&self, name: &str) -> Option<&Value> {
         let at = KEPT_FIELDS.iter().position(|kept| *kept == name)?;
-        self.0[at].as_ref()
+        self.values[at].as_ref()
+    }
+}
+
+impl KeptFields {
+    /// The fields of the line's [`crate::episode::ItemIdentity`], as
+    /// [`crate::episode::ItemIdentity::of`] reads them from its map.
+    pub(crate) fn identity(&self) -> IdentityFields<'_> {
+        IdentityFields {
+            item_id: self.field("item_id"),
+            family: self.field("family"),
+            is_variant: self.field("is_variant"),
+            spec_id: self.spec_id.as_ref().map(Option::as_ref),
+        }
     }
 }
 
@@ -122,8 +141,12 @@ impl<'de> Visitor<'de> for LineVisitor {
             let depth = if let Some(at) = KEPT_FIELDS.iter().position(|kept| *kept == key) {
                 let value: Value = map.next_value()?;
                 let depth = nesting_depth(&value) + 1;
-                fields.0[at] = Some(value);
+                fields.values[at] = Some(value);
                 depth
+            } else if key == "variant_spec" {
+                let (depth, spec_id) = map.next_value_seed(SpecSeed)?;
+                fields.spec_id = spec_id;
+                depth + 1
             } else {
                 map.next_value_seed(DepthSeed)? + 1
             };
@@ -183,6 +206,65 @@ impl<'de> Visitor<'de> for KeySeed {
     }
     fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
         Ok(Cow::Owned(text.to_owned()))
+    }
+}
+
+/// Reads `variant_spec`: its levels of arrays and objects (as
+/// [`DepthSeed`]) and, when it is an object, its `spec_id` (the last one
+/// when the key repeats; `None` when absent), which is all of it an
+/// item's records copy.
+struct SpecSeed;
+
+impl<'de> DeserializeSeed<'de> for SpecSeed {
+    type Value = (usize, Option<Option<Value>>);
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(SpecSeed)
+    }
+}
+
+impl<'de> Visitor<'de> for SpecSeed {
+    type Value = (usize, Option<Option<Value>>);
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut deepest = 0;
+        let mut spec_id = None;
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let depth = if key == "spec_id" {
+                let value: Value = map.next_value()?;
+                let depth = nesting_depth(&value);
+                spec_id = Some(value);
+                depth
+            } else {
+                map.next_value_seed(DepthSeed)?
+            };
+            deepest = deepest.max(depth);
+        }
+        Ok((deepest + 1, Some(spec_id)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        Ok((DepthSeed.visit_seq(seq)?, None))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok((0, None))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok((0, None))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok((0, None))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok((0, None))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok((0, None))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok((0, None))
     }
 }
 

@@ -282,7 +282,7 @@ fn scan_part(
         let at = line_start + (trimmed.as_ptr() as usize - buffer.as_ptr() as usize) as u64;
         let checked = check_line(trimmed).and_then(|fields| {
             stored
-                .push(at, trimmed.as_bytes(), &fields)
+                .push(at, trimmed.as_bytes(), &fields, &fields.identity())
                 .map_err(|error| error.to_string())
         });
         if let Err(message) = checked {
@@ -472,8 +472,10 @@ mod tests {
         let mut text = String::from("\u{feff}");
         for n in 0..count {
             text.push_str(&format!(
-                "{{\"item_id\":\"i{n}\",\"family\":\"f{}\"}}\n",
-                n % 7
+                "{{\"item_id\":\"i{n}\",\"family\":\"f{}\",\"variant_spec\":{{\"spec_id\":\"v{}\"}},\"is_variant\":{}}}\n",
+                n % 7,
+                n % 3,
+                n % 2 == 1,
             ));
             if n % 5 == 0 {
                 text.push_str("\n  \n");
@@ -511,6 +513,12 @@ mod tests {
             let parts = load_in_parts(f.path(), File::open(f.path()).unwrap(), count).unwrap();
             assert_eq!(parts.len(), whole.len(), "{count} parts");
             assert_eq!(parts.read_all().unwrap(), whole.read_all().unwrap());
+            // The identities a lane reads back, kept per part, join alike.
+            for index in 0..whole.len() {
+                let identity =
+                    |stored: &StoredItems| stored.read(index).unwrap().identity().into_owned();
+                assert_eq!(identity(&parts), identity(&whole), "item {index}");
+            }
             let units = |stored: StoredItems| {
                 std::sync::Arc::new(stored)
                     .units("main", 1, false)

@@ -39,7 +39,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod grant_check;
-mod item_line;
+pub(crate) mod item_line;
 pub mod items_file;
 pub mod json_list;
 pub mod manifest;
