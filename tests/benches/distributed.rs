@@ -81,7 +81,8 @@ impl Drop for Workers {
 }
 
 /// Writes `count` items (each its own unit: a seed without variants) to
-/// `path`, each waiting `wait_ms` when given.
+/// `path`, each waiting `wait_ms` when given (its last field, where
+/// bench-adapter looks).
 fn write_items(path: &Path, count: usize, wait_ms: Option<u64>) -> PathBuf {
     let mut text = String::new();
     for n in 0..count {
