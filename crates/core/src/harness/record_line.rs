@@ -55,9 +55,9 @@ impl RecordLine {
                 return Ok(());
             }
             line.body.push(b',');
-            serde_json::to_writer(&mut line.body, key)?;
+            write_str(&mut line.body, key);
             line.body.push(b':');
-            serde_json::to_writer(&mut line.body, value)
+            write_value(&mut line.body, value)
         })?;
         line.novel_at = novel_at.unwrap_or(line.body.len());
         line.raw_at = raw_at.unwrap_or(line.body.len());
@@ -77,6 +77,42 @@ impl RecordLine {
         out[start] = b'{';
         out.extend_from_slice(b"}\n");
         Ok(())
+    }
+}
+
+/// Writes `text` as a JSON string, as serde_json does: a text with no
+/// byte to escape (the usual key or id) is copied as it is.
+fn write_str(out: &mut Vec<u8>, text: &str) {
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.reserve(text.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    } else {
+        serde_json::to_writer(&mut *out, text).expect("a string always serialises");
+    }
+}
+
+/// Writes `value` as serde_json does, strings through [`write_str`].
+fn write_value(out: &mut Vec<u8>, value: &Value) -> Result<(), serde_json::Error> {
+    match value {
+        Value::String(text) => {
+            write_str(out, text);
+            Ok(())
+        }
+        Value::Bool(true) => {
+            out.extend_from_slice(b"true");
+            Ok(())
+        }
+        Value::Bool(false) => {
+            out.extend_from_slice(b"false");
+            Ok(())
+        }
+        Value::Null => {
+            out.extend_from_slice(b"null");
+            Ok(())
+        }
+        _ => serde_json::to_writer(out, value),
     }
 }
 
