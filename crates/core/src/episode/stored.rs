@@ -26,7 +26,7 @@ use super::adapter::{AdapterError, ErrorType, Item};
 use super::item::{IdentityFields, ItemIdentity};
 use super::units::{
     EpisodeGroup, ExecutionUnit, InvalidUnit, ItemFields, ItemHead, QueueHeads, UnitPlan,
-    item_concurrency_keys, plan_units, union_keys,
+    for_each_concurrency_key, plan_units, union_keys,
 };
 
 /// Text in [`StoredItems`]' arena: `len` bytes from `start`.
@@ -193,10 +193,13 @@ impl StoredItems {
             TextRef::default()
         };
         let keys_start = self.keys.len();
-        for key in item_concurrency_keys(fields) {
-            let key = self.intern(&key)?;
-            self.keys.push(key);
-        }
+        let mut interned = Ok(());
+        for_each_concurrency_key(fields, |key| {
+            if interned.is_ok() {
+                interned = self.intern(key).map(|key| self.keys.push(key));
+            }
+        });
+        interned?;
         let too_many = || StoreError::TooLarge { what: "the keys" };
         let keys_start = u32::try_from(keys_start).map_err(|_| too_many())?;
         let keys_len = u32::try_from(self.keys.len()).map_err(|_| too_many())? - keys_start;

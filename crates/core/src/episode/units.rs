@@ -40,31 +40,44 @@ impl ItemFields for Item {
 /// dropped, first occurrence kept. An item with no key at all returns an
 /// empty list and never waits for anything.
 pub fn item_concurrency_keys<F: ItemFields + ?Sized>(item: &F) -> Vec<String> {
-    let mut keys: Vec<String> = Vec::new();
+    let mut keys = Vec::new();
+    for_each_concurrency_key(item, |key| keys.push(key.to_owned()));
+    keys
+}
+
+/// Calls `each` with every one of [`item_concurrency_keys`] in order,
+/// copying none of them (the store of a million items reads them so).
+pub(crate) fn for_each_concurrency_key<F: ItemFields + ?Sized>(
+    item: &F,
+    mut each: impl FnMut(&str),
+) {
+    fn trimmed(text: Cow<'_, str>) -> Option<Cow<'_, str>> {
+        Some(trim(text)).filter(|key| !key.is_empty())
+    }
+    let mut seen: Vec<Cow<'_, str>> = Vec::new();
     if let Some(Value::Array(raw_keys)) = item.field("concurrency_keys") {
         for raw in raw_keys {
             if raw.is_null() {
                 continue;
             }
-            let text = py_str(raw);
-            let key = text.trim();
-            if !key.is_empty() && !keys.iter().any(|k| k == key) {
-                keys.push(key.to_owned());
+            if let Some(key) = trimmed(py_str(raw))
+                && !seen.contains(&key)
+            {
+                each(&key);
+                seen.push(key);
             }
         }
     }
-    if keys.is_empty() {
+    if seen.is_empty() {
         let fallback = if truthy(item.field("concurrency_key")) {
             str_or_empty(item.field("concurrency_key"))
         } else {
             str_or_empty(item.field("family"))
         };
-        let key = fallback.trim();
-        if !key.is_empty() {
-            keys.push(key.to_owned());
+        if let Some(key) = trimmed(fallback) {
+            each(&key);
         }
     }
-    keys
 }
 
 /// One seed and its variants, run as a prepared prefix plus suffixes.
@@ -273,7 +286,12 @@ impl QueueHeads for [ItemHead<'_>] {
 }
 
 fn normalized_id<'a, F: ItemFields + ?Sized>(item: &'a F, key: &str) -> Cow<'a, str> {
-    match str_or_empty(item.field(key)) {
+    trim(str_or_empty(item.field(key)))
+}
+
+/// `text` without surrounding whitespace, copied only if it was owned.
+fn trim(text: Cow<'_, str>) -> Cow<'_, str> {
+    match text {
         Cow::Borrowed(text) => Cow::Borrowed(text.trim()),
         Cow::Owned(text) => Cow::Owned(text.trim().to_owned()),
     }

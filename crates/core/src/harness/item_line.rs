@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
@@ -25,17 +26,44 @@ const KEPT_FIELDS: [&str; 6] = [
     "family",
 ];
 
-/// Checks one trimmed, non-blank line: `Ok` with the item's
-/// [`KEPT_FIELDS`], or the message naming what is wrong (without the
-/// file and line, which the caller adds). The rules and their order are
-/// the items file's: JSON syntax anywhere in the line first, then one
-/// object per line, then no field nesting past [`MAX_INPUT_NESTING`]
-/// levels (the first such field in key order), then the kept fields'
-/// types. When a key repeats, its last value is the one read.
-pub(crate) fn check_line(text: &str) -> Result<KeptFields, String> {
+/// Checks the lines of an items file one after another. The kept fields'
+/// strings of a line the caller has [recycled](LineChecker::recycle) hold
+/// the next line's, so that a file of a million lines is checked without
+/// allocating its ids one by one.
+#[derive(Debug, Default)]
+pub(crate) struct LineChecker {
+    spare: Vec<String>,
+}
+
+impl LineChecker {
+    /// Checks one trimmed, non-blank line: `Ok` with the item's
+    /// [`KEPT_FIELDS`], or the message naming what is wrong (without the
+    /// file and line, which the caller adds). The rules and their order
+    /// are the items file's: JSON syntax anywhere in the line first, then
+    /// one object per line, then no field nesting past
+    /// [`MAX_INPUT_NESTING`] levels (the first such field in key order),
+    /// then the kept fields' types. When a key repeats, its last value is
+    /// the one read.
+    pub(crate) fn check(&mut self, text: &str) -> Result<KeptFields, String> {
+        check_with(text, &mut self.spare)
+    }
+
+    /// Takes back the strings of `fields`, once the caller is done with
+    /// them.
+    pub(crate) fn recycle(&mut self, fields: KeptFields) {
+        let values = fields.values.into_iter().chain(fields.spec_id);
+        for value in values.flatten() {
+            if let Value::String(text) = value {
+                self.spare.push(text);
+            }
+        }
+    }
+}
+
+fn check_with(text: &str, spare: &mut Vec<String>) -> Result<KeptFields, String> {
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let scanned = deserializer
-        .deserialize_any(LineVisitor)
+        .deserialize_any(LineVisitor { spare })
         .and_then(|line| deserializer.end().map(|()| line))
         .map_err(|error| format!("not valid JSON: {error}"))?;
     let Some(Scanned { fields, too_deep }) = scanned else {
@@ -125,9 +153,11 @@ struct Scanned {
     too_deep: Vec<(String, usize)>,
 }
 
-struct LineVisitor;
+struct LineVisitor<'s> {
+    spare: &'s mut Vec<String>,
+}
 
-impl<'de> Visitor<'de> for LineVisitor {
+impl<'de> Visitor<'de> for LineVisitor<'_> {
     type Value = Option<Scanned>;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
@@ -139,12 +169,12 @@ impl<'de> Visitor<'de> for LineVisitor {
         let mut too_deep: Vec<(String, usize)> = Vec::new();
         while let Some(key) = map.next_key_seed(KeySeed)? {
             let depth = if let Some(at) = KEPT_FIELDS.iter().position(|kept| *kept == key) {
-                let value: Value = map.next_value()?;
+                let value = map.next_value_seed(Pooled(self.spare))?;
                 let depth = nesting_depth(&value) + 1;
                 fields.values[at] = Some(value);
                 depth
             } else if key == "variant_spec" {
-                let (depth, spec_id) = map.next_value_seed(SpecSeed)?;
+                let (depth, spec_id) = map.next_value_seed(SpecSeed(self.spare))?;
                 fields.spec_id = spec_id;
                 depth + 1
             } else {
@@ -213,17 +243,17 @@ impl<'de> Visitor<'de> for KeySeed {
 /// [`DepthSeed`]) and, when it is an object, its `spec_id` (the last one
 /// when the key repeats; `None` when absent), which is all of it an
 /// item's records copy.
-struct SpecSeed;
+struct SpecSeed<'s>(&'s mut Vec<String>);
 
-impl<'de> DeserializeSeed<'de> for SpecSeed {
+impl<'de> DeserializeSeed<'de> for SpecSeed<'_> {
     type Value = (usize, Option<Option<Value>>);
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_any(SpecSeed)
+        deserializer.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for SpecSeed {
+impl<'de> Visitor<'de> for SpecSeed<'_> {
     type Value = (usize, Option<Option<Value>>);
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
@@ -234,7 +264,7 @@ impl<'de> Visitor<'de> for SpecSeed {
         let mut spec_id = None;
         while let Some(key) = map.next_key_seed(KeySeed)? {
             let depth = if key == "spec_id" {
-                let value: Value = map.next_value()?;
+                let value = map.next_value_seed(Pooled(&mut *self.0))?;
                 let depth = nesting_depth(&value);
                 spec_id = Some(value);
                 depth
@@ -265,6 +295,59 @@ impl<'de> Visitor<'de> for SpecSeed {
     }
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
         Ok((0, None))
+    }
+}
+
+/// Reads a kept field's value as serde_json's [`Value`] does, a string
+/// into a spare one's room when there is one.
+struct Pooled<'s>(&'s mut Vec<String>);
+
+impl<'de> DeserializeSeed<'de> for Pooled<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Pooled<'_> {
+    type Value = Value;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Value, E> {
+        let mut owned = self.0.pop().unwrap_or_default();
+        owned.clear();
+        owned.push_str(text);
+        Ok(Value::String(owned))
+    }
+    fn visit_string<E: de::Error>(self, text: String) -> Result<Value, E> {
+        Ok(Value::String(text))
+    }
+    fn visit_bool<E: de::Error>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+    fn visit_f64<E: de::Error>(self, value: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(value).map_or(Value::Null, Value::Number))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
+        Value::deserialize(de::value::SeqAccessDeserializer::new(seq))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Value, A::Error> {
+        Value::deserialize(de::value::MapAccessDeserializer::new(map))
     }
 }
 
@@ -318,6 +401,12 @@ impl<'de> Visitor<'de> for DepthSeed {
     fn visit_unit<E: de::Error>(self) -> Result<usize, E> {
         Ok(0)
     }
+}
+
+/// [`LineChecker::check`] of one line on its own.
+#[cfg(test)]
+pub(crate) fn check_line(text: &str) -> Result<KeptFields, String> {
+    LineChecker::default().check(text)
 }
 
 #[cfg(test)]
@@ -391,6 +480,63 @@ mod tests {
         for line in &lines {
             let scanned = check_line(line).map(|_| ());
             assert_eq!(scanned, by_full_parse(line), "{line}");
+        }
+    }
+
+    #[test]
+    fn recycled_strings_hold_the_next_lines_fields_alike() {
+        let lines = [
+            r#"{"item_id":"a-long-first-id","family":"f","variant_spec":{"spec_id":"v0"}}"#,
+            r#"{"item_id":"b","seed_item_id":"s","concurrency_keys":["k",1]}"#,
+            r#"{"item_id":7,"family":null,"variant_spec":{"spec_id":"\u00e9"}}"#,
+            r#"{"family":"g"}"#,
+        ];
+        let mut checker = LineChecker::default();
+        for line in lines {
+            let reused = checker.check(line).unwrap();
+            let fresh = check_line(line).unwrap();
+            for name in KEPT_FIELDS {
+                assert_eq!(reused.field(name), fresh.field(name), "{name} of {line}");
+            }
+            assert_eq!(reused.spec_id, fresh.spec_id, "{line}");
+            checker.recycle(reused);
+        }
+        assert!(!checker.spare.is_empty(), "strings are kept for reuse");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::hostile_inputs::config(128))]
+
+        /// Lines checked one after another by one checker read as each
+        /// line checked alone.
+        #[test]
+        fn prop_a_reused_checker_reads_each_line_as_a_fresh_one(
+            lines in proptest::collection::vec(
+                proptest::collection::btree_map(
+                    proptest::sample::select(vec![
+                        "item_id", "family", "seed_item_id", "concurrency_keys",
+                        "concurrency_key", "variant_spec", "x",
+                    ]),
+                    crate::hostile_inputs::json_value(),
+                    0..5,
+                ),
+                1..6,
+            ),
+        ) {
+            let mut checker = LineChecker::default();
+            for fields in lines {
+                let line = serde_json::to_string(&fields).unwrap();
+                match (checker.check(&line), check_line(&line)) {
+                    (Ok(reused), Ok(fresh)) => {
+                        for name in KEPT_FIELDS {
+                            proptest::prop_assert_eq!(reused.field(name), fresh.field(name));
+                        }
+                        proptest::prop_assert_eq!(&reused.spec_id, &fresh.spec_id);
+                        checker.recycle(reused);
+                    }
+                    (reused, fresh) => proptest::prop_assert_eq!(reused.err(), fresh.err()),
+                }
+            }
         }
     }
 

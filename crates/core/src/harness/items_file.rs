@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::item_line::check_line;
+use super::item_line::LineChecker;
 use crate::episode::adapter::{AdapterError, ErrorType, Item, SeedSource};
 use crate::episode::stored::StoredItems;
 
@@ -251,6 +251,7 @@ fn scan_part(
     stored.reserve(room);
     let mut reader = BufReader::with_capacity(1 << 20, FileRange::new(file, start, end));
     let mut buffer = Vec::new();
+    let mut checker = LineChecker::default();
     let mut offset = start;
     let mut line_no = 0usize;
     let error = loop {
@@ -280,10 +281,10 @@ fn scan_part(
             continue;
         }
         let at = line_start + (trimmed.as_ptr() as usize - buffer.as_ptr() as usize) as u64;
-        let checked = check_line(trimmed).and_then(|fields| {
-            stored
-                .push(at, trimmed.as_bytes(), &fields, &fields.identity())
-                .map_err(|error| error.to_string())
+        let checked = checker.check(trimmed).and_then(|fields| {
+            let pushed = stored.push(at, trimmed.as_bytes(), &fields, &fields.identity());
+            checker.recycle(fields);
+            pushed.map_err(|error| error.to_string())
         });
         if let Err(message) = checked {
             break Some(message);

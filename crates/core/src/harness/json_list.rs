@@ -34,11 +34,11 @@ impl JsonList {
 
     /// Appends `value`, or `null` for `None`.
     pub fn push(&mut self, value: Option<&Value>) {
-        // Grown by an eighth at a time rather than doubled: a lane's list
-        // for a million-record epoch is megabytes, and it lives until the
-        // epoch's summary is written.
+        // Grown by half at a time rather than doubled: a lane's list for a
+        // million-record epoch is megabytes, and it lives until the epoch's
+        // summary is written.
         if self.text.capacity() - self.text.len() < 64 {
-            self.text.reserve_exact((self.text.len() / 8).max(4096));
+            self.text.reserve_exact((self.text.len() / 2).max(4096));
         }
         self.text.pop(); // the closing bracket
         if self.len > 0 {
