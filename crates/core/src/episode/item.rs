@@ -205,6 +205,15 @@ impl Item {
         }
     }
 
+    /// [`Item::identity`], shared: the item's own when it was read from
+    /// text (no copy), else read from its map now.
+    pub fn shared_identity(&self) -> Arc<ItemIdentity> {
+        match &self.text {
+            Some(text) => Arc::clone(&text.identity),
+            None => Arc::new(ItemIdentity::of(self.map())),
+        }
+    }
+
     /// `item_id` when it is a string.
     pub fn item_id_str(&self) -> Option<&str> {
         match &self.text {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::adapter::{Item, Record};
+use super::item::ItemIdentity;
 use super::records::GroupAnnotation;
 use super::value::json_f64;
 
@@ -60,28 +61,18 @@ impl GroupFields {
     }
 }
 
-/// What a suffix record's `variant_spec_id` becomes (reference
-/// `_normalize_item_record`).
-#[derive(Clone, Debug)]
-enum SpecId {
-    /// A variant with a `variant_spec.spec_id`: that id.
-    Set(Value),
-    /// A seed: the field is removed.
-    Removed,
-    /// A variant without one: whatever the adapter wrote.
-    Kept,
-}
-
-/// The host's fields of one suffix record.
+/// The host's fields of one suffix record: its item's identity (shared
+/// with the item), the duration and its group's fields (shared with the
+/// group's other records).
 #[derive(Clone, Debug)]
 struct SuffixFields {
-    item_id: Value,
-    family: Value,
-    is_variant: Value,
-    variant_spec_id: SpecId,
+    identity: Arc<ItemIdentity>,
     duration_minutes: Value,
     group: Arc<GroupFields>,
 }
+
+/// `is_variant` as a record holds it.
+static IS_VARIANT: [Value; 2] = [Value::Bool(false), Value::Bool(true)];
 
 /// The host's keys a suffix record's fields may take, in key order.
 const HOST_KEYS: [&str; 12] = [
@@ -117,7 +108,7 @@ pub struct UnitRecord {
     /// The host's suffix fields, when this is a suffix's record.
     host: Option<Box<SuffixFields>>,
     /// `novel_value` and `raw_value`, once the tally credited the record.
-    novelty: Option<Box<[Value; 2]>>,
+    novelty: Option<[Value; 2]>,
 }
 
 impl From<Record> for UnitRecord {
@@ -137,18 +128,9 @@ impl UnitRecord {
     /// `group` fields — what `normalize_item_record`, the duration and
     /// `annotate_group_record` would insert, in that order.
     pub fn suffix(record: Record, item: &Item, minutes: f64, group: &Arc<GroupFields>) -> Self {
-        let identity = item.identity();
-        let variant_spec_id = match (identity.is_variant, &identity.variant_spec_id) {
-            (false, _) => SpecId::Removed,
-            (true, Some(spec_id)) => SpecId::Set(spec_id.clone()),
-            (true, None) => SpecId::Kept,
-        };
         UnitRecord {
             host: Some(Box::new(SuffixFields {
-                item_id: identity.item_id.clone(),
-                family: identity.family.clone(),
-                is_variant: Value::Bool(identity.is_variant),
-                variant_spec_id,
+                identity: item.shared_identity(),
                 duration_minutes: json_f64(minutes),
                 group: Arc::clone(group),
             })),
@@ -159,7 +141,7 @@ impl UnitRecord {
 
     /// Sets `novel_value` and `raw_value` (the tally's credit).
     pub fn set_novelty(&mut self, novel_value: Value, raw_value: Value) {
-        self.novelty = Some(Box::new([novel_value, raw_value]));
+        self.novelty = Some([novel_value, raw_value]);
     }
 
     /// The field `key`, as the record's JSON object holds it.
@@ -185,18 +167,20 @@ impl UnitRecord {
         };
         let group = &host.group;
         Host::Set(match key {
-            "item_id" => &host.item_id,
-            "family" => &host.family,
-            "is_variant" => &host.is_variant,
+            "item_id" => &host.identity.item_id,
+            "family" => &host.identity.family,
+            "is_variant" => &IS_VARIANT[usize::from(host.identity.is_variant)],
             "duration_minutes" => &host.duration_minutes,
             "execution_group_id" => &group.execution_group_id,
             "seed_item_id" => &group.seed_item_id,
             "record_kind" => &group.record_kind,
             "prefix_reused" => &group.prefix_reused,
-            "variant_spec_id" => match &host.variant_spec_id {
-                SpecId::Set(value) => value,
-                SpecId::Removed => return Host::Removed,
-                SpecId::Kept => return Host::Absent,
+            // A seed's is removed; a variant's is its `variant_spec.spec_id`
+            // or, without one, whatever the adapter wrote.
+            "variant_spec_id" => match (host.identity.is_variant, &host.identity.variant_spec_id) {
+                (false, _) => return Host::Removed,
+                (true, Some(value)) => value,
+                (true, None) => return Host::Absent,
             },
             "checkpoint_ref" => match &group.checkpoint_ref {
                 Some(value) => value,
