@@ -123,7 +123,10 @@ pub enum StoreError {
 
 /// The items of one items file, kept as positions in it plus their grouping
 /// fields (`item_id`, `seed_item_id`, `is_variant`, their
-/// [`item_concurrency_keys`]). About 48 bytes per item (its entry and one key reference) plus its ids' text.
+/// [`item_concurrency_keys`](super::units::item_concurrency_keys)) and the
+/// rest of their records' identity (`family`, a variant's `spec_id`).
+/// About 56 bytes per item (its entry and one key reference) plus its ids'
+/// text; families and spec ids are kept once each.
 ///
 /// The file stays open; items are read back with positioned reads, so no
 /// cursor is shared between the lanes that read it.
