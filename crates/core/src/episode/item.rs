@@ -158,7 +158,8 @@ impl Item {
     /// [`ItemIdentity`] now. A text that is not one JSON object, or that
     /// names an identity field twice, is parsed whole at once.
     ///
-    /// For a line the items file's reader has checked (`check_line`):
+    /// For a line the items file's reader has checked
+    /// (`LineChecker::check`):
     /// reading the identity skips the other fields without checking all of
     /// them (a number out of range, a lone surrogate, nesting depth), so
     /// an unchecked text that fails there reads as an empty map.
@@ -173,8 +174,9 @@ impl Item {
         }
     }
 
-    /// The item whose JSON text is `text` (trimmed) and whose identity,
-    /// read from that very text, is `identity`: nothing is parsed now.
+    /// The item whose JSON text is `text`, already trimmed, and whose
+    /// identity, read from that very text (which names none of its fields
+    /// twice), is `identity`: nothing is parsed now.
     pub(crate) fn from_checked_text(text: &str, identity: ItemIdentity) -> Item {
         Item {
             text: Some(Text {

@@ -126,7 +126,9 @@ pub enum StoreError {
 /// [`item_concurrency_keys`](super::units::item_concurrency_keys)) and the
 /// rest of their records' identity (`family`, a variant's `spec_id`).
 /// About 56 bytes per item (its entry and one key reference) plus its ids'
-/// text; families and spec ids are kept once each.
+/// text; a family or spec id is kept once for the items that repeat it
+/// while the store is filled (a file read in parts joins the parts' names
+/// as they are).
 ///
 /// The file stays open; items are read back with positioned reads, so no
 /// cursor is shared between the lanes that read it.
@@ -173,18 +175,21 @@ impl StoredItems {
     /// grouping fields — `item_id`, `is_variant`, `seed_item_id`,
     /// `concurrency_keys`, `concurrency_key`, `family` — as parsed from
     /// that text; nothing else is read from it. `identity` is the item's
-    /// records' identity as read from the same text: kept when its fields
-    /// are strings or `null` (the usual case), so the item is not parsed
-    /// again when it runs.
+    /// records' identity as read from the same text (`None` when the text
+    /// names one of its fields twice): kept when its fields are strings or
+    /// `null` (the usual case), so the item is not parsed again when it
+    /// runs.
     ///
     /// # Errors
-    /// [`StoreError::TooLarge`] when the store's text passes 4 GiB.
+    /// [`StoreError::TooLarge`] when the store's text, keys or names pass
+    /// what it addresses (4 GiB of text, 2^30 keys per item, 2^32 - 2
+    /// names), or a line is longer than 4 GiB.
     pub(crate) fn push<F: ItemFields + ?Sized>(
         &mut self,
         offset: u64,
         bytes: &[u8],
         fields: &F,
-        identity: &IdentityFields<'_>,
+        identity: Option<&IdentityFields<'_>>,
     ) -> Result<(), StoreError> {
         let head = ItemHead::of(fields);
         let len =
@@ -209,7 +214,10 @@ impl StoredItems {
         if keys_len >= IDENTITY_FLAG {
             return Err(too_many());
         }
-        let kept = self.keep_identity(identity, &head)?;
+        let kept = match identity {
+            Some(identity) => self.keep_identity(identity, &head)?,
+            None => None,
+        };
         let (family, spec_id) = kept.unwrap_or((Name::NULL, Name::ABSENT));
         self.entries.push(Entry {
             offset,
@@ -735,7 +743,9 @@ mod tests {
     }
 
     /// Each stored item's identity, as a lane reads it back, next to the
-    /// one read from its map; and whether the store kept it.
+    /// one read from its map; and whether the store kept it. The text a
+    /// lane sends is checked on the way: the one an item parsed from its
+    /// line sends (the line, or its map when it repeats an identity field).
     fn identities(lines: &[String]) -> Vec<(ItemIdentity, ItemIdentity, bool)> {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         for line in lines {
@@ -747,8 +757,11 @@ mod tests {
             .enumerate()
             .map(|(index, line)| {
                 let map: serde_json::Map<String, Value> = serde_json::from_str(line).unwrap();
+                let read = stored.read(index).unwrap();
+                let parsed = Item::from_json_text(line).unwrap();
+                assert_eq!(read.json_text(), parsed.json_text(), "{line}");
                 (
-                    stored.read(index).unwrap().identity().into_owned(),
+                    read.identity().into_owned(),
                     ItemIdentity::of(&map),
                     stored.entries[index].has_identity(),
                 )
@@ -765,14 +778,18 @@ mod tests {
             r#"{"item_id":"s0~v2","is_variant":true,"seed_item_id":"s0","variant_spec":{"spec_id":null}}"#,
             r#"{"item_id":"s0~v3","family":null,"is_variant":true,"seed_item_id":"s0","variant_spec":[1]}"#,
             r#"{"item_id":"s1","family":"f0","variant_spec":{"spec_id":"ignored"}}"#,
-            r#"{"item_id":"s2","family":"g","variant_spec":{"spec_id":1,"spec_id":"last"},"variant_spec":{"spec_id":"w"},"is_variant":true,"seed_item_id":"s1"}"#,
-            r#"{"item_id":"s7","item_id":"s8","family":"f"}"#,
+            r#"{"item_id":"s2","family":"g","variant_spec":{"spec_id":1,"spec_id":"last"},"is_variant":true,"seed_item_id":"s1"}"#,
         ];
         let parsed = [
             r#"{"item_id":" s3 ","family":"f"}"#,
             r#"{"item_id":4,"family":"f"}"#,
             r#"{"item_id":"s5","family":["f"]}"#,
             r#"{"item_id":"s6~v","family":"f","is_variant":true,"seed_item_id":"s6","variant_spec":{"spec_id":7}}"#,
+            // An item naming an identity field twice is sent as its map.
+            r#"{"item_id":"s7","item_id":"s8","family":"f"}"#,
+            r#"{"item_id":"s9","family":"f","family":"g"}"#,
+            r#"{"item_id":"s2~v","variant_spec":{"spec_id":"a"},"variant_spec":{"spec_id":"w"},"is_variant":true,"seed_item_id":"s2"}"#,
+            r#"{"item_id":"s10","is_variant":false,"is_variant":null}"#,
         ];
         let lines: Vec<String> = kept.iter().chain(&parsed).map(|l| l.to_string()).collect();
         for (index, (read_back, expected, is_kept)) in identities(&lines).into_iter().enumerate() {

@@ -375,7 +375,8 @@ fn classify<H: QueueHeads + ?Sized>(heads: &H) -> Classification {
         seeds.insert(index);
     }
 
-    let mut variants_of: HashMap<usize, Vec<u32>> = HashMap::with_capacity(seed_count);
+    let mut variants_of: HashMap<usize, Vec<u32>> =
+        HashMap::with_capacity(seed_count.min(variants));
     let mut variant_ids = IdTable::new(heads, H::item_id, variants);
     for index in 0..heads.len() {
         if !heads.is_variant(index) {

@@ -1,7 +1,8 @@
 //! Checking one line of an items file without building its JSON map: the
 //! line is parsed in full (so any JSON error is found), but only the fields
-//! the runtime reads are kept; every other field is measured for its
-//! nesting depth and dropped.
+//! the runtime reads are kept (grouping's, and of `variant_spec` only its
+//! `spec_id`, which the item's records copy); every other field is measured
+//! for its nesting depth and dropped.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -123,7 +124,13 @@ pub(crate) struct KeptFields {
     values: [Option<Value>; KEPT_FIELDS.len()],
     /// `Some` when `variant_spec` is an object, holding its `spec_id`.
     spec_id: Option<Option<Value>>,
+    /// Whether the line names one of [`IDENTITY_FIELDS`] twice: such an
+    /// item is sent to a component as its map, not as its line.
+    identity_repeated: bool,
 }
+
+/// The top-level fields an item's records' identity is read from.
+const IDENTITY_FIELDS: [&str; 4] = ["item_id", "family", "is_variant", "variant_spec"];
 
 impl ItemFields for KeptFields {
     fn field(&self, name: &str) -> Option<&Value> {
@@ -134,14 +141,19 @@ impl ItemFields for KeptFields {
 
 impl KeptFields {
     /// The fields of the line's [`crate::episode::ItemIdentity`], as
-    /// [`crate::episode::ItemIdentity::of`] reads them from its map.
-    pub(crate) fn identity(&self) -> IdentityFields<'_> {
-        IdentityFields {
+    /// [`crate::episode::ItemIdentity::of`] reads them from its map; `None`
+    /// when the line names one of them twice (its item is then read back
+    /// and sent as its map, whose last duplicate wins).
+    pub(crate) fn identity(&self) -> Option<IdentityFields<'_>> {
+        if self.identity_repeated {
+            return None;
+        }
+        Some(IdentityFields {
             item_id: self.field("item_id"),
             family: self.field("family"),
             is_variant: self.field("is_variant"),
             spec_id: self.spec_id.as_ref().map(Option::as_ref),
-        }
+        })
     }
 }
 
@@ -166,8 +178,13 @@ impl<'de> Visitor<'de> for LineVisitor<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Scanned>, A::Error> {
         let mut fields = KeptFields::default();
+        let mut identity_seen = [false; IDENTITY_FIELDS.len()];
         let mut too_deep: Vec<(String, usize)> = Vec::new();
         while let Some(key) = map.next_key_seed(KeySeed)? {
+            if let Some(at) = IDENTITY_FIELDS.iter().position(|field| *field == key) {
+                fields.identity_repeated |= identity_seen[at];
+                identity_seen[at] = true;
+            }
             let depth = if let Some(at) = KEPT_FIELDS.iter().position(|kept| *kept == key) {
                 let value = map.next_value_seed(Pooled(self.spare))?;
                 let depth = nesting_depth(&value) + 1;

@@ -282,7 +282,7 @@ fn scan_part(
         }
         let at = line_start + (trimmed.as_ptr() as usize - buffer.as_ptr() as usize) as u64;
         let checked = checker.check(trimmed).and_then(|fields| {
-            let pushed = stored.push(at, trimmed.as_bytes(), &fields, &fields.identity());
+            let pushed = stored.push(at, trimmed.as_bytes(), &fields, fields.identity().as_ref());
             checker.recycle(fields);
             pushed.map_err(|error| error.to_string())
         });
