@@ -243,12 +243,19 @@ impl StoredItems {
         identity: &IdentityFields<'_>,
         head: &ItemHead<'_>,
     ) -> Result<Option<(Name, Name)>, StoreError> {
+        /// How a field is kept.
+        enum Kept<'t> {
+            /// As a marker.
+            Marker(Name),
+            /// As a name for this text.
+            Text(&'t str),
+        }
         /// `Some` when `value` can be kept: `null` (or absent) as
         /// [`Name::NULL`], a string as itself.
-        fn keepable(value: Option<&Value>) -> Option<Result<Name, &str>> {
+        fn keepable(value: Option<&Value>) -> Option<Kept<'_>> {
             match value {
-                None | Some(Value::Null) => Some(Ok(Name::NULL)),
-                Some(Value::String(text)) => Some(Err(text)),
+                None | Some(Value::Null) => Some(Kept::Marker(Name::NULL)),
+                Some(Value::String(text)) => Some(Kept::Text(text)),
                 Some(_) => None,
             }
         }
@@ -258,19 +265,16 @@ impl StoredItems {
         let family = keepable(identity.family);
         let spec_id = match identity.spec_id {
             Some(spec_id) if head.is_variant => keepable(spec_id),
-            _ => Some(Ok(Name::ABSENT)),
+            _ => Some(Kept::Marker(Name::ABSENT)),
         };
         let (Some(family), Some(spec_id)) = (family, spec_id) else {
             return Ok(None);
         };
-        let family = match family {
-            Ok(marker) => marker,
-            Err(text) => self.name(text)?,
+        let mut name = |kept| match kept {
+            Kept::Marker(marker) => Ok(marker),
+            Kept::Text(text) => self.name(text),
         };
-        let spec_id = match spec_id {
-            Ok(marker) => marker,
-            Err(text) => self.name(text)?,
-        };
+        let (family, spec_id) = (name(family)?, name(spec_id)?);
         Ok(Some((family, spec_id)))
     }
 
