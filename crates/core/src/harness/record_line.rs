@@ -54,10 +54,7 @@ impl RecordLine {
             if key == NOVEL || key == RAW {
                 return Ok(());
             }
-            line.body.push(b',');
-            write_str(&mut line.body, key);
-            line.body.push(b':');
-            write_value(&mut line.body, value)
+            field(&mut line.body, key, value)
         })?;
         line.novel_at = novel_at.unwrap_or(line.body.len());
         line.raw_at = raw_at.unwrap_or(line.body.len());
@@ -69,9 +66,9 @@ impl RecordLine {
     pub fn write(&self, novel: &Value, raw: &Value, out: &mut Vec<u8>) -> io::Result<()> {
         let start = out.len();
         out.extend_from_slice(&self.body[..self.novel_at]);
-        field(out, NOVEL, novel)?;
+        field(out, NOVEL, novel).map_err(io::Error::other)?;
         out.extend_from_slice(&self.body[self.novel_at..self.raw_at]);
-        field(out, RAW, raw)?;
+        field(out, RAW, raw).map_err(io::Error::other)?;
         out.extend_from_slice(&self.body[self.raw_at..]);
         // The first field's leading comma becomes the opening brace.
         out[start] = b'{';
@@ -116,11 +113,12 @@ fn write_value(out: &mut Vec<u8>, value: &Value) -> Result<(), serde_json::Error
     }
 }
 
-fn field(out: &mut Vec<u8>, key: &str, value: &Value) -> io::Result<()> {
+/// Writes `,"key":value`.
+fn field(out: &mut Vec<u8>, key: &str, value: &Value) -> Result<(), serde_json::Error> {
     out.push(b',');
-    serde_json::to_writer(&mut *out, key)?;
+    write_str(out, key);
     out.push(b':');
-    serde_json::to_writer(&mut *out, value).map_err(io::Error::other)
+    write_value(out, value)
 }
 
 #[cfg(test)]
