@@ -323,6 +323,13 @@ fn check_run_args(args: &RunArgs) -> Result<Fidelity, CliError> {
 /// children and shown to start under its limits, with the seed items of
 /// `--items` and the variant catalog of `--variants`; each refused (exit 2)
 /// when the component cannot use it.
+///
+/// A regular items file is read on its own thread while the component
+/// loads and starts (the two are independent, and each keeps a core busy
+/// for milliseconds). The errors keep their order: the component's first,
+/// then the items file's. A pipe is read after the component, as before,
+/// so a component that cannot load is reported without waiting on a
+/// writer.
 #[allow(clippy::type_complexity)]
 fn load_inputs(
     args: &RunArgs,
@@ -348,25 +355,49 @@ fn load_inputs(
     // are the instrumented component's: keep them for reuse.
     config.incremental_compilation =
         args.fork != ForkArg::State && !args.no_replay && args.child_workers > 0;
-    let (engine, config) = open_sandbox(config)?;
-    let loaded = Arc::new(load(&args.adapter, engine, config)?);
-    // A component that cannot start under these limits would fail every
-    // item the same way: say so once, before anything is written.
-    WasmAdapter::check_starts(Arc::clone(&loaded)).map_err(|error| {
-        CliError::Failed(format!(
-            "{} cannot be instantiated under these limits ({}): {}; nothing was run",
-            args.adapter.display(),
-            error.error_type.as_str(),
-            error.message
-        ))
-    })?;
-    let protocols = loaded.protocols;
-    let items = args
+    let start_component = || -> Result<Arc<LoadedAdapter>, CliError> {
+        let (engine, config) = open_sandbox(config)?;
+        let loaded = Arc::new(load(&args.adapter, engine, config)?);
+        // A component that cannot start under these limits would fail every
+        // item the same way: say so once, before anything is written.
+        WasmAdapter::check_starts(Arc::clone(&loaded)).map_err(|error| {
+            CliError::Failed(format!(
+                "{} cannot be instantiated under these limits ({}): {}; nothing was run",
+                args.adapter.display(),
+                error.error_type.as_str(),
+                error.message
+            ))
+        })?;
+        Ok(loaded)
+    };
+    let read_items = || {
+        args.items
+            .as_deref()
+            .map(load_items_file)
+            .transpose()
+            .map_err(|error| CliError::Input(error.to_string()))
+    };
+    let items_are_a_file = args
         .items
         .as_deref()
-        .map(load_items_file)
-        .transpose()
-        .map_err(|error| CliError::Input(error.to_string()))?;
+        .is_some_and(|path| std::fs::metadata(path).is_ok_and(|meta| meta.is_file()));
+    let (loaded, items) = if items_are_a_file {
+        std::thread::scope(|scope| {
+            let items = std::thread::Builder::new()
+                .name("sandloop-items".into())
+                .spawn_scoped(scope, read_items)
+                .map_err(|error| CliError::Failed(format!("cannot start a thread: {error}")))?;
+            let loaded = start_component();
+            let items = items
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            Ok::<_, CliError>((loaded?, items?))
+        })?
+    } else {
+        let loaded = start_component()?;
+        (loaded, read_items()?)
+    };
+    let protocols = loaded.protocols;
     if items.is_none() && !protocols.seeds {
         return Err(CliError::Input(format!(
             "{} does not export `seeds`; give the seed items with --items FILE.jsonl",

@@ -149,6 +149,32 @@ fn malformed_items_files_name_file_line_and_field_and_write_nothing() {
 }
 
 #[test]
+fn a_bad_component_is_reported_before_a_bad_items_file() {
+    // The items file is read while the component loads: the component's
+    // error still comes first, and the items file's is not mixed in.
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.wasm");
+    std::fs::write(&garbage, b"definitely not wasm").unwrap();
+    let items = dir.path().join("items.jsonl");
+    std::fs::write(&items, "{\"item_id\":\"a\"}\n{\"item_id\":\n").unwrap();
+    let out = dir.path().join("out");
+    let output = run(&[
+        "run",
+        "--adapter",
+        s(&garbage),
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&output), 2);
+    let message = stderr(&output);
+    assert!(message.contains("is not WebAssembly"), "{message}");
+    assert!(!message.contains("not valid JSON"), "{message}");
+    assert!(!out.exists(), "nothing is written for bad input");
+}
+
+#[test]
 fn an_adapter_without_seeds_needs_an_items_file() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");

@@ -569,9 +569,8 @@ impl StoredItems {
                 UnitPlan::Group {
                     execution_group_id,
                     seed_item_id,
-                    mut members,
+                    members,
                 } => {
-                    members.shrink_to_fit();
                     let concurrency_keys =
                         union_keys(members.iter().map(|&index| self.keys_of(index as usize)));
                     Ok(StoredUnit::Group(StoredGroup {

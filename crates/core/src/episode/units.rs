@@ -6,7 +6,7 @@
 
 use std::hash::BuildHasher;
 
-use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use foldhash::{HashSet, HashSetExt};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -241,12 +241,17 @@ pub(crate) enum UnitPlan {
 }
 
 /// The result of validating a queue: per item, its reason to be invalid, and
-/// for each valid seed the indices of its valid variants.
+/// which valid seed each valid variant joins.
 /// Invalid items are few, so their reasons are kept by position.
 struct Classification {
     invalid: BTreeMap<usize, InvalidReason>,
-    variants_of: HashMap<usize, Vec<u32>>,
+    /// `(variant, seed)` queue positions of every valid variant and the
+    /// valid seed it joins, in queue order.
+    joins: Vec<(u32, u32)>,
 }
+
+/// A queue position that is no group's seed.
+const NO_GROUP: u32 = u32::MAX;
 
 impl Classification {
     fn first_invalid(&self) -> Option<(usize, &InvalidReason)> {
@@ -375,8 +380,7 @@ fn classify<H: QueueHeads + ?Sized>(heads: &H) -> Classification {
         seeds.insert(index);
     }
 
-    let mut variants_of: HashMap<usize, Vec<u32>> =
-        HashMap::with_capacity(seed_count.min(variants));
+    let mut joins = Vec::with_capacity(variants);
     let mut variant_ids = IdTable::new(heads, H::item_id, variants);
     for index in 0..heads.len() {
         if !heads.is_variant(index) {
@@ -403,10 +407,7 @@ fn classify<H: QueueHeads + ?Sized>(heads: &H) -> Classification {
         }
         match seeds.get(seed_item_id) {
             Some(seed_index) if !seed_item_id.is_empty() => {
-                variants_of
-                    .entry(seed_index)
-                    .or_default()
-                    .push(queue_position(index));
+                joins.push((queue_position(index), queue_position(seed_index)));
             }
             _ => {
                 invalid.insert(index, InvalidReason::UnknownSeed);
@@ -415,7 +416,7 @@ fn classify<H: QueueHeads + ?Sized>(heads: &H) -> Classification {
     }
     Classification {
         invalid,
-        variants_of,
+        joins,
     }
 }
 
@@ -439,7 +440,34 @@ pub(crate) fn plan_units<H: QueueHeads + ?Sized>(
     if fatal_preflight && let Some((index, reason)) = classification.first_invalid() {
         return Err((index, reason.clone()));
     }
-    let mut plans = Vec::new();
+    // A group per valid seed, in queue order, its members allocated once at
+    // their final size: the seed, then its variants in queue order (a
+    // variant may come before its seed in the queue). `group_of` maps a
+    // seed's queue position to its group.
+    let mut group_of = vec![NO_GROUP; heads.len()];
+    let mut sizes = Vec::new();
+    for (index, group) in group_of.iter_mut().enumerate() {
+        if !heads.is_variant(index) && !classification.invalid.contains_key(&index) {
+            *group = queue_position(sizes.len());
+            sizes.push((queue_position(index), 1));
+        }
+    }
+    for &(_, seed) in &classification.joins {
+        sizes[group_of[seed as usize] as usize].1 += 1;
+    }
+    let mut members_of: Vec<Vec<u32>> = sizes
+        .into_iter()
+        .map(|(seed, size)| {
+            let mut members = Vec::with_capacity(size);
+            members.push(seed);
+            members
+        })
+        .collect();
+    for &(variant, seed) in &classification.joins {
+        members_of[group_of[seed as usize] as usize].push(variant);
+    }
+    let mut members_of = members_of.into_iter();
+    let mut plans = Vec::with_capacity(members_of.len() + classification.invalid.len());
     let mut group_index = 0u32;
     for index in 0..heads.len() {
         if let Some(reason) = classification.invalid.remove(&index) {
@@ -453,13 +481,9 @@ pub(crate) fn plan_units<H: QueueHeads + ?Sized>(
             continue; // scheduled inside its seed's group
         }
         group_index += 1;
-        let variants = classification
-            .variants_of
-            .remove(&index)
-            .unwrap_or_default();
-        let mut members = Vec::with_capacity(1 + variants.len());
-        members.push(queue_position(index));
-        members.extend(variants);
+        let members = members_of
+            .next()
+            .expect("a group was made for every valid seed");
         plans.push(UnitPlan::Group {
             execution_group_id: GroupId::new(arm, epoch, group_index).to_string(),
             seed_item_id: heads.item_id(index).to_owned(),
