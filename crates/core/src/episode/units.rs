@@ -414,10 +414,7 @@ fn classify<H: QueueHeads + ?Sized>(heads: &H) -> Classification {
             }
         }
     }
-    Classification {
-        invalid,
-        joins,
-    }
+    Classification { invalid, joins }
 }
 
 /// A queue position as stored in a [`UnitPlan`].

@@ -223,10 +223,16 @@ fn deliver<O: ArmOutput>(
         .map(RecordLine::new)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|error| ArmError::io("serialising a record", io::Error::other(error)))?;
-    tally
+    let mut absorbed = tally
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .absorb(&mut records, &lines)?;
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    absorbed.absorb(&mut records, &lines)?;
+    // A full buffer is written once the lock is let go: the other lanes
+    // deliver meanwhile.
+    match absorbed.output.take_write() {
+        Some(write) => write.write_after(|| drop(absorbed))?,
+        None => drop(absorbed),
+    }
     observer.on_event(&ArmEvent::UnitDone {
         epoch,
         branch_id,

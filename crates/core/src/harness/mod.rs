@@ -66,7 +66,7 @@ pub use error::ArmError;
 pub use manifest::RunManifest;
 pub use novelty::NoveltyLedger;
 pub use queue::{LaneSummary, QueueConfig, QueueUnit, UnitDone, run_queue_epoch};
-pub use run_dir::{ArmOutput, OutputOffsets, RunDir};
+pub use run_dir::{ArmOutput, OutputOffsets, RecordsWrite, RunDir};
 pub use run_files::{RunFailure, RunFileError};
 pub use summary::{AnytimeCheckpoint, ArmSummary, EpochSummary, RunSummary, StopReason};
 pub use work::{StandaloneItem, UnitError, UnitRunner, WorkUnit, execute_work_unit};

@@ -15,13 +15,16 @@
 //! before a checkpoint, before an error is returned, and on drop. A reader
 //! tailing `records.jsonl` sees each record within that interval;
 //! [`RunDir::with_flush_interval`]`(Duration::ZERO)` writes every unit's
-//! records at once instead. Resume is unaffected either way: a crash can
+//! records at once instead. A full buffer is handed to the lane that filled
+//! it ([`ArmOutput::take_write`]), which writes it after letting go of the
+//! arm's lock, so the other lanes do not wait for the write. Resume is unaffected either way: a crash can
 //! only lose records the checkpoint does not cover, which a resume cuts
 //! back anyway.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -44,6 +47,10 @@ pub use super::run_files::{CHECKPOINT_FILE, EPOCHS_FILE, RECORDS_FILE, SUMMARY_F
 pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 /// Pending record bytes that force a write regardless of the interval.
 const FLUSH_THRESHOLD_BYTES: usize = 256 * 1024;
+/// Pending record bytes written at once by the appending call itself: a
+/// caller that never takes the writes handed out at
+/// [`FLUSH_THRESHOLD_BYTES`] ([`ArmOutput::take_write`]) still writes.
+const WRITE_NOW_BYTES: usize = 4 * FLUSH_THRESHOLD_BYTES;
 
 /// How much of each append-only file has been written (bytes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -78,6 +85,13 @@ pub trait ArmOutput: Send {
         let _ = lines;
         let maps: Vec<Record> = records.iter().map(UnitRecord::to_map).collect();
         self.append_records(&maps)
+    }
+    /// Buffered records due to be written, handed to the caller to write
+    /// once it lets go of the lock it holds this output under
+    /// ([`RecordsWrite::write_after`]); `None` when nothing is due (the
+    /// default: an output that does not buffer, or writes itself).
+    fn take_write(&mut self) -> Option<RecordsWrite> {
+        None
     }
     /// Writes buffered records out. The arm calls it every
     /// [`ArmOutput::flush_interval`] while units run, after every epoch's
@@ -121,9 +135,8 @@ impl std::fmt::Debug for SideWriteCheck {
 #[derive(Debug)]
 pub struct RunDir {
     root: PathBuf,
-    records: Option<File>,
-    /// Syncs `records.jsonl` in the background as it grows.
-    records_writeback: Option<Writeback>,
+    /// `records.jsonl`, shared with the lanes writing a full buffer.
+    records: Option<Arc<Mutex<RecordsFile>>>,
     epochs: Option<File>,
     offsets: OutputOffsets,
     /// Serialised records not yet written.
@@ -152,7 +165,6 @@ impl RunDir {
         Self {
             root: root.into(),
             records: None,
-            records_writeback: None,
             epochs: None,
             offsets: OutputOffsets::default(),
             pending: Vec::with_capacity(64 * 1024),
@@ -303,11 +315,16 @@ impl RunDir {
     /// it grows ([`Writeback`]).
     fn open_records(&mut self, file: File) -> Result<(), ArmError> {
         // The old thread (if any) ends before the new one starts.
-        self.records_writeback = None;
-        let writeback = Writeback::start(&self.records_path())
+        self.records = None;
+        let path = self.records_path();
+        let writeback = Writeback::start(&path)
             .map_err(|e| ArmError::io(format!("starting the writeback of {RECORDS_FILE}"), e))?;
-        self.records = Some(file);
-        self.records_writeback = Some(writeback);
+        self.records = Some(Arc::new(Mutex::new(RecordsFile {
+            file,
+            writeback,
+            path,
+            spare: Vec::new(),
+        })));
         Ok(())
     }
 
@@ -315,9 +332,9 @@ impl RunDir {
     /// the checkpoint or summary about to rely on it.
     fn check_writeback(&self) -> Result<(), ArmError> {
         match self
-            .records_writeback
+            .records
             .as_ref()
-            .and_then(Writeback::take_error)
+            .and_then(|records| lock(records).writeback.take_error())
         {
             Some(error) => Err(ArmError::io(format!("syncing {RECORDS_FILE}"), error)),
             None => Ok(()),
@@ -328,26 +345,73 @@ impl RunDir {
     /// the run does not buffer or the buffer is full.
     fn appended(&mut self, before: usize) -> Result<(), ArmError> {
         self.offsets.records_jsonl_bytes += (self.pending.len() - before) as u64;
-        if self.flush_interval.is_zero() || self.pending.len() >= FLUSH_THRESHOLD_BYTES {
+        if self.flush_interval.is_zero() || self.pending.len() >= WRITE_NOW_BYTES {
             self.flush()?;
         }
         Ok(())
     }
 
-    fn append(
-        file: &mut Option<File>,
-        bytes: &[u8],
-        path: impl FnOnce() -> PathBuf,
-    ) -> Result<(), ArmError> {
-        match file {
-            Some(file) => file
-                .write_all(bytes)
-                .map_err(|e| ArmError::io(format!("writing {}", path().display()), e)),
-            None => Err(ArmError::io(
-                format!("writing {}", path().display()),
+    /// `records.jsonl`, or the error of writing before the run began.
+    fn records_file(&self) -> Result<&Arc<Mutex<RecordsFile>>, ArmError> {
+        self.records.as_ref().ok_or_else(|| {
+            ArmError::io(
+                format!("writing {}", self.records_path().display()),
                 io::Error::other("the run was not begun"),
-            )),
-        }
+            )
+        })
+    }
+}
+
+/// `records.jsonl` open for appending, and the thread syncing it as it
+/// grows.
+#[derive(Debug)]
+struct RecordsFile {
+    file: File,
+    writeback: Writeback,
+    path: PathBuf,
+    /// A written buffer, emptied, for the next one to fill.
+    spare: Vec<u8>,
+}
+
+impl RecordsFile {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), ArmError> {
+        self.file
+            .write_all(bytes)
+            .map_err(|e| ArmError::io(format!("writing {}", self.path.display()), e))?;
+        self.writeback.appended(bytes.len() as u64);
+        Ok(())
+    }
+}
+
+fn lock(records: &Mutex<RecordsFile>) -> MutexGuard<'_, RecordsFile> {
+    records
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Serialised records due to be written to `records.jsonl`, handed out by
+/// [`ArmOutput::take_write`].
+#[derive(Debug)]
+pub struct RecordsWrite {
+    bytes: Vec<u8>,
+    records: Arc<Mutex<RecordsFile>>,
+}
+
+impl RecordsWrite {
+    /// Takes the file's turn, runs `release` (which lets go of the lock the
+    /// output is held under), then writes. The turn is taken first, so
+    /// writes reach the file in the order they were handed out while the
+    /// lanes go on appending to a fresh buffer meanwhile.
+    ///
+    /// Errors: the write's, naming the file.
+    pub fn write_after(self, release: impl FnOnce()) -> Result<(), ArmError> {
+        let mut records = lock(&self.records);
+        release();
+        let written = records.write(&self.bytes);
+        let mut spare = self.bytes;
+        spare.clear();
+        records.spare = spare;
+        written
     }
 }
 
@@ -408,15 +472,32 @@ impl ArmOutput for RunDir {
         self.appended(before)
     }
 
+    fn take_write(&mut self) -> Option<RecordsWrite> {
+        if self.pending.len() < FLUSH_THRESHOLD_BYTES || self.flush_interval.is_zero() {
+            return None;
+        }
+        let records = self.records.as_ref()?;
+        // The last written buffer when no write holds the file right now.
+        let spare = records
+            .try_lock()
+            .map(|mut file| std::mem::take(&mut file.spare))
+            .unwrap_or_default();
+        let spare = if spare.capacity() == 0 {
+            Vec::with_capacity(FLUSH_THRESHOLD_BYTES + (64 << 10))
+        } else {
+            spare
+        };
+        Some(RecordsWrite {
+            bytes: std::mem::replace(&mut self.pending, spare),
+            records: Arc::clone(records),
+        })
+    }
+
     fn flush(&mut self) -> Result<(), ArmError> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let root = &self.root;
-        Self::append(&mut self.records, &self.pending, || root.join(RECORDS_FILE))?;
-        if let Some(writeback) = &mut self.records_writeback {
-            writeback.appended(self.pending.len() as u64);
-        }
+        lock(self.records_file()?).write(&self.pending)?;
         self.pending.clear();
         Ok(())
     }
@@ -456,22 +537,25 @@ impl ArmOutput for RunDir {
         self.check_side_writes()?;
         self.check_writeback()?;
         // Both files at once: each sync mostly waits for the disk.
-        let sync = |file: &Option<File>, name: &str| match file {
+        let sync = |file: Option<&File>, name: &str| match file {
             Some(file) => file
                 .sync_data()
                 .map_err(|e| ArmError::io(format!("syncing {name}"), e)),
             None => Ok(()),
         };
+        let sync_records = || match &self.records {
+            Some(records) => sync(Some(&lock(records).file), RECORDS_FILE),
+            None => Ok(()),
+        };
         let (records, epochs) = std::thread::scope(|scope| {
-            let records = std::thread::Builder::new()
-                .spawn_scoped(scope, || sync(&self.records, RECORDS_FILE));
-            let epochs = sync(&self.epochs, EPOCHS_FILE);
+            let records = std::thread::Builder::new().spawn_scoped(scope, sync_records);
+            let epochs = sync(self.epochs.as_ref(), EPOCHS_FILE);
             let records = match records {
                 Ok(records) => records
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
                 // No thread to be had: one after the other.
-                Err(_) => sync(&self.records, RECORDS_FILE),
+                Err(_) => sync_records(),
             };
             (records, epochs)
         });
@@ -596,6 +680,105 @@ mod tests {
             .append_records(&[obj(json!({"item_id": "a"}))])
             .unwrap();
         assert_eq!(lines(&run_dir.records_path()), 1);
+    }
+
+    /// A line of `n`, padded with `pad` bytes.
+    fn padded_line(n: usize, pad: usize) -> Vec<u8> {
+        format!("{{\"n\":{n},\"pad\":\"{}\"}}\n", "x".repeat(pad)).into_bytes()
+    }
+
+    /// A line of `n`, padded so that a few hundred fill a buffer.
+    fn numbered_line(n: usize) -> Vec<u8> {
+        padded_line(n, 900)
+    }
+
+    #[test]
+    fn a_full_buffer_is_handed_out_to_be_written_and_the_rest_stays_buffered() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut run_dir = RunDir::new(dir.path());
+        run_dir.begin_fresh().unwrap();
+        let mut appended = 0;
+        let mut n = 0;
+        while appended < FLUSH_THRESHOLD_BYTES {
+            assert!(
+                run_dir.take_write().is_none(),
+                "not full at {appended} bytes"
+            );
+            let line = numbered_line(n);
+            run_dir.append_lines(&line, &[]).unwrap();
+            appended += line.len();
+            n += 1;
+        }
+        assert_eq!(lines(&run_dir.records_path()), 0, "nothing written yet");
+        let write = run_dir.take_write().expect("a full buffer is handed out");
+        assert!(run_dir.take_write().is_none(), "handed out once");
+        let mut released = false;
+        write.write_after(|| released = true).unwrap();
+        assert!(released);
+        assert_eq!(lines(&run_dir.records_path()), n);
+        run_dir.append_lines(&numbered_line(n), &[]).unwrap();
+        assert_eq!(lines(&run_dir.records_path()), n, "the next line waits");
+        run_dir.flush().unwrap();
+        assert_eq!(lines(&run_dir.records_path()), n + 1);
+        assert_eq!(
+            fs::metadata(run_dir.records_path()).unwrap().len(),
+            run_dir.offsets().records_jsonl_bytes
+        );
+    }
+
+    #[test]
+    fn a_caller_that_never_takes_the_writes_still_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut run_dir = RunDir::new(dir.path());
+        run_dir.begin_fresh().unwrap();
+        let mut n = 0;
+        while lines(&run_dir.records_path()) == 0 {
+            assert!(n * 900 < 2 * WRITE_NOW_BYTES, "never written");
+            run_dir.append_lines(&numbered_line(n), &[]).unwrap();
+            n += 1;
+        }
+        assert_eq!(lines(&run_dir.records_path()), n, "all of it at once");
+    }
+
+    #[test]
+    fn writes_after_the_lock_keep_the_order_they_were_handed_out_in() {
+        // Lanes number their lines under the lock and write full buffers
+        // after letting it go, as the arm's lanes do: the file must hold
+        // the numbers in order. Every line fills a buffer, so every append
+        // hands out a write and the next lane races the one before it.
+        let dir = tempfile::tempdir().unwrap();
+        let mut run_dir = RunDir::new(dir.path());
+        run_dir.begin_fresh().unwrap();
+        let shared = Mutex::new((run_dir, 0usize));
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..25 {
+                        let mut held = shared.lock().unwrap();
+                        let (run_dir, next) = &mut *held;
+                        let line = padded_line(*next, FLUSH_THRESHOLD_BYTES);
+                        *next += 1;
+                        run_dir.append_lines(&line, &[]).unwrap();
+                        match run_dir.take_write() {
+                            Some(write) => write.write_after(|| drop(held)).unwrap(),
+                            None => drop(held),
+                        }
+                    }
+                });
+            }
+        });
+        let (mut run_dir, count) = shared.into_inner().unwrap();
+        run_dir.flush().unwrap();
+        let text = fs::read_to_string(run_dir.records_path()).unwrap();
+        let numbers: Vec<usize> = text
+            .lines()
+            .map(|line| {
+                serde_json::from_str::<Value>(line).unwrap()["n"]
+                    .as_u64()
+                    .unwrap() as usize
+            })
+            .collect();
+        assert_eq!(numbers, (0..count).collect::<Vec<_>>());
     }
 
     #[test]
