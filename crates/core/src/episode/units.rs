@@ -442,20 +442,21 @@ pub(crate) fn plan_units<H: QueueHeads + ?Sized>(
     // variant may come before its seed in the queue). `group_of` maps a
     // seed's queue position to its group.
     let mut group_of = vec![NO_GROUP; heads.len()];
-    let mut sizes = Vec::new();
+    // Per group: its seed's queue position and how many members it has.
+    let mut groups: Vec<(u32, usize)> = Vec::new();
     for (index, group) in group_of.iter_mut().enumerate() {
         if !heads.is_variant(index) && !classification.invalid.contains_key(&index) {
-            *group = queue_position(sizes.len());
-            sizes.push((queue_position(index), 1));
+            *group = queue_position(groups.len());
+            groups.push((queue_position(index), 1));
         }
     }
     for &(_, seed) in &classification.joins {
-        sizes[group_of[seed as usize] as usize].1 += 1;
+        groups[group_of[seed as usize] as usize].1 += 1;
     }
-    let mut members_of: Vec<Vec<u32>> = sizes
+    let mut members_of: Vec<Vec<u32>> = groups
         .into_iter()
-        .map(|(seed, size)| {
-            let mut members = Vec::with_capacity(size);
+        .map(|(seed, member_count)| {
+            let mut members = Vec::with_capacity(member_count);
             members.push(seed);
             members
         })
