@@ -381,22 +381,27 @@ fn load_inputs(
         .items
         .as_deref()
         .is_some_and(|path| std::fs::metadata(path).is_ok_and(|meta| meta.is_file()));
-    let (loaded, items) = if items_are_a_file {
-        std::thread::scope(|scope| {
-            let items = std::thread::Builder::new()
-                .name("sandloop-items".into())
-                .spawn_scoped(scope, read_items)
-                .map_err(|error| CliError::Failed(format!("cannot start a thread: {error}")))?;
-            let loaded = start_component();
-            let items = items
+    let (loaded, items) = std::thread::scope(|scope| {
+        let reader = items_are_a_file
+            .then(|| {
+                std::thread::Builder::new()
+                    .name("sandloop-items".into())
+                    .spawn_scoped(scope, read_items)
+                    .ok()
+            })
+            .flatten();
+        let loaded = start_component();
+        let items = match reader {
+            Some(reader) => reader
                 .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            Ok::<_, CliError>((loaded?, items?))
-        })?
-    } else {
-        let loaded = start_component()?;
-        (loaded, read_items()?)
-    };
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            // A pipe (or no thread to be had): read after the component,
+            // and not at all when it failed.
+            None if loaded.is_ok() => read_items(),
+            None => Ok(None),
+        };
+        Ok::<_, CliError>((loaded?, items?))
+    })?;
     let protocols = loaded.protocols;
     if items.is_none() && !protocols.seeds {
         return Err(CliError::Input(format!(

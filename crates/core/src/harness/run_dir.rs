@@ -17,9 +17,9 @@
 //! [`RunDir::with_flush_interval`]`(Duration::ZERO)` writes every unit's
 //! records at once instead. A full buffer is handed to the lane that filled
 //! it ([`ArmOutput::take_write`]), which writes it after letting go of the
-//! arm's lock, so the other lanes do not wait for the write. Resume is unaffected either way: a crash can
-//! only lose records the checkpoint does not cover, which a resume cuts
-//! back anyway.
+//! arm's lock, so the other lanes do not wait for the write. Resume is
+//! unaffected either way: a crash can only lose records the checkpoint
+//! does not cover, which a resume cuts back anyway.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -47,6 +47,8 @@ pub use super::run_files::{CHECKPOINT_FILE, EPOCHS_FILE, RECORDS_FILE, SUMMARY_F
 pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 /// Pending record bytes that force a write regardless of the interval.
 const FLUSH_THRESHOLD_BYTES: usize = 256 * 1024;
+/// Room a fresh buffer is made with: a full one and the unit that filled it.
+const BUFFER_BYTES: usize = FLUSH_THRESHOLD_BYTES + (64 << 10);
 /// Pending record bytes written at once by the appending call itself: a
 /// caller that never takes the writes handed out at
 /// [`FLUSH_THRESHOLD_BYTES`] ([`ArmOutput::take_write`]) still writes.
@@ -480,13 +482,10 @@ impl ArmOutput for RunDir {
         // The last written buffer when no write holds the file right now.
         let spare = records
             .try_lock()
+            .ok()
             .map(|mut file| std::mem::take(&mut file.spare))
-            .unwrap_or_default();
-        let spare = if spare.capacity() == 0 {
-            Vec::with_capacity(FLUSH_THRESHOLD_BYTES + (64 << 10))
-        } else {
-            spare
-        };
+            .filter(|spare| spare.capacity() > 0)
+            .unwrap_or_else(|| Vec::with_capacity(BUFFER_BYTES));
         Some(RecordsWrite {
             bytes: std::mem::replace(&mut self.pending, spare),
             records: Arc::clone(records),
@@ -639,11 +638,17 @@ mod tests {
         fs::read_to_string(path).unwrap().lines().count()
     }
 
+    /// A fresh run begun in `dir`.
+    fn begun(dir: &Path) -> RunDir {
+        let mut run_dir = RunDir::new(dir);
+        run_dir.begin_fresh().unwrap();
+        run_dir
+    }
+
     #[test]
     fn records_are_buffered_until_flushed_and_offsets_count_them() {
         let dir = tempfile::tempdir().unwrap();
-        let mut run_dir = RunDir::new(dir.path());
-        run_dir.begin_fresh().unwrap();
+        let mut run_dir = begun(dir.path());
         assert_eq!(run_dir.flush_interval(), Some(DEFAULT_FLUSH_INTERVAL));
         let record: Record = obj(json!({"item_id": "a"}));
         run_dir
@@ -695,8 +700,7 @@ mod tests {
     #[test]
     fn a_full_buffer_is_handed_out_to_be_written_and_the_rest_stays_buffered() {
         let dir = tempfile::tempdir().unwrap();
-        let mut run_dir = RunDir::new(dir.path());
-        run_dir.begin_fresh().unwrap();
+        let mut run_dir = begun(dir.path());
         let mut appended = 0;
         let mut n = 0;
         while appended < FLUSH_THRESHOLD_BYTES {
@@ -729,8 +733,7 @@ mod tests {
     #[test]
     fn a_caller_that_never_takes_the_writes_still_writes() {
         let dir = tempfile::tempdir().unwrap();
-        let mut run_dir = RunDir::new(dir.path());
-        run_dir.begin_fresh().unwrap();
+        let mut run_dir = begun(dir.path());
         let mut n = 0;
         while lines(&run_dir.records_path()) == 0 {
             assert!(n * 900 < 2 * WRITE_NOW_BYTES, "never written");
@@ -747,9 +750,7 @@ mod tests {
         // the numbers in order. Every line fills a buffer, so every append
         // hands out a write and the next lane races the one before it.
         let dir = tempfile::tempdir().unwrap();
-        let mut run_dir = RunDir::new(dir.path());
-        run_dir.begin_fresh().unwrap();
-        let shared = Mutex::new((run_dir, 0usize));
+        let shared = Mutex::new((begun(dir.path()), 0usize));
         std::thread::scope(|scope| {
             for _ in 0..4 {
                 scope.spawn(|| {
