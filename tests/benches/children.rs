@@ -8,8 +8,11 @@
 //! and snapshot batches of no-op children, then the lines
 //! `host overhead per isolated child (no-op adapter): N µs` (p50, serial)
 //! and `parallel speed-up: N.NNx` (serial batch / parallel batch, p50),
-//! the snapshot / state-fork ratio, and the reference child runtime's
-//! per-child cost measured in the same run (`reference/children.py`, with
+//! the snapshot / state-fork ratio, what re-protecting a page of memory
+//! costs alone and while a sibling thread runs (`children/reprotect.rs`:
+//! the TLB flush a reused pool slot brings, about once per child), and the
+//! reference child runtime's per-child cost measured in the same run
+//! (`reference/children.py`, with
 //! `SANDLOOP_REFERENCE_DIR` or `../shared/reference/loopx_explore` beside
 //! the repository; python3 only). The targets are checked on these.
 //!
@@ -59,6 +62,8 @@ mod common_reference;
 mod noop;
 #[path = "children/reference.rs"]
 mod reference;
+#[path = "children/reprotect.rs"]
+mod reprotect;
 #[path = "common/samples.rs"]
 mod samples;
 use samples::{Samples, header};

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::reference;
 use super::{Lane, header};
+use super::{reference, reprotect};
 use sandloop::episode::adapter::Item;
 use sandloop::replay::ReplayMetricLedger;
 use sandloop::sandbox::LoadedAdapter;
@@ -86,6 +86,15 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         figures.per_child_us
     );
     println!("parallel speed-up: {:.2}x", figures.speed_up);
+    match reprotect::measure(children, 2000) {
+        Some(cost) => println!(
+            "page re-protection (about one per child, when its pool slot is reused): \
+             {:.1} µs alone, {:.1} µs while a sibling thread runs (the TLB flush \
+             interrupts the other core)",
+            cost.alone_us, cost.busy_sibling_us
+        ),
+        None => println!("page re-protection: skipped (no anonymous mapping)"),
+    }
     println!(
         "snapshot fork / state fork per child (no-op adapter): {:.2}x",
         figures.snapshot_ratio

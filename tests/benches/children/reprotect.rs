@@ -1,0 +1,92 @@
+//! What this machine charges for the one change to the process's memory
+//! map that every isolated child brings: a child's instance grows its
+//! linear memory past the module's initial size, and the next instance in
+//! the same pooling-allocator slot must make those pages inaccessible again
+//! (`mprotect(PROT_NONE)` of pages that are present, in
+//! `MemoryImageSlot::instantiate`). Taking access away from present pages
+//! flushes their TLB entries on every core that runs a thread of the
+//! process: with a second thread running — as in a parallel group — that
+//! is an inter-processor interrupt, which a virtual machine may charge far
+//! more for than the change itself. `strace -f -c` on this bench counts
+//! about one such `mprotect` per child.
+//!
+//! The probe makes the same change to its own anonymous mapping (64 KiB
+//! per slot, as many slots as a batch has children), first with this
+//! thread alone, then while a sibling thread spins, and returns the p50 of
+//! each.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::samples::Samples;
+
+/// Bytes re-protected each time: one WebAssembly page.
+const PAGE: usize = 64 << 10;
+
+/// p50 cost of re-protecting one touched page, µs.
+pub struct Reprotect {
+    /// With no other thread of this process running.
+    pub alone_us: f64,
+    /// While a sibling thread of this process runs on another core.
+    pub busy_sibling_us: f64,
+}
+
+/// Time `rounds` re-protections of a touched page over `slots` slots,
+/// alone and beside a spinning sibling thread. `None` when the mapping
+/// cannot be made.
+pub fn measure(slots: usize, rounds: usize) -> Option<Reprotect> {
+    let slots = slots.max(1);
+    let len = slots * 2 * PAGE;
+    // SAFETY: a fresh private anonymous mapping, unmapped below; nothing
+    // else refers to it.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return None;
+    }
+    let base = base.cast::<u8>();
+    let time = |rounds: usize| {
+        let mut samples = Samples::default();
+        for round in 0..rounds {
+            // SAFETY: every slot lies inside the mapping made above, and
+            // its page is written only while it is readable and writable.
+            unsafe {
+                let page = base.add((round % slots) * 2 * PAGE);
+                libc::mprotect(page.cast(), PAGE, libc::PROT_READ | libc::PROT_WRITE);
+                page.write_volatile(1);
+                samples.time(|| libc::mprotect(page.cast(), PAGE, libc::PROT_NONE));
+            }
+        }
+        samples.p50_us()
+    };
+    time(rounds.min(100)); // fault the page tables in
+    let alone_us = time(rounds);
+    let stop = Arc::new(AtomicBool::new(false));
+    let sibling = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    // Let the sibling reach its core before timing.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let busy_sibling_us = time(rounds);
+    stop.store(true, Ordering::Relaxed);
+    let _ = sibling.join();
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { libc::munmap(base.cast(), len) };
+    Some(Reprotect {
+        alone_us,
+        busy_sibling_us,
+    })
+}
