@@ -10,7 +10,8 @@
 //! and `parallel speed-up: N.NNx` (serial batch / parallel batch, p50),
 //! the snapshot / state-fork ratio, what re-protecting a page of memory
 //! costs alone and while a sibling thread runs (`children/reprotect.rs`:
-//! the TLB flush a reused pool slot brings, about once per child), and the
+//! the TLB flush a reused pool slot brings once per child whose instance
+//! grew its memory), and the
 //! reference child runtime's per-child cost measured in the same run
 //! (`reference/children.py`, with
 //! `SANDLOOP_REFERENCE_DIR` or `../shared/reference/loopx_explore` beside
@@ -53,8 +54,9 @@
 //! `SANDLOOP_BENCH_CHILDREN_FORKS=N` forks of the memory check, default
 //! 10000; `SANDLOOP_BENCH_CHILDREN_PARTS=N` repetitions of the parts,
 //! default 500; `SANDLOOP_BENCH_CHILDREN_COMPONENT=PATH` another build of
-//! replay-probe). Figures only, no timing asserts; the component cache
-//! goes to a temporary directory.
+//! replay-probe; `SANDLOOP_BENCH_CHILDREN_NOOP_ONLY=1` stops after the
+//! no-op section, e.g. to profile it alone). Figures only, no timing
+//! asserts; the component cache goes to a temporary directory.
 
 #[path = "common/reference.rs"]
 mod common_reference;
@@ -428,6 +430,9 @@ fn main() {
     );
     let noop = noop::section(&noop_loaded, children, batches);
     println!();
+    if std::env::var_os("SANDLOOP_BENCH_CHILDREN_NOOP_ONLY").is_some() {
+        return;
+    }
 
     println!(
         "isolated replay children: replay-probe, state padded to {pad_bytes} bytes, \

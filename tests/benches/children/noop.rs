@@ -88,9 +88,9 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
     println!("parallel speed-up: {:.2}x", figures.speed_up);
     match reprotect::measure(children, 2000) {
         Some(cost) => println!(
-            "page re-protection (about one per child, when its pool slot is reused): \
-             {:.1} µs alone, {:.1} µs while a sibling thread runs (the TLB flush \
-             interrupts the other core)",
+            "page re-protection (once per child whose instance grew its memory, when \
+             its pool slot is reused): {:.1} µs alone, {:.1} µs while a sibling thread \
+             runs (the TLB flush interrupts the other core)",
             cost.alone_us, cost.busy_sibling_us
         ),
         None => println!("page re-protection: skipped (no anonymous mapping)"),

@@ -1,14 +1,16 @@
-//! What this machine charges for the one change to the process's memory
-//! map that every isolated child brings: a child's instance grows its
-//! linear memory past the module's initial size, and the next instance in
-//! the same pooling-allocator slot must make those pages inaccessible again
+//! What this machine charges for the change to the process's memory map
+//! that an isolated child brings when its instance grows its linear memory
+//! past the module's initial size (replay-probe's children do, adopting
+//! their padded state; bench-adapter's no-op children do not): the next
+//! instance in the same pooling-allocator slot must make those pages
+//! inaccessible again
 //! (`mprotect(PROT_NONE)` of pages that are present, in
 //! `MemoryImageSlot::instantiate`). Taking access away from present pages
 //! flushes their TLB entries on every core that runs a thread of the
 //! process: with a second thread running — as in a parallel group — that
 //! is an inter-processor interrupt, which a virtual machine may charge far
-//! more for than the change itself. `strace -f -c` on this bench counts
-//! about one such `mprotect` per child.
+//! more for than the change itself. `strace -f` on this bench counts one
+//! such `mprotect` per replay-probe child, none per no-op child.
 //!
 //! The probe makes the same change to its own anonymous mapping (64 KiB
 //! per slot, as many slots as a batch has children), first with this
