@@ -90,8 +90,14 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         Some(cost) => println!(
             "page re-protection (once per child whose instance grew its memory, when \
              its pool slot is reused): {:.1} µs alone, {:.1} µs while a sibling thread \
-             runs (the TLB flush interrupts the other core)",
-            cost.alone_us, cost.busy_sibling_us
+             runs (the TLB flush interrupts the other core){}",
+            cost.alone_us,
+            cost.busy_sibling_us,
+            if cost.shared_core {
+                "; the sibling ended on this thread's core, so no flush crossed cores"
+            } else {
+                ""
+            }
         ),
         None => println!("page re-protection: skipped (no anonymous mapping)"),
     }

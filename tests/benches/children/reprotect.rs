@@ -14,11 +14,11 @@
 //!
 //! The probe makes the same change to its own anonymous mapping (64 KiB
 //! per slot, as many slots as a batch has children), first with this
-//! thread alone, then while a sibling thread spins, and returns the p50 of
-//! each.
+//! thread alone, then while a sibling thread spins (timed once the sibling
+//! runs), and returns the p50 of each.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use super::samples::Samples;
 
@@ -31,6 +31,10 @@ pub struct Reprotect {
     pub alone_us: f64,
     /// While a sibling thread of this process runs on another core.
     pub busy_sibling_us: f64,
+    /// The sibling ended on this thread's core (one core only, or the
+    /// scheduler put them together): `busy_sibling_us` then shows no
+    /// cross-core flush.
+    pub shared_core: bool,
 }
 
 /// Time `rounds` re-protections of a touched page over `slots` slots,
@@ -72,17 +76,25 @@ pub fn measure(slots: usize, rounds: usize) -> Option<Reprotect> {
     time(rounds.min(100)); // fault the page tables in
     let alone_us = time(rounds);
     let stop = Arc::new(AtomicBool::new(false));
+    // The core the sibling last ran on; -1 until it runs.
+    let sibling_cpu = Arc::new(AtomicI32::new(-1));
     let sibling = {
-        let stop = Arc::clone(&stop);
+        let (stop, sibling_cpu) = (Arc::clone(&stop), Arc::clone(&sibling_cpu));
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
+                // SAFETY: no arguments; reads the calling thread's core.
+                sibling_cpu.store(unsafe { libc::sched_getcpu() }, Ordering::Relaxed);
                 std::hint::spin_loop();
             }
         })
     };
-    // Let the sibling reach its core before timing.
-    std::thread::sleep(std::time::Duration::from_millis(5));
+    while sibling_cpu.load(Ordering::Relaxed) < 0 {
+        std::thread::yield_now();
+    }
     let busy_sibling_us = time(rounds);
+    // SAFETY: as above.
+    let own_cpu = unsafe { libc::sched_getcpu() };
+    let shared_core = sibling_cpu.load(Ordering::Relaxed) == own_cpu;
     stop.store(true, Ordering::Relaxed);
     let _ = sibling.join();
     // SAFETY: the mapping made above, no longer used.
@@ -90,5 +102,6 @@ pub fn measure(slots: usize, rounds: usize) -> Option<Reprotect> {
     Some(Reprotect {
         alone_us,
         busy_sibling_us,
+        shared_core,
     })
 }
