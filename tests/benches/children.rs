@@ -8,12 +8,8 @@
 //! and snapshot batches of no-op children, then the lines
 //! `host overhead per isolated child (no-op adapter): N µs` (p50, serial)
 //! and `parallel speed-up: N.NNx` (serial batch / parallel batch, p50),
-//! the snapshot / state-fork ratio, what re-protecting a page of memory
-//! costs alone and while a sibling thread runs (`children/reprotect.rs`:
-//! the TLB flush a reused pool slot brings once per child whose instance
-//! grew its memory), and the
-//! reference child runtime's per-child cost measured in the same run
-//! (`reference/children.py`, with
+//! the snapshot / state-fork ratio, and the reference child runtime's
+//! per-child cost measured in the same run (`reference/children.py`, with
 //! `SANDLOOP_REFERENCE_DIR` or `../shared/reference/loopx_explore` beside
 //! the repository; python3 only). The targets are checked on these.
 //!
@@ -44,7 +40,11 @@
 //!   call (`list-seed-items`), the same call warm, dropping the instance,
 //!   and `execute-episode` on a group (a warm item call like
 //!   `run-replay-child`), to estimate instantiation and the two risk calls;
-//! - the speed-up of parallel over serial;
+//! - the speed-up of parallel over serial, and what re-protecting a page
+//!   of memory costs alone and while a sibling thread runs
+//!   (`children/reprotect.rs`: the TLB flush a reused pool slot brings
+//!   once per child whose instance grew its memory, as these children's
+//!   do);
 //! - RSS (`VmRSS`) before and after 10,000 forks, and the growth.
 //!
 //! Run: `cargo bench -p sandloop-tests --bench children`
@@ -604,6 +604,20 @@ fn main() {
         "  {:<58} {bound:>11.2}x",
         "  bound: all but fork call + validate on 2 workers (Amdahl)"
     );
+    match reprotect::measure(children, 2000) {
+        Some(cost) => println!(
+            "  {:<58} {:>8.1} µs alone, {:.1} µs while a sibling thread runs{}",
+            "page re-protection (a reused slot, once per child)",
+            cost.alone_us,
+            cost.busy_sibling_us,
+            if cost.shared_core {
+                " (the sibling ended on this thread's core: no flush crossed cores)"
+            } else {
+                ""
+            }
+        ),
+        None => println!("  page re-protection: skipped (the probe's mapping failed)"),
+    }
 
     header("targets (no-op children)");
     let verdict = |ok: bool| if ok { "met" } else { "NOT met" };

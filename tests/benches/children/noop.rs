@@ -10,8 +10,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{Lane, header};
-use super::{reference, reprotect};
+use super::{Lane, header, reference};
 use sandloop::episode::adapter::Item;
 use sandloop::replay::ReplayMetricLedger;
 use sandloop::sandbox::LoadedAdapter;
@@ -86,21 +85,6 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         figures.per_child_us
     );
     println!("parallel speed-up: {:.2}x", figures.speed_up);
-    match reprotect::measure(children, 2000) {
-        Some(cost) => println!(
-            "page re-protection (once per child whose instance grew its memory, when \
-             its pool slot is reused): {:.1} µs alone, {:.1} µs while a sibling thread \
-             runs (the TLB flush interrupts the other core){}",
-            cost.alone_us,
-            cost.busy_sibling_us,
-            if cost.shared_core {
-                "; the sibling ended on this thread's core, so no flush crossed cores"
-            } else {
-                ""
-            }
-        ),
-        None => println!("page re-protection: skipped (no anonymous mapping)"),
-    }
     println!(
         "snapshot fork / state fork per child (no-op adapter): {:.2}x",
         figures.snapshot_ratio

@@ -3,8 +3,7 @@
 //! past the module's initial size (replay-probe's children do, adopting
 //! their padded state; bench-adapter's no-op children do not): the next
 //! instance in the same pooling-allocator slot must make those pages
-//! inaccessible again
-//! (`mprotect(PROT_NONE)` of pages that are present, in
+//! inaccessible again (`mprotect(PROT_NONE)` of pages that are present, in
 //! `MemoryImageSlot::instantiate`). Taking access away from present pages
 //! flushes their TLB entries on every core that runs a thread of the
 //! process: with a second thread running — as in a parallel group — that
@@ -39,7 +38,7 @@ pub struct Reprotect {
 
 /// Time `rounds` re-protections of a touched page over `slots` slots,
 /// alone and beside a spinning sibling thread. `None` when the mapping
-/// cannot be made.
+/// cannot be made or a page cannot be made writable.
 pub fn measure(slots: usize, rounds: usize) -> Option<Reprotect> {
     let slots = slots.max(1);
     let len = slots * 2 * PAGE;
@@ -63,18 +62,24 @@ pub fn measure(slots: usize, rounds: usize) -> Option<Reprotect> {
         let mut samples = Samples::default();
         for round in 0..rounds {
             // SAFETY: every slot lies inside the mapping made above, and
-            // its page is written only while it is readable and writable.
+            // its page is written only once it is readable and writable.
             unsafe {
                 let page = base.add((round % slots) * 2 * PAGE);
-                libc::mprotect(page.cast(), PAGE, libc::PROT_READ | libc::PROT_WRITE);
+                if libc::mprotect(page.cast(), PAGE, libc::PROT_READ | libc::PROT_WRITE) != 0 {
+                    return None;
+                }
                 page.write_volatile(1);
                 samples.time(|| libc::mprotect(page.cast(), PAGE, libc::PROT_NONE));
             }
         }
-        samples.p50_us()
+        Some(samples.p50_us())
     };
-    time(rounds.min(100)); // fault the page tables in
-    let alone_us = time(rounds);
+    // Fault the page tables in first.
+    let Some(alone_us) = time(rounds.min(100)).and_then(|_| time(rounds)) else {
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(base.cast(), len) };
+        return None;
+    };
     let stop = Arc::new(AtomicBool::new(false));
     // The core the sibling last ran on; -1 until it runs.
     let sibling_cpu = Arc::new(AtomicI32::new(-1));
@@ -101,7 +106,7 @@ pub fn measure(slots: usize, rounds: usize) -> Option<Reprotect> {
     unsafe { libc::munmap(base.cast(), len) };
     Some(Reprotect {
         alone_us,
-        busy_sibling_us,
+        busy_sibling_us: busy_sibling_us?,
         shared_core,
     })
 }
