@@ -4,13 +4,14 @@
 //! verdicts), so the adapter's work is not counted — serial, parallel
 //! (`child_workers` 2 over the same batches) and forked from a snapshot —
 //! next to the reference child runtime's per-child cost measured in the
-//! same run.
+//! same run, and what two threads can get out of this machine at all
+//! (`ceiling.rs`).
 
 use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{Lane, header, reference};
+use super::{Lane, ceiling, header, reference};
 use sandloop::episode::adapter::Item;
 use sandloop::replay::ReplayMetricLedger;
 use sandloop::sandbox::LoadedAdapter;
@@ -24,6 +25,46 @@ pub struct Figures {
     pub speed_up: f64,
     /// Snapshot per child / state-transfer per child, p50.
     pub snapshot_ratio: f64,
+    /// Two threads of arithmetic at once over one alone (median).
+    pub arithmetic_ceiling: f64,
+    /// Two serial lanes at once over one alone (median).
+    pub lanes_ceiling: f64,
+}
+
+/// Batches per round of the two-lane ceiling.
+const BATCHES_PER_ROUND: usize = 10;
+
+/// Throughput of two serial lanes (`child_workers` 1, each its own group
+/// of the same items) running batches at once, one per thread, over one of
+/// them running alone: the median over rounds of [`BATCHES_PER_ROUND`]
+/// batches alone, then as many on each lane at once (`batches` in all per
+/// lane, at least 3 rounds).
+fn two_lanes(
+    loaded: &Arc<LoadedAdapter>,
+    ledger: &Arc<ReplayMetricLedger>,
+    items: &[Item],
+    batches: usize,
+) -> f64 {
+    let new_lane = |name| Lane::new(loaded, ledger, name, 1, items.to_vec(), None).noop();
+    let (mut first, mut second) = (new_lane("noop-lane-a"), new_lane("noop-lane-b"));
+    for _ in 0..3 {
+        first.run_batch(false);
+        second.run_batch(false);
+    }
+    let run = |lane: &mut Lane| {
+        for _ in 0..BATCHES_PER_ROUND {
+            lane.run_batch(false);
+        }
+    };
+    let ratio = ceiling::median_ratio((batches / BATCHES_PER_ROUND).max(3), || {
+        let started = std::time::Instant::now();
+        run(&mut first);
+        let alone = started.elapsed();
+        (alone, ceiling::pair_at_once(&mut first, &mut second, run))
+    });
+    first.release();
+    second.release();
+    ratio
 }
 
 /// A seed and `children - 1` more items of its family (bench-adapter has
@@ -77,6 +118,8 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         per_child_us: serial.per_child.p50_us(),
         speed_up: serial.batch.p50_us() / parallel.batch.p50_us(),
         snapshot_ratio: snapshot.per_child.p50_us() / serial.per_child.p50_us(),
+        arithmetic_ceiling: ceiling::arithmetic_two_over_one(9),
+        lanes_ceiling: two_lanes(loaded, &ledger, &items, batches),
     };
 
     header("no-op children, side by side");
@@ -85,6 +128,14 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         figures.per_child_us
     );
     println!("parallel speed-up: {:.2}x", figures.speed_up);
+    println!(
+        "ceilings of two threads on this machine, measured now: arithmetic {:.2}x one \
+         thread; two serial no-op lanes at once {:.2}x one lane (parallel speed-up is \
+         {:.0}% of it)",
+        figures.arithmetic_ceiling,
+        figures.lanes_ceiling,
+        100.0 * figures.speed_up / figures.lanes_ceiling
+    );
     println!(
         "snapshot fork / state fork per child (no-op adapter): {:.2}x",
         figures.snapshot_ratio

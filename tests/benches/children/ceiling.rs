@@ -1,0 +1,85 @@
+//! What two threads can get out of this machine at all, measured in the
+//! same run as the parallel children it bounds: the throughput of two
+//! threads working at once over one thread working alone.
+//!
+//! - **Arithmetic**: a dependent multiply-add chain, no memory traffic,
+//!   nothing shared. On two idle physical cores it gives ~2.0×; two
+//!   hyper-threads of one core, or a hypervisor that takes time from the
+//!   guest's second CPU while both run, give less. No host design can make
+//!   two child workers go faster than this.
+//! - **Two serial lanes** (in `noop.rs`, with the same component and group
+//!   as the no-op section): two lanes running their own groups of isolated
+//!   children at once, each on its own thread, sharing nothing but the
+//!   engine, the pooling allocator and the metrics. That is the ceiling of
+//!   any scheduling of one group's children over two workers: whatever
+//!   keeps it below the arithmetic ceiling is in the engine, the allocator
+//!   or the machine's memory system, not in the group runtime.
+
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+/// Multiply-add steps per timed round: ~20–40 ms on this class of machine.
+const STEPS: u64 = 40_000_000;
+
+/// One round of arithmetic; the result is returned so it is not elided.
+fn arithmetic(seed: u64) -> u64 {
+    let mut x = seed | 1;
+    for _ in 0..STEPS {
+        x = x
+            .wrapping_mul(2_862_933_555_777_941_757)
+            .wrapping_add(3_037_000_493);
+    }
+    std::hint::black_box(x)
+}
+
+/// Throughput of two threads doing [`arithmetic`] at once over one thread
+/// doing it alone: the median over `rounds` alternating rounds (a round
+/// alone, then one round on each of two threads started together).
+pub fn arithmetic_two_over_one(rounds: usize) -> f64 {
+    let mut seeds = (1u64, 2u64);
+    median_ratio(rounds, || {
+        let started = Instant::now();
+        arithmetic(seeds.0);
+        let alone = started.elapsed();
+        let together = pair_at_once(&mut seeds.0, &mut seeds.1, |seed| {
+            *seed = arithmetic(*seed);
+        });
+        (alone, together)
+    })
+}
+
+/// The median over `rounds` of `2 × alone / together`, for `round`
+/// returning the wall time of one unit of work done alone and of two done
+/// at once.
+pub fn median_ratio(rounds: usize, mut round: impl FnMut() -> (Duration, Duration)) -> f64 {
+    let mut ratios: Vec<f64> = (0..rounds.max(1))
+        .map(|_| {
+            let (alone, together) = round();
+            2.0 * alone.as_secs_f64() / together.as_secs_f64()
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
+}
+
+/// Wall time of `work` run on `first` (this thread) and on `second` (a
+/// scoped thread) released together, from the release until both are
+/// done.
+pub fn pair_at_once<T: Send>(
+    first: &mut T,
+    second: &mut T,
+    work: impl Fn(&mut T) + Sync,
+) -> Duration {
+    let gate = Barrier::new(2);
+    std::thread::scope(|scope| {
+        let sibling = scope.spawn(|| {
+            gate.wait();
+            work(second);
+        });
+        gate.wait();
+        let started = Instant::now();
+        work(first);
+        sibling.join().expect("the sibling thread finished");
+        started.elapsed()
+    })
+}
