@@ -8,9 +8,10 @@
 //! and snapshot batches of no-op children, then the lines
 //! `host overhead per isolated child (no-op adapter): N µs` (p50, serial)
 //! and `parallel speed-up: N.NNx` (serial batch / parallel batch, p50),
-//! the snapshot / state-fork ratio, what two threads can get out of this
+//! the snapshot / state-fork ratio, what two workers can get out of this
 //! machine at all, measured now (`children/ceiling.rs`: arithmetic on two
-//! threads, and two serial lanes of no-op children at once), and the
+//! threads; two processes, and two lanes of one process, each running
+//! serial no-op children, at once), and the
 //! reference child runtime's per-child cost measured in the same run
 //! (`reference/children.py`, with
 //! `SANDLOOP_REFERENCE_DIR` or `../shared/reference/loopx_explore` beside
@@ -413,6 +414,20 @@ fn main() {
     };
     let engine = Arc::new(SandboxEngine::new(&config).unwrap());
     let config = Arc::new(config);
+    if let Some(batches) = std::env::var(noop::LANE_PROCESS)
+        .ok()
+        .and_then(|batches| batches.parse().ok())
+    {
+        // One lane of the two-process ceiling, started by the no-op section.
+        let noop_loaded = load(
+            std::path::Path::new(sandloop_tests::BENCH_ADAPTER),
+            engine,
+            config,
+        )
+        .unwrap();
+        noop::lane_process(&Arc::new(noop_loaded), children, batches);
+        return;
+    }
     let component = std::env::var("SANDLOOP_BENCH_CHILDREN_COMPONENT")
         .unwrap_or_else(|_| sandloop_tests::REPLAY_PROBE.to_string());
     let loaded = Arc::new(

@@ -7,6 +7,9 @@
 //!   hyper-threads of one core, or a hypervisor that takes time from the
 //!   guest's second CPU while both run, give less. No host design can make
 //!   two child workers go faster than this.
+//! - **Two processes** (in `noop.rs`): two copies of this bench, each
+//!   running one serial lane of no-op children, at once. They share the
+//!   machine only: no address space, allocator or engine.
 //! - **Two serial lanes** (in `noop.rs`, with the same component and group
 //!   as the no-op section): two lanes running their own groups of isolated
 //!   children at once, each on its own thread, sharing nothing but the

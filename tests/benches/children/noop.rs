@@ -29,10 +29,94 @@ pub struct Figures {
     pub arithmetic_ceiling: f64,
     /// Two serial lanes at once over one alone (median).
     pub lanes_ceiling: f64,
+    /// Two processes, each a serial lane, at once over one alone (median);
+    /// `None` when they could not be run.
+    pub processes_ceiling: Option<f64>,
 }
 
-/// Batches per round of the two-lane ceiling.
+/// Batches per round of the two-lane and two-process ceilings.
 const BATCHES_PER_ROUND: usize = 10;
+
+/// Batches per round of the two-process ceiling: longer rounds, so that
+/// starting the two processes' batches one write apart does not count.
+const PROCESS_BATCHES_PER_ROUND: usize = 5 * BATCHES_PER_ROUND;
+
+/// Set (to a batch count) in a process this bench starts for the
+/// two-process ceiling: the process runs [`lane_process`] only.
+pub const LANE_PROCESS: &str = "SANDLOOP_BENCH_CHILDREN_LANE_PROCESS";
+
+/// One serial lane of no-op children in a process of its own: warms up,
+/// prints `ready`, waits for a line on stdin, runs `batches` batches and
+/// prints their wall time in µs.
+pub fn lane_process(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) {
+    let ledger = Arc::new(ReplayMetricLedger::new());
+    let mut lane = Lane::new(loaded, &ledger, "noop-process", 1, items(children), None).noop();
+    for _ in 0..3 {
+        lane.run_batch(false);
+    }
+    println!("ready");
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).unwrap();
+    let started = std::time::Instant::now();
+    for _ in 0..batches {
+        lane.run_batch(false);
+    }
+    println!("{}", started.elapsed().as_micros());
+    lane.release();
+}
+
+/// Throughput of two processes each running a serial lane at once over
+/// one such process alone: the median over rounds (at least 3) of
+/// [`PROCESS_BATCHES_PER_ROUND`] batches. Two processes share the machine but no
+/// address space, allocator or engine. `None` when a process cannot be
+/// started or does not answer.
+fn two_processes(children: usize, batches: usize) -> Option<f64> {
+    use std::io::{BufRead, Write};
+    let start = |count: usize| -> Option<Vec<std::process::Child>> {
+        (0..count)
+            .map(|_| {
+                std::process::Command::new(std::env::current_exe().ok()?)
+                    .arg("--bench")
+                    .env(LANE_PROCESS, PROCESS_BATCHES_PER_ROUND.to_string())
+                    .env("SANDLOOP_BENCH_CHILDREN_PER_BATCH", children.to_string())
+                    .stdin(std::process::Stdio::piped())
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .ok()
+            })
+            .collect()
+    };
+    // Wall µs of each process's batches, run at once once all are ready.
+    let run = |count: usize| -> Option<u64> {
+        let mut processes = start(count)?;
+        let mut outputs: Vec<_> = processes
+            .iter_mut()
+            .map(|p| std::io::BufReader::new(p.stdout.take().expect("piped")).lines())
+            .collect();
+        for lines in &mut outputs {
+            (lines.next()?.ok()? == "ready").then_some(())?;
+        }
+        for process in &mut processes {
+            writeln!(process.stdin.as_mut()?).ok()?;
+        }
+        let mut slowest = 0;
+        for lines in &mut outputs {
+            slowest = slowest.max(lines.next()?.ok()?.trim().parse().ok()?);
+        }
+        for mut process in processes {
+            process.wait().ok()?.success().then_some(())?;
+        }
+        Some(slowest)
+    };
+    let mut ratios = Vec::new();
+    for _ in 0..(batches / PROCESS_BATCHES_PER_ROUND).max(3) {
+        let alone = run(1)? as f64;
+        let together = run(2)? as f64;
+        ratios.push(2.0 * alone / together);
+    }
+    ratios.sort_by(f64::total_cmp);
+    Some(ratios[ratios.len() / 2])
+}
 
 /// Throughput of two serial lanes (`child_workers` 1, each its own group
 /// of the same items) running batches at once, one per thread, over one of
@@ -120,6 +204,7 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         snapshot_ratio: snapshot.per_child.p50_us() / serial.per_child.p50_us(),
         arithmetic_ceiling: ceiling::arithmetic_two_over_one(9),
         lanes_ceiling: two_lanes(loaded, &ledger, &items, batches),
+        processes_ceiling: two_processes(children, batches),
     };
 
     header("no-op children, side by side");
@@ -131,10 +216,15 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
     println!(
         "ceilings of two threads on this machine, measured now: arithmetic {:.2}x one \
          thread; two serial no-op lanes at once {:.2}x one lane (parallel speed-up is \
-         {:.0}% of it)",
+         {:.0}% of it); two processes, each a serial lane, at once {}",
         figures.arithmetic_ceiling,
         figures.lanes_ceiling,
-        100.0 * figures.speed_up / figures.lanes_ceiling
+        100.0 * figures.speed_up / figures.lanes_ceiling,
+        figures
+            .processes_ceiling
+            .map_or("not measured (a process failed)".into(), |ratio| format!(
+                "{ratio:.2}x one"
+            ))
     );
     println!(
         "snapshot fork / state fork per child (no-op adapter): {:.2}x",
