@@ -649,11 +649,14 @@ fn main() {
         verdict(noop.per_child_us <= TARGET_CHILD_US)
     );
     println!(
-        "  {:<58} {:.2}x (p50): {} (ceilings now: two lanes {:.2}x, arithmetic {:.2}x)",
+        "  {:<58} {:.2}x (p50): {} (ceilings now: two lanes {:.2}x, two processes {}, \
+         arithmetic {:.2}x)",
         format!("parallel speed-up >= {TARGET_SPEED_UP}"),
         noop.speed_up,
         verdict(noop.speed_up >= TARGET_SPEED_UP),
         noop.lanes_ceiling,
+        noop.processes_ceiling
+            .map_or("-".into(), |ratio| format!("{ratio:.2}x")),
         noop.arithmetic_ceiling
     );
     println!(

@@ -42,7 +42,7 @@ fn arithmetic(seed: u64) -> u64 {
 /// alone, then one round on each of two threads started together).
 pub fn arithmetic_two_over_one(rounds: usize) -> f64 {
     let mut seeds = (1u64, 2u64);
-    median_ratio(rounds, || {
+    median_ratio((0..rounds).map(|_| {
         let started = Instant::now();
         arithmetic(seeds.0);
         let alone = started.elapsed();
@@ -50,21 +50,19 @@ pub fn arithmetic_two_over_one(rounds: usize) -> f64 {
             *seed = arithmetic(*seed);
         });
         (alone, together)
-    })
+    }))
 }
 
-/// The median over `rounds` of `2 × alone / together`, for `round`
-/// returning the wall time of one unit of work done alone and of two done
-/// at once.
-pub fn median_ratio(rounds: usize, mut round: impl FnMut() -> (Duration, Duration)) -> f64 {
-    let mut ratios: Vec<f64> = (0..rounds.max(1))
-        .map(|_| {
-            let (alone, together) = round();
-            2.0 * alone.as_secs_f64() / together.as_secs_f64()
-        })
+/// The median of `2 × alone / together` over `rounds`, each the wall time
+/// of one unit of work done alone and of two done at once (NaN when there
+/// are none).
+pub fn median_ratio(rounds: impl IntoIterator<Item = (Duration, Duration)>) -> f64 {
+    let mut ratios: Vec<f64> = rounds
+        .into_iter()
+        .map(|(alone, together)| 2.0 * alone.as_secs_f64() / together.as_secs_f64())
         .collect();
     ratios.sort_by(f64::total_cmp);
-    ratios[ratios.len() / 2]
+    ratios.get(ratios.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Wall time of `work` run on `first` (this thread) and on `second` (a

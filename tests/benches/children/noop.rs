@@ -4,7 +4,7 @@
 //! verdicts), so the adapter's work is not counted — serial, parallel
 //! (`child_workers` 2 over the same batches) and forked from a snapshot —
 //! next to the reference child runtime's per-child cost measured in the
-//! same run, and what two threads can get out of this machine at all
+//! same run, and what two workers can get out of this machine at all
 //! (`ceiling.rs`).
 
 use std::sync::Arc;
@@ -86,8 +86,9 @@ fn two_processes(children: usize, batches: usize) -> Option<f64> {
             })
             .collect()
     };
-    // Wall µs of each process's batches, run at once once all are ready.
-    let run = |count: usize| -> Option<u64> {
+    // Wall time of the slowest process's batches, run at once once all
+    // are ready.
+    let run = |count: usize| -> Option<std::time::Duration> {
         let mut processes = start(count)?;
         let mut outputs: Vec<_> = processes
             .iter_mut()
@@ -106,16 +107,12 @@ fn two_processes(children: usize, batches: usize) -> Option<f64> {
         for mut process in processes {
             process.wait().ok()?.success().then_some(())?;
         }
-        Some(slowest)
+        Some(std::time::Duration::from_micros(slowest))
     };
-    let mut ratios = Vec::new();
-    for _ in 0..(batches / PROCESS_BATCHES_PER_ROUND).max(3) {
-        let alone = run(1)? as f64;
-        let together = run(2)? as f64;
-        ratios.push(2.0 * alone / together);
-    }
-    ratios.sort_by(f64::total_cmp);
-    Some(ratios[ratios.len() / 2])
+    let rounds = (0..(batches / PROCESS_BATCHES_PER_ROUND).max(3))
+        .map(|_| Some((run(1)?, run(2)?)))
+        .collect::<Option<Vec<_>>>()?;
+    Some(ceiling::median_ratio(rounds))
 }
 
 /// Throughput of two serial lanes (`child_workers` 1, each its own group
@@ -140,12 +137,12 @@ fn two_lanes(
             lane.run_batch(false);
         }
     };
-    let ratio = ceiling::median_ratio((batches / BATCHES_PER_ROUND).max(3), || {
+    let ratio = ceiling::median_ratio((0..(batches / BATCHES_PER_ROUND).max(3)).map(|_| {
         let started = std::time::Instant::now();
         run(&mut first);
         let alone = started.elapsed();
         (alone, ceiling::pair_at_once(&mut first, &mut second, run))
-    });
+    }));
     first.release();
     second.release();
     ratio
@@ -214,7 +211,7 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
     );
     println!("parallel speed-up: {:.2}x", figures.speed_up);
     println!(
-        "ceilings of two threads on this machine, measured now: arithmetic {:.2}x one \
+        "ceilings of two workers on this machine, measured now: arithmetic {:.2}x one \
          thread; two serial no-op lanes at once {:.2}x one lane (parallel speed-up is \
          {:.0}% of it); two processes, each a serial lane, at once {}",
         figures.arithmetic_ceiling,
