@@ -9,12 +9,14 @@
 //! streams, the component's object store), [`ledger`] (units in flight,
 //! one result per unit, the summary's figures), [`lost`] (the records of
 //! a unit no worker could finish), [`points`] (replay points between the
-//! two ends), [`coordinator`], [`worker`].
+//! two ends), [`scratch`] (a worker's directory for them), [`coordinator`],
+//! [`worker`].
 
 pub mod coordinator;
 pub mod ledger;
 pub mod lost;
 pub mod points;
+pub mod scratch;
 pub mod transport;
 pub mod wire;
 pub mod worker;
@@ -22,6 +24,7 @@ pub mod worker;
 pub use coordinator::{Dispatcher, RemoteLane, RunSpec};
 pub use ledger::DistributedSummary;
 pub use points::RemoteReplay;
+pub use scratch::Scratch;
 pub use transport::NatsTarget;
 pub use wire::{GuestNeed, Limits, ReplaySettings};
 pub use worker::{WorkerConfig, run_worker};

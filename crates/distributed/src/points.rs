@@ -26,16 +26,20 @@ pub(crate) struct LaneReplay {
 }
 
 impl LaneReplay {
-    /// An empty lane's store, metrics and directory for units run under
-    /// `settings`, with the options its adapter runs with (children forked
-    /// by state).
+    /// An empty lane's store, metrics and directory (made in the worker's
+    /// `scratch` directory, [`crate::scratch::Scratch`]) for units run
+    /// under `settings`, with the options its adapter runs with (children
+    /// forked by state).
     ///
     /// # Errors
-    /// The temporary directory cannot be made.
-    pub(crate) fn new(settings: ReplaySettings) -> std::io::Result<(Self, ReplayOptions)> {
+    /// The directory cannot be made.
+    pub(crate) fn new(
+        settings: ReplaySettings,
+        scratch: &std::path::Path,
+    ) -> std::io::Result<(Self, ReplayOptions)> {
         let dir = tempfile::Builder::new()
-            .prefix("sandloop-worker-points-")
-            .tempdir()?;
+            .prefix("points-")
+            .tempdir_in(scratch)?;
         let store = Arc::new(ReplayStore::capturing(dir.path()));
         let metrics = Arc::new(ReplayMetricLedger::new());
         let options = ReplayOptions {

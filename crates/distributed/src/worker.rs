@@ -49,6 +49,10 @@ pub struct WorkerConfig {
     pub env: Vec<String>,
     /// Where fetched components and their compiled code are kept.
     pub cache_dir: PathBuf,
+    /// Where lanes keep the durable states of replay points until a
+    /// result ships them: a [`crate::scratch::Scratch`] directory, which
+    /// the caller removes.
+    pub scratch_dir: PathBuf,
 }
 
 /// Runs the worker until the process is stopped.
@@ -479,8 +483,9 @@ impl<'a> Lane<'a> {
                     replay: None,
                 },
                 Some(settings) => {
-                    let (replay, options) = LaneReplay::new(settings)
-                        .map_err(|error| format!("a directory for replay points: {error}"))?;
+                    let (replay, options) =
+                        LaneReplay::new(settings, &self.shared.config.scratch_dir)
+                            .map_err(|error| format!("a directory for replay points: {error}"))?;
                     LaneAdapter {
                         adapter: adapter.with_replay(options),
                         replay: Some(replay),

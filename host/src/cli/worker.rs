@@ -1,9 +1,11 @@
 //! `sandloop worker`: the flags, then [`crate::distributed::run_worker`]
-//! until the process is stopped.
+//! until the process is stopped; Ctrl-C or `SIGTERM` removes the worker's
+//! scratch directory and exits 130 (units it had not acked are delivered
+//! again once their ack wait passes).
 
 use super::CliError;
 use super::args::WorkerArgs;
-use crate::distributed::{NatsTarget, WorkerConfig, run_worker};
+use crate::distributed::{NatsTarget, Scratch, WorkerConfig, run_worker};
 use crate::sandbox::DirGrant;
 
 /// Most lanes one worker runs.
@@ -38,6 +40,14 @@ pub fn worker(args: WorkerArgs) -> Result<(), CliError> {
     if name.is_empty() {
         return Err(CliError::Input("--name must not be empty".into()));
     }
+    let scratch = Scratch::create().map_err(|error| {
+        CliError::Failed(format!(
+            "a scratch directory in {} cannot be made ({error}); set TMPDIR to a writable \
+             directory",
+            std::env::temp_dir().display()
+        ))
+    })?;
+    stop_on_signal(scratch.path().to_owned());
     run_worker(WorkerConfig {
         target: NatsTarget {
             url: args.nats,
@@ -48,8 +58,19 @@ pub fn worker(args: WorkerArgs) -> Result<(), CliError> {
         offers,
         env: args.env,
         cache_dir,
+        scratch_dir: scratch.path().to_owned(),
     })
     .map_err(CliError::Failed)
+}
+
+/// On Ctrl-C or `SIGTERM`: remove `scratch` (the replay points not yet
+/// shipped go with it; their units are delivered again) and exit 130.
+fn stop_on_signal(scratch: std::path::PathBuf) {
+    let _ = ctrlc::set_handler(move || {
+        let _ = std::fs::remove_dir_all(&scratch);
+        eprintln!("\nworker stopped: the units it had not finished are delivered again");
+        std::process::exit(130);
+    });
 }
 
 /// Refuses (exit 1) a cache directory this worker cannot write: every unit

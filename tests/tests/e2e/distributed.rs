@@ -20,7 +20,8 @@ use crate::support::{
 mod nats_server;
 use nats_server::NatsServer;
 
-/// A `sandloop worker` named `name` on `nats`, plus `extra` flags; its
+/// A `sandloop worker` named `name` on `nats`, plus `extra` flags, once
+/// it answers roll calls (a run started earlier would not see it); its
 /// stderr goes to `log`, with a `running (delivery N)` line per unit it
 /// starts.
 fn worker(nats: &NatsServer, name: &str, extra: &[&str], log: &Path) -> KillOnDrop {
@@ -29,16 +30,29 @@ fn worker(nats: &NatsServer, name: &str, extra: &[&str], log: &Path) -> KillOnDr
 
 /// [`worker`] on the server at `url`.
 fn worker_on(url: &str, name: &str, extra: &[&str], log: &Path) -> KillOnDrop {
-    let log = std::fs::File::create(log).expect("worker log");
+    worker_with_env(url, name, extra, &[], log)
+}
+
+/// [`worker_on`], with `env` set in the worker's environment.
+fn worker_with_env(
+    url: &str,
+    name: &str,
+    extra: &[&str],
+    env: &[(&str, &std::ffi::OsStr)],
+    log: &Path,
+) -> KillOnDrop {
     let child = sandloop()
         .args(["worker", "--nats", url, "--name", name])
         .args(extra)
+        .envs(env.iter().copied())
         .env("RUST_LOG", "info,sandloop_distributed=debug")
         .stdout(Stdio::null())
-        .stderr(log)
+        .stderr(std::fs::File::create(log).expect("worker log"))
         .spawn()
         .expect("spawn sandloop worker");
-    KillOnDrop(child)
+    let worker = KillOnDrop(child);
+    wait_for_log(log, "ready on", Duration::from_secs(60));
+    worker
 }
 
 /// `--dir` granting the markdown explorer's sample documents at `/docs`.
@@ -471,16 +485,13 @@ fn environment_variables_come_only_from_workers_that_offer_them() {
     let dir = tempfile::tempdir().unwrap();
     let logs = [dir.path().join("bare.log"), dir.path().join("offering.log")];
     let _bare = worker(&nats, "bare", &["--lanes", "2"], &logs[0]);
-    let offering = sandloop()
-        .args(["worker", "--nats", &nats.url, "--name", "offering"])
-        .args(["--env", "SANDLOOP_E2E_TOKEN"])
-        .env("SANDLOOP_E2E_TOKEN", "the worker's own value")
-        .env("RUST_LOG", "info,sandloop_distributed=debug")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&logs[1]).unwrap())
-        .spawn()
-        .expect("spawn sandloop worker");
-    let _offering = KillOnDrop(offering);
+    let _offering = worker_with_env(
+        &nats.url,
+        "offering",
+        &["--env", "SANDLOOP_E2E_TOKEN"],
+        &[("SANDLOOP_E2E_TOKEN", "the worker's own value".as_ref())],
+        &logs[1],
+    );
     let items: Vec<Value> = (1..=4)
         .map(|n| {
             serde_json::json!({"item_id": format!("env-{n}"), "family": format!("f{n}"),
@@ -986,4 +997,82 @@ fn a_unit_that_kills_every_worker_it_starts_on_is_given_up_as_an_error_record() 
         );
     }
     assert_eq!(queued_units(&nats), 0, "the unit was withdrawn");
+}
+
+/// The `sandloop-worker-*` directories in `tmp`, sorted.
+fn scratch_dirs(tmp: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(tmp)
+        .expect("the workers' TMPDIR")
+        .map(|entry| entry.expect("a TMPDIR entry").path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with("sandloop-worker-"))
+        })
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+#[test]
+fn a_stopped_or_killed_worker_leaves_no_replay_points_behind() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let grant = docs_grant();
+    let start = |name: &str| -> (KillOnDrop, PathBuf) {
+        let log = dir.path().join(format!("{name}.log"));
+        let env = [("TMPDIR", tmp.as_os_str())];
+        let worker = worker_with_env(&nats.url, name, &["--dir", &grant], &env, &log);
+        (worker, log)
+    };
+
+    // A run with replay points: the lane keeps their states in the
+    // worker's scratch directory until its adapter changes.
+    let (mut first, first_log) = start("first");
+    let out = dir.path().join("run");
+    let flags = ["--epochs", "1", "--child-workers", "1", "--nats", &nats.url];
+    let output = run_markdown_explorer(&out, &flags, &[]);
+    assert_eq!(code(&output), 0, "{}", diagnostics(&output, &[first_log]));
+    let held = scratch_dirs(&tmp);
+    let name = |path: &Path| path.file_name().unwrap().to_str().unwrap().to_owned();
+    assert_eq!(held.len(), 1, "one scratch directory: {held:?}");
+    assert!(
+        name(&held[0]).starts_with(&format!("sandloop-worker-{}-", first.0.id())),
+        "named after the worker's process: {held:?}"
+    );
+    let points: Vec<String> = std::fs::read_dir(&held[0])
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        points.iter().any(|point| point.starts_with("points-")),
+        "the lane's points directory is inside it: {points:?}"
+    );
+
+    // Killed outright, the worker cannot clean up; the next worker started
+    // on the machine removes what it left.
+    first.0.kill().expect("kill -9 the first worker");
+    let _ = first.0.wait();
+    assert_eq!(scratch_dirs(&tmp), held, "left behind by kill -9");
+    let (mut second, _) = start("second");
+    let now = scratch_dirs(&tmp);
+    assert_eq!(now.len(), 1, "only the second worker's: {now:?}");
+    assert!(
+        name(&now[0]).starts_with(&format!("sandloop-worker-{}-", second.0.id())),
+        "{now:?}"
+    );
+
+    // Stopped by SIGTERM, it removes its own and exits 130.
+    // SAFETY: kill(2) on the worker's own process id.
+    assert_eq!(
+        unsafe { libc::kill(second.0.id() as i32, libc::SIGTERM) },
+        0
+    );
+    assert_eq!(
+        second.wait_within(Duration::from_secs(30), "the stopped worker"),
+        130
+    );
+    assert_eq!(scratch_dirs(&tmp), Vec::<PathBuf>::new(), "nothing left");
 }
