@@ -80,9 +80,11 @@ fn stale_dirs(parent: &Path) -> Vec<PathBuf> {
 /// The process id in a scratch directory's name, `None` for any other name.
 fn owner_pid(name: &str) -> Option<u32> {
     let (pid, _) = name.strip_prefix(PREFIX)?.split_once('-')?;
-    (!pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| pid.parse().ok())
-        .flatten()
+    // Digits only: `parse` alone would also take a leading `+`.
+    if !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
 }
 
 #[cfg(test)]
