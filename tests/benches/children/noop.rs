@@ -45,6 +45,11 @@ const PROCESS_BATCHES_PER_ROUND: usize = 5 * BATCHES_PER_ROUND;
 /// two-process ceiling: the process runs [`lane_process`] only.
 pub const LANE_PROCESS: &str = "SANDLOOP_BENCH_CHILDREN_LANE_PROCESS";
 
+/// Set to `serial`, `parallel` or `snapshot`: run only that mode's no-op
+/// batches, untimed per batch, print the time per child and exit — a
+/// process to profile one mode with (`perf record`, `perf stat`).
+pub const PROFILE: &str = "SANDLOOP_BENCH_CHILDREN_PROFILE";
+
 /// One serial lane of no-op children in a process of its own: warms up,
 /// prints `ready`, waits for a line on stdin, runs `batches` batches and
 /// prints their wall time in µs.
@@ -180,6 +185,25 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         serial.run_batch(false);
         parallel.run_batch(false);
         snapshot.run_batch(false);
+    }
+    if let Ok(mode) = std::env::var(PROFILE) {
+        let lane = match mode.as_str() {
+            "serial" => &mut serial,
+            "parallel" => &mut parallel,
+            "snapshot" => &mut snapshot,
+            other => panic!("{PROFILE}={other}: expected serial, parallel or snapshot"),
+        };
+        let started = std::time::Instant::now();
+        for _ in 0..batches {
+            lane.run_batch(false);
+        }
+        let elapsed = started.elapsed();
+        println!(
+            "{mode} no-op children only ({PROFILE}): {batches} batches of {children}, \
+             {:.1} µs per child",
+            elapsed.as_secs_f64() * 1e6 / (batches * children) as f64
+        );
+        std::process::exit(0);
     }
     for _ in 0..batches {
         serial.run_batch(true);

@@ -883,27 +883,26 @@ impl SerialChildGroup {
     }
 }
 
-/// Runs `job` on a thread of the pool [`run_parallel`] uses, without
+/// Starts `job` on `helpers` threads of the calling thread's crew (the
+/// threads [`run_parallel`] uses; see [`crew`](crate::replay::crew)) without
 /// waiting for it: for work a lane starts ahead and takes the results of
-/// as they come (a group's child instances). A panic in `job` ends the
-/// job only (the pool would otherwise abort the process); whoever waits
-/// for its results must not wait for a job that can panic.
-pub fn spawn_on_pool(job: impl FnOnce() + Send + 'static) {
-    rayon_core::spawn(move || {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-    });
+/// as they come (a group's child instances). A panic ends that copy of
+/// the job only; whoever waits for its results must not wait for a job
+/// that can panic. A later [`run_parallel`] on the same thread waits for
+/// each helper it uses to finish the job first.
+pub fn spawn_ahead(helpers: usize, job: impl Fn() + Send + Sync + 'static) {
+    crate::replay::crew::spawn_ahead(helpers, job);
 }
 
 /// Run `execute` over `children` on up to `workers` threads, each taking
 /// the next child; outcomes come back in the children's order.
 ///
-/// The calling thread is one of the workers, and the others are jobs on
-/// the process's persistent thread pool (`rayon-core`'s global pool, one
-/// thread per core; so at most cores + 1 children run at once, however
-/// many `workers` are asked for): a group starts no threads, and waking a
-/// parked pool thread is much quicker than scheduling a new one on a busy
-/// machine. A child taken by a worker is finished by it; the call returns
-/// when every child has run.
+/// The calling thread is one of the workers, and the others are helper
+/// threads of its [`crew`](crate::replay::crew) (at most one per core; so at most
+/// cores + 1 children run at once, however many `workers` are asked for):
+/// a group starts no threads after its first, and its helpers wait for
+/// the next phase spinning rather than asleep. A child taken by a worker
+/// is finished by it; the call returns when every child has run.
 pub fn run_parallel<C: Send, R: Send>(
     children: &mut [C],
     workers: usize,
@@ -931,12 +930,7 @@ pub fn run_parallel<C: Send, R: Send>(
             *results[index].lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
         }
     };
-    rayon_core::in_place_scope(|scope| {
-        for _ in 1..workers.min(count) {
-            scope.spawn(|_| work());
-        }
-        work();
-    });
+    crate::replay::crew::run_scoped(workers.min(count).saturating_sub(1), &work);
     results
         .into_iter()
         .map(|slot| {

@@ -15,6 +15,7 @@ pub use sandloop_contract::{
 pub use fidelity::Fidelity;
 pub mod agent_state;
 pub mod counterfactual;
+pub mod crew;
 pub mod durable;
 pub mod error;
 pub mod evidence;
@@ -45,5 +46,5 @@ pub use registry::{
     ChildResult, ChildSession, ChildTask, CounterfactualRequest, Disposition, ForkRequest,
     RISK_DENIED, ReplayAdapter, ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage,
     RiskAssessment, RiskAssessmentRules, Selection, SerialChildGroup, ValidationOutcome,
-    run_parallel, select_before, spawn_on_pool,
+    run_parallel, select_before, spawn_ahead,
 };

@@ -20,7 +20,7 @@ use crate::bindings::sandloop::adapter::types as wit_types;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
 use sandloop_core::replay::{
     ChildTask, CounterfactualRequest, Disposition, ForkAt, ForkRequest, RiskAssessment,
-    ValidationOutcome, spawn_on_pool,
+    ValidationOutcome, spawn_ahead,
 };
 use sandloop_core::trace::TraceLog;
 
@@ -234,8 +234,9 @@ impl ChildInstance {
 
 /// Child instances started ahead of their forks: when a group's children
 /// may run on more than one worker, every child's instance is created at
-/// once and instantiated by `workers - 1` jobs on the pool's threads
-/// ([`spawn_on_pool`]: the pool the group's children run on), in the tasks'
+/// once and instantiated by `workers - 1` helper threads
+/// ([`spawn_ahead`]: the lane's crew, which the group's children then run
+/// on), in the tasks'
 /// order, while the forks — one after another on the calling thread, as
 /// the group runtime requires — take them as they become ready. A fork
 /// whose instance no job has begun instantiates it itself; while a job
@@ -394,7 +395,7 @@ impl Drop for Prestarted {
 
 impl Prestarted {
     /// Instances of `loaded` for `tasks` (in order), instantiated ahead by
-    /// `workers - 1` pool jobs, each with the interfaces its fork calls
+    /// `workers - 1` helper threads, each with the interfaces its fork calls
     /// (`exports`) bound; none when `workers` is 1 or less (the forks then
     /// instantiate as they go: nothing would run beside them).
     pub(super) fn start(
@@ -421,9 +422,9 @@ impl Prestarted {
             done: AtomicBool::new(false),
             exports,
         });
-        for _ in 1..workers.min(tasks.len()) {
+        {
             let ahead = Arc::clone(&ahead);
-            spawn_on_pool(move || ahead.work());
+            spawn_ahead(workers.min(tasks.len()) - 1, move || ahead.work());
         }
         Prestarted {
             ahead: Some(ahead),

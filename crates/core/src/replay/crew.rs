@@ -1,0 +1,371 @@
+//! A lane's crew: the helper threads its parallel work runs on beside the
+//! calling thread — a group's children ([`run_parallel`](super::run_parallel)),
+//! their records, and the child instances a group starts ahead
+//! ([`spawn_ahead`](super::spawn_ahead)).
+//!
+//! Every thread that asks for parallel work has a crew of its own (a
+//! thread-local, so two lanes never wait for each other's helpers), grown
+//! to the most helpers it has asked for and at most one per core; the
+//! helpers end with the thread. A helper that has finished a job spins for
+//! the next one for up to [`SPIN`] before it parks, and the calling thread
+//! waits for its helpers the same way, spinning, then yielding, then
+//! parking until the last helper unparks it: a group's phases (instances
+//! started ahead, forks, runs, records) and its chunks follow one another
+//! within microseconds, and putting a thread to sleep and waking it costs
+//! more than that on a virtual machine. A general-purpose pool parks its
+//! threads sooner and sleeps the caller on every join: profiled, those
+//! sleeps and wake-ups were most of a parallel group's system calls.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+/// How long an idle helper, or a waiting caller, looks for work (yielding
+/// its core to any other runnable thread meanwhile) before it parks.
+pub const SPIN: Duration = Duration::from_micros(250);
+
+/// Polls before a waiting thread starts yielding its core.
+const BUSY_POLLS: u32 = 64;
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+thread_local! {
+    static CREW: RefCell<Crew> = const { RefCell::new(Crew { helpers: Vec::new() }) };
+}
+
+/// The helpers of one calling thread.
+struct Crew {
+    helpers: Vec<Helper>,
+}
+
+/// One helper thread and the slot its jobs are posted to.
+struct Helper {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What a helper and its caller share.
+struct Shared {
+    slot: Mutex<Slot>,
+    /// Signalled when a job is posted to a parked helper.
+    wake: Condvar,
+    /// A job waits in the slot (what an idle helper polls).
+    posted: AtomicBool,
+    /// From a job's posting until the helper has finished it.
+    busy: AtomicBool,
+}
+
+struct Slot {
+    job: Option<Job>,
+    /// The helper is parked on `wake`.
+    parked: bool,
+    /// The crew is gone: the helper ends.
+    stop: bool,
+}
+
+fn lock(slot: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
+    slot.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Helpers a crew may have: one per core (the calling thread is one more
+/// worker).
+fn most_helpers() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+impl Crew {
+    /// The shared slots of the first `count` helpers, starting the missing
+    /// ones; fewer when a thread cannot be started (the work then runs on
+    /// the helpers there are, or on the calling thread alone).
+    fn helpers(&mut self, count: usize) -> Vec<Arc<Shared>> {
+        let count = count.min(most_helpers());
+        while self.helpers.len() < count {
+            match Helper::start(self.helpers.len()) {
+                Ok(helper) => self.helpers.push(helper),
+                Err(_) => break,
+            }
+        }
+        self.helpers
+            .iter()
+            .take(count)
+            .map(|helper| Arc::clone(&helper.shared))
+            .collect()
+    }
+}
+
+impl Drop for Crew {
+    fn drop(&mut self) {
+        for helper in &self.helpers {
+            let mut slot = lock(&helper.shared.slot);
+            slot.stop = true;
+            helper.shared.posted.store(true, Ordering::Release);
+            helper.shared.wake.notify_one();
+        }
+        for helper in &mut self.helpers {
+            if let Some(thread) = helper.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+impl Helper {
+    fn start(index: usize) -> std::io::Result<Helper> {
+        let shared = Arc::new(Shared {
+            slot: Mutex::new(Slot {
+                job: None,
+                parked: false,
+                stop: false,
+            }),
+            wake: Condvar::new(),
+            posted: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
+        });
+        let thread = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(format!("sandloop-crew-{index}"))
+                .spawn(move || serve(&shared))?
+        };
+        Ok(Helper {
+            shared,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Shared {
+    /// Hand `job` to this helper once it has finished its previous one (a
+    /// job started ahead may still be running).
+    fn post(&self, job: Job) {
+        wait_until(|| !self.busy.load(Ordering::Acquire), None);
+        self.busy.store(true, Ordering::Relaxed);
+        let mut slot = lock(&self.slot);
+        slot.job = Some(job);
+        self.posted.store(true, Ordering::Release);
+        if slot.parked {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The next job, or `None` when the crew is gone: polled for
+    /// [`SPIN`], then waited for parked.
+    fn next_job(&self) -> Option<Job> {
+        wait_until(|| self.posted.load(Ordering::Acquire), Some(SPIN));
+        let mut slot = lock(&self.slot);
+        while slot.job.is_none() && !slot.stop {
+            slot.parked = true;
+            slot = self.wake.wait(slot).unwrap_or_else(|p| p.into_inner());
+        }
+        slot.parked = false;
+        self.posted.store(false, Ordering::Relaxed);
+        if slot.stop { None } else { slot.job.take() }
+    }
+}
+
+/// A helper's life: run each job posted to it until its crew is gone. A
+/// panic ends the job, not the helper (a scoped job carries its panic to
+/// its caller itself).
+fn serve(shared: &Shared) {
+    while let Some(job) = shared.next_job() {
+        let _ = catch_unwind(AssertUnwindSafe(job));
+        shared.busy.store(false, Ordering::Release);
+    }
+}
+
+/// Wait until `ready` holds: poll, then yield the core between polls; with
+/// a `limit`, give up after it (the caller then parks), else sleep between
+/// polls once the spin is over.
+fn wait_until(ready: impl Fn() -> bool, limit: Option<Duration>) {
+    let mut polls = 0u32;
+    let mut since: Option<Instant> = None;
+    while !ready() {
+        polls = polls.saturating_add(1);
+        if polls < BUSY_POLLS {
+            std::hint::spin_loop();
+            continue;
+        }
+        let since = *since.get_or_insert_with(Instant::now);
+        if since.elapsed() < SPIN {
+            std::thread::yield_now();
+        } else if limit.is_some() {
+            return;
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// How many scoped jobs are still running, and the first panic among them.
+struct Latch {
+    remaining: AtomicUsize,
+    caller: Thread,
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+impl Latch {
+    fn finish(&self, outcome: std::thread::Result<()>) {
+        if let Err(panic) = outcome {
+            self.panic
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(panic);
+        }
+        // Nothing of `self` may be touched once the count reaches zero: the
+        // caller may return at once and free it.
+        let caller = self.caller.clone();
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            caller.unpark();
+        }
+    }
+
+    /// Wait for every job: spinning, then parked until the last one
+    /// unparks this thread.
+    fn wait(&self) {
+        let done = || self.remaining.load(Ordering::Acquire) == 0;
+        wait_until(done, Some(SPIN));
+        while !done() {
+            std::thread::park();
+        }
+    }
+}
+
+/// Run `work` on the calling thread and, at the same time, on `helpers`
+/// helper threads of its crew (fewer when the machine has fewer cores, or
+/// a thread cannot be started); return once every copy has returned. A
+/// panic in any copy is resumed here, after all of them have returned.
+pub fn run_scoped(helpers: usize, work: &(dyn Fn() + Sync)) {
+    let shared = if helpers == 0 {
+        Vec::new()
+    } else {
+        CREW.with(|crew| crew.borrow_mut().helpers(helpers))
+    };
+    if shared.is_empty() {
+        work();
+        return;
+    }
+    let latch = Latch {
+        remaining: AtomicUsize::new(shared.len()),
+        caller: std::thread::current(),
+        panic: Mutex::new(None),
+    };
+    for helper in &shared {
+        let latch = &latch;
+        let job: Box<dyn FnOnce() + Send + '_> =
+            Box::new(move || latch.finish(catch_unwind(AssertUnwindSafe(work))));
+        // SAFETY: the job borrows `work` and `latch` from this frame, and
+        // this function neither returns nor unwinds before `latch.wait()`
+        // has seen every posted job finish (the calling thread's own copy
+        // of `work` runs under `catch_unwind`, and posting does not
+        // panic), so the borrows outlive the job.
+        let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(job) };
+        helper.post(job);
+    }
+    let own = catch_unwind(AssertUnwindSafe(work));
+    latch.wait();
+    if let Err(panic) = own {
+        resume_unwind(panic);
+    }
+    if let Some(panic) = latch.panic.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        resume_unwind(panic);
+    }
+}
+
+/// Start `job` on `helpers` helper threads of the calling thread's crew
+/// (fewer when the machine has fewer cores) without waiting for it: for
+/// work a lane starts ahead and takes the results of as they come. A panic
+/// ends that helper's copy of the job only. Does nothing when no helper
+/// can be started.
+pub fn spawn_ahead(helpers: usize, job: impl Fn() + Send + Sync + 'static) {
+    if helpers == 0 {
+        return;
+    }
+    let shared = CREW.with(|crew| crew.borrow_mut().helpers(helpers));
+    let job = Arc::new(job);
+    for helper in &shared {
+        let job = Arc::clone(&job);
+        helper.post(Box::new(move || job()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn scoped_work_runs_on_the_caller_and_its_helpers_and_returns_after_them() {
+        let threads = Mutex::new(HashSet::new());
+        let runs = AtomicUsize::new(0);
+        run_scoped(1, &|| {
+            threads.lock().unwrap().insert(std::thread::current().id());
+            std::thread::sleep(Duration::from_millis(5));
+            runs.fetch_add(1, Ordering::SeqCst);
+        });
+        let expected = 1 + 1usize.min(most_helpers());
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            expected,
+            "every copy ran before the return"
+        );
+        assert_eq!(threads.lock().unwrap().len(), expected);
+        // Again, after the helper parked: it wakes for the next job.
+        std::thread::sleep(SPIN * 3);
+        run_scoped(1, &|| {
+            runs.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(runs.load(Ordering::SeqCst), 2 * expected);
+    }
+
+    #[test]
+    fn a_helpers_panic_reaches_the_caller_after_every_copy_returned() {
+        let finished = AtomicUsize::new(0);
+        let caller = std::thread::current().id();
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            run_scoped(1, &|| {
+                if std::thread::current().id() != caller {
+                    panic!("helper failed");
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                finished.fetch_add(1, Ordering::SeqCst);
+            })
+        }));
+        let panic = outcome.expect_err("the helper's panic is resumed");
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&"helper failed"));
+        assert_eq!(
+            finished.load(Ordering::SeqCst),
+            1,
+            "the caller's copy finished first"
+        );
+        // The helper survived its job's panic.
+        let runs = AtomicUsize::new(0);
+        run_scoped(1, &|| {
+            runs.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn work_started_ahead_runs_first_and_a_scoped_run_waits_for_its_helper() {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        {
+            let order = Arc::clone(&order);
+            spawn_ahead(1, move || {
+                std::thread::sleep(Duration::from_millis(20));
+                order.lock().unwrap().push("ahead");
+            });
+        }
+        let caller = std::thread::current().id();
+        run_scoped(1, &|| {
+            if std::thread::current().id() != caller {
+                order.lock().unwrap().push("scoped");
+            }
+        });
+        assert_eq!(*order.lock().unwrap(), ["ahead", "scoped"]);
+    }
+}
