@@ -235,16 +235,23 @@ impl Latch {
     }
 }
 
+/// The calling thread's first `count` helpers; none when it asks for
+/// none, or while the thread is ending (its crew is gone: the work then
+/// runs on the calling thread alone).
+fn crew_helpers(count: usize) -> Vec<Arc<Shared>> {
+    if count == 0 {
+        return Vec::new();
+    }
+    CREW.try_with(|crew| crew.borrow_mut().helpers(count))
+        .unwrap_or_default()
+}
+
 /// Run `work` on the calling thread and, at the same time, on `helpers`
 /// helper threads of its crew (fewer when the machine has fewer cores, or
 /// a thread cannot be started); return once every copy has returned. A
 /// panic in any copy is resumed here, after all of them have returned.
 pub fn run_scoped(helpers: usize, work: &(dyn Fn() + Sync)) {
-    let shared = if helpers == 0 {
-        Vec::new()
-    } else {
-        CREW.with(|crew| crew.borrow_mut().helpers(helpers))
-    };
+    let shared = crew_helpers(helpers);
     if shared.is_empty() {
         work();
         return;
@@ -282,10 +289,7 @@ pub fn run_scoped(helpers: usize, work: &(dyn Fn() + Sync)) {
 /// ends that helper's copy of the job only. Does nothing when no helper
 /// can be started.
 pub fn spawn_ahead(helpers: usize, job: impl Fn() + Send + Sync + 'static) {
-    if helpers == 0 {
-        return;
-    }
-    let shared = CREW.with(|crew| crew.borrow_mut().helpers(helpers));
+    let shared = crew_helpers(helpers);
     let job = Arc::new(job);
     for helper in &shared {
         let job = Arc::clone(&job);
