@@ -173,8 +173,18 @@ impl Shared {
 /// its caller itself).
 fn serve(shared: &Shared) {
     while let Some(job) = shared.next_job() {
-        let _ = catch_unwind(AssertUnwindSafe(job));
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(job)) {
+            drop_payload(payload);
+        }
         shared.busy.store(false, Ordering::Release);
+    }
+}
+
+/// Drop a panic's payload without letting a panicking `Drop` of it end the
+/// thread (such a payload is leaked instead).
+fn drop_payload(payload: Box<dyn Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
     }
 }
 
@@ -202,6 +212,9 @@ fn wait_until(ready: impl Fn() -> bool, limit: Option<Duration>) {
 }
 
 /// How many scoped jobs are still running, and the first panic among them.
+/// Each job holds its own reference, so a helper can still be inside
+/// [`finish`](Latch::finish) after the caller has seen the count reach
+/// zero and returned.
 struct Latch {
     remaining: AtomicUsize,
     caller: Thread,
@@ -210,17 +223,21 @@ struct Latch {
 
 impl Latch {
     fn finish(&self, outcome: std::thread::Result<()>) {
+        let mut later = None;
         if let Err(panic) = outcome {
-            self.panic
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_or_insert(panic);
+            let mut first = self.panic.lock().unwrap_or_else(|p| p.into_inner());
+            match &*first {
+                None => *first = Some(panic),
+                Some(_) => later = Some(panic),
+            }
         }
-        // Nothing of `self` may be touched once the count reaches zero: the
-        // caller may return at once and free it.
-        let caller = self.caller.clone();
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            caller.unpark();
+            self.caller.unpark();
+        }
+        // A second panic's payload goes only after the count: its `Drop`
+        // cannot keep the caller waiting.
+        if let Some(panic) = later {
+            drop_payload(panic);
         }
     }
 
@@ -232,6 +249,32 @@ impl Latch {
         while !done() {
             std::thread::park();
         }
+    }
+}
+
+/// `run_scoped`'s `work`, its lifetime erased, for the helpers to call.
+#[derive(Clone, Copy)]
+struct WorkPtr(*const (dyn Fn() + Sync + 'static));
+
+// SAFETY: the pointee is `Sync`, so calling it from another thread is
+// allowed; `run_scoped` keeps it alive while any helper may call it.
+unsafe impl Send for WorkPtr {}
+
+/// Waits for a scoped run's posted jobs when dropped — on return and on
+/// unwinding alike — after taking the jobs never posted off the count.
+struct Join<'a> {
+    latch: &'a Latch,
+    unposted: usize,
+}
+
+impl Drop for Join<'_> {
+    fn drop(&mut self) {
+        if self.unposted > 0 {
+            self.latch
+                .remaining
+                .fetch_sub(self.unposted, Ordering::AcqRel);
+        }
+        self.latch.wait();
     }
 }
 
@@ -250,35 +293,50 @@ fn crew_helpers(count: usize) -> Vec<Arc<Shared>> {
 /// helper threads of its crew (fewer when the machine has fewer cores, or
 /// a thread cannot be started); return once every copy has returned. A
 /// panic in any copy is resumed here, after all of them have returned.
+/// `work` that itself runs scoped work on the calling thread waits for the
+/// outer run's helpers to be free: nested runs take turns, they do not
+/// overlap.
 pub fn run_scoped(helpers: usize, work: &(dyn Fn() + Sync)) {
     let shared = crew_helpers(helpers);
     if shared.is_empty() {
         work();
         return;
     }
-    let latch = Latch {
+    let latch = Arc::new(Latch {
         remaining: AtomicUsize::new(shared.len()),
         caller: std::thread::current(),
         panic: Mutex::new(None),
+    });
+    // SAFETY: only the lifetime is erased. Every job that calls the
+    // pointer is waited for by `join` before this frame (and `work`) can
+    // go, whether it returns or unwinds; a job turns the pointer back into
+    // a reference only for the call, before it counts itself finished.
+    let erased = WorkPtr(unsafe {
+        std::mem::transmute::<*const (dyn Fn() + Sync + '_), *const (dyn Fn() + Sync + 'static)>(
+            work,
+        )
+    });
+    let mut join = Join {
+        latch: &latch,
+        unposted: shared.len(),
     };
     for helper in &shared {
-        let latch = &latch;
-        let job: Box<dyn FnOnce() + Send + '_> =
-            Box::new(move || latch.finish(catch_unwind(AssertUnwindSafe(work))));
-        // SAFETY: the job borrows `work` and `latch` from this frame, and
-        // this function neither returns nor unwinds before `latch.wait()`
-        // has seen every posted job finish (the calling thread's own copy
-        // of `work` runs under `catch_unwind`, and posting does not
-        // panic), so the borrows outlive the job.
-        let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(job) };
-        helper.post(job);
+        let latch = Arc::clone(&latch);
+        helper.post(Box::new(move || {
+            let work = erased;
+            // SAFETY: see `erased` above.
+            let outcome = catch_unwind(AssertUnwindSafe(|| unsafe { (*work.0)() }));
+            latch.finish(outcome);
+        }));
+        join.unposted -= 1;
     }
     let own = catch_unwind(AssertUnwindSafe(work));
-    latch.wait();
+    drop(join);
     if let Err(panic) = own {
         resume_unwind(panic);
     }
-    if let Some(panic) = latch.panic.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    let first = latch.panic.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(panic) = first {
         resume_unwind(panic);
     }
 }
