@@ -143,7 +143,12 @@ impl Shared {
     /// Hand `job` to this helper once it has finished its previous one (a
     /// job started ahead may still be running).
     fn post(&self, job: Job) {
-        wait_until(|| !self.busy.load(Ordering::Acquire), None);
+        let idle = || !self.busy.load(Ordering::Acquire);
+        if !spin_until(idle) {
+            while !idle() {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
         self.busy.store(true, Ordering::Relaxed);
         let mut slot = lock(&self.slot);
         slot.job = Some(job);
@@ -156,7 +161,7 @@ impl Shared {
     /// The next job, or `None` when the crew is gone: polled for
     /// [`SPIN`], then waited for parked.
     fn next_job(&self) -> Option<Job> {
-        wait_until(|| self.posted.load(Ordering::Acquire), Some(SPIN));
+        spin_until(|| self.posted.load(Ordering::Acquire));
         let mut slot = lock(&self.slot);
         while slot.job.is_none() && !slot.stop {
             slot.parked = true;
@@ -188,10 +193,9 @@ fn drop_payload(payload: Box<dyn Any + Send>) {
     }
 }
 
-/// Wait until `ready` holds: poll, then yield the core between polls; with
-/// a `limit`, give up after it (the caller then parks), else sleep between
-/// polls once the spin is over.
-fn wait_until(ready: impl Fn() -> bool, limit: Option<Duration>) {
+/// Poll `ready`, then yield the core between polls, for up to [`SPIN`];
+/// whether it came to hold (the caller then parks or sleeps when not).
+fn spin_until(ready: impl Fn() -> bool) -> bool {
     let mut polls = 0u32;
     let mut since: Option<Instant> = None;
     while !ready() {
@@ -201,14 +205,12 @@ fn wait_until(ready: impl Fn() -> bool, limit: Option<Duration>) {
             continue;
         }
         let since = *since.get_or_insert_with(Instant::now);
-        if since.elapsed() < SPIN {
-            std::thread::yield_now();
-        } else if limit.is_some() {
-            return;
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
+        if since.elapsed() >= SPIN {
+            return false;
         }
+        std::thread::yield_now();
     }
+    true
 }
 
 /// How many scoped jobs are still running, and the first panic among them.
@@ -245,7 +247,7 @@ impl Latch {
     /// unparks this thread.
     fn wait(&self) {
         let done = || self.remaining.load(Ordering::Acquire) == 0;
-        wait_until(done, Some(SPIN));
+        spin_until(done);
         while !done() {
             std::thread::park();
         }
