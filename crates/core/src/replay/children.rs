@@ -883,17 +883,6 @@ impl SerialChildGroup {
     }
 }
 
-/// Starts `job` on `helpers` threads of the calling thread's crew (the
-/// threads [`run_parallel`] uses; see [`crew`](crate::replay::crew)) without
-/// waiting for it: for work a lane starts ahead and takes the results of
-/// as they come (a group's child instances). A panic ends that copy of
-/// the job only; whoever waits for its results must not wait for a job
-/// that can panic. A later [`run_parallel`] on the same thread waits for
-/// each helper it uses to finish the job first.
-pub fn spawn_ahead(helpers: usize, job: impl Fn() + Send + Sync + 'static) {
-    crate::replay::crew::spawn_ahead(helpers, job);
-}
-
 /// Run `execute` over `children` on up to `workers` threads, each taking
 /// the next child; outcomes come back in the children's order.
 ///

@@ -1,7 +1,7 @@
 //! A lane's crew: the helper threads its parallel work runs on beside the
 //! calling thread — a group's children ([`run_parallel`](super::run_parallel)),
 //! their records, and the child instances a group starts ahead
-//! ([`spawn_ahead`](super::spawn_ahead)).
+//! ([`spawn_ahead`]).
 //!
 //! Every thread that asks for parallel work has a crew of its own (a
 //! thread-local, so two lanes never wait for each other's helpers), grown
@@ -345,9 +345,12 @@ pub fn run_scoped(helpers: usize, work: &(dyn Fn() + Sync)) {
 
 /// Start `job` on `helpers` helper threads of the calling thread's crew
 /// (fewer when the machine has fewer cores) without waiting for it: for
-/// work a lane starts ahead and takes the results of as they come. A panic
-/// ends that helper's copy of the job only. Does nothing when no helper
-/// can be started.
+/// work a lane starts ahead and takes the results of as they come (a
+/// group's child instances). A panic ends that helper's copy of the job
+/// only; whoever waits for its results must not wait for a job that can
+/// panic. A later [`run_scoped`] (or [`run_parallel`](super::run_parallel))
+/// on the same thread waits for each helper it uses to finish the job
+/// first. Does nothing when no helper can be started.
 pub fn spawn_ahead(helpers: usize, job: impl Fn() + Send + Sync + 'static) {
     let shared = crew_helpers(helpers);
     let job = Arc::new(job);

@@ -916,7 +916,7 @@ pub use children::{
     ChildConcurrency, ChildFailure, ChildFailureStage, ChildForker, ChildLease, ChildOutcome,
     ChildResult, ChildSession, ChildTask, CounterfactualRequest, Disposition, ForkRequest,
     RISK_DENIED, RiskAssessment, RiskAssessmentRules, SerialChildGroup, ValidationOutcome,
-    judge_replay_intent, run_parallel, spawn_ahead,
+    judge_replay_intent, run_parallel,
 };
 
 #[cfg(test)]

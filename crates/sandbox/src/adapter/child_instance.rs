@@ -234,10 +234,9 @@ impl ChildInstance {
 
 /// Child instances started ahead of their forks: when a group's children
 /// may run on more than one worker, every child's instance is created at
-/// once and instantiated by `workers - 1` helper threads
-/// ([`spawn_ahead`]: the lane's crew, which the group's children then run
-/// on), in the tasks'
-/// order, while the forks — one after another on the calling thread, as
+/// once and instantiated by `workers - 1` helper threads ([`spawn_ahead`]:
+/// the lane's crew, which the group's children then run on), in the
+/// tasks' order, while the forks — one after another on the calling thread, as
 /// the group runtime requires — take them as they become ready. A fork
 /// whose instance no job has begun instantiates it itself; while a job
 /// is instantiating it, the calling thread instantiates the last waiting
@@ -422,10 +421,8 @@ impl Prestarted {
             done: AtomicBool::new(false),
             exports,
         });
-        {
-            let ahead = Arc::clone(&ahead);
-            spawn_ahead(workers.min(tasks.len()) - 1, move || ahead.work());
-        }
+        let starter = Arc::clone(&ahead);
+        spawn_ahead(workers.min(tasks.len()) - 1, move || starter.work());
         Prestarted {
             ahead: Some(ahead),
             next: 0,
