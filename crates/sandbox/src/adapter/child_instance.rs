@@ -236,8 +236,9 @@ impl ChildInstance {
 /// may run on more than one worker, every child's instance is created at
 /// once and instantiated by `workers - 1` helper threads ([`spawn_ahead`]:
 /// the lane's crew, which the group's children then run on), in the
-/// tasks' order, while the forks — one after another on the calling thread, as
-/// the group runtime requires — take them as they become ready. A fork
+/// tasks' order, while the forks — one after another on the calling
+/// thread, as the group runtime requires — take them as they become
+/// ready. A fork
 /// whose instance no job has begun instantiates it itself; while a job
 /// is instantiating it, the calling thread instantiates the last waiting
 /// one (see [`Ahead::take`]). So instantiation overlaps the forks instead
