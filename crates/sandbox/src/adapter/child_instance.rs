@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Map, Value};
 
 use super::bind::Export;
-use super::{Live, WasmAdapter, declared, parse_record};
+use super::{CallObserver, Live, WasmAdapter, declared, parse_record};
 use crate::LoadedAdapter;
 use crate::bindings::exports::sandloop::adapter::{child_risk, counterfactual};
 use crate::bindings::sandloop::adapter::types as wit_types;
@@ -51,45 +51,14 @@ impl ChildInstance {
         request: &ForkRequest,
         fork_at: &ForkAt,
     ) -> ChildInstance {
-        Self::for_child(
-            parent,
+        let origin = Origin {
+            lane_branch_id: &parent.branch_id,
+            observer: &parent.observer,
             loaded,
             ctx,
-            &request.child_id,
-            &request.target_branch_id,
             fork_at,
-        )
-    }
-
-    /// [`ChildInstance::new`] for the child `child_id` on the trace branch
-    /// `target_branch_id`.
-    fn for_child(
-        parent: &WasmAdapter,
-        loaded: &Arc<LoadedAdapter>,
-        ctx: &CallContext,
-        child_id: &str,
-        target_branch_id: &str,
-        fork_at: &ForkAt,
-    ) -> ChildInstance {
-        let mut adapter = WasmAdapter::new(
-            Arc::clone(loaded),
-            format!("{}:child:{child_id}", parent.branch_id),
-            parent.observer.clone(),
-        );
-        adapter.epoch = ctx.epoch;
-        ChildInstance {
-            adapter,
-            child_id: child_id.to_owned(),
-            identity: NEXT_CHILD.fetch_add(1, Ordering::Relaxed),
-            ctx: ctx.clone(),
-            trace: TraceLog::fork(
-                &fork_at.trace_id,
-                target_branch_id,
-                Some(&fork_at.created_event_id),
-                fork_at.next_sequence,
-            )
-            .ok(),
-        }
+        };
+        origin.instance(&request.child_id, &request.target_branch_id)
     }
 
     /// Call `name` in the child's instance (threading the child's trace
@@ -232,19 +201,58 @@ impl ChildInstance {
     }
 }
 
+/// What every child instance of one group is made from, besides the
+/// child's own ids: the lane's branch id (a child's is
+/// `{lane}:child:{child_id}`) and call observer, the component, the
+/// group's call context and the trace position the children's branches
+/// fork at.
+struct Origin<'a> {
+    lane_branch_id: &'a str,
+    observer: &'a Option<Arc<dyn CallObserver>>,
+    loaded: &'a Arc<LoadedAdapter>,
+    ctx: &'a CallContext,
+    fork_at: &'a ForkAt,
+}
+
+impl Origin<'_> {
+    /// A new (not yet instantiated) instance for the child `child_id`
+    /// whose trace branch is `target_branch_id`.
+    fn instance(&self, child_id: &str, target_branch_id: &str) -> ChildInstance {
+        let mut adapter = WasmAdapter::new(
+            Arc::clone(self.loaded),
+            format!("{}:child:{child_id}", self.lane_branch_id),
+            self.observer.clone(),
+        );
+        adapter.epoch = self.ctx.epoch;
+        ChildInstance {
+            adapter,
+            child_id: child_id.to_owned(),
+            identity: NEXT_CHILD.fetch_add(1, Ordering::Relaxed),
+            ctx: self.ctx.clone(),
+            trace: TraceLog::fork(
+                &self.fork_at.trace_id,
+                target_branch_id,
+                Some(&self.fork_at.created_event_id),
+                self.fork_at.next_sequence,
+            )
+            .ok(),
+        }
+    }
+}
+
 /// Child instances started ahead of their forks: when a group's children
-/// may run on more than one worker, every child's instance is created at
-/// once and instantiated by `workers - 1` helper threads ([`spawn_ahead`]:
-/// the lane's crew, which the group's children then run on), in the
-/// tasks' order, while the forks — one after another on the calling
-/// thread, as the group runtime requires — take them as they become
-/// ready. A fork
-/// whose instance no job has begun instantiates it itself; while a job
-/// is instantiating it, the calling thread instantiates the last waiting
-/// one (see [`Ahead::take`]). So instantiation overlaps the forks instead
-/// of coming before them all, and the calling thread does not go to sleep
-/// and wait for the scheduler to wake it, unless a start function runs
-/// long.
+/// may run on more than one worker, each child's instance is made and
+/// instantiated by whichever thread claims it first — one of `workers - 1`
+/// helper threads ([`spawn_ahead`]: the lane's crew, which the group's
+/// children then run on), going in the tasks' order, or the calling thread
+/// — while the forks, one after another on the calling thread as the group
+/// runtime requires, take them as they become ready. A fork whose instance
+/// no job has begun makes and instantiates it itself; while a job is
+/// instantiating it, the calling thread starts the last waiting one (see
+/// [`Ahead::take`]). So making and instantiating the instances overlaps
+/// the forks instead of coming before them all, and the calling thread
+/// does not go to sleep and wait for the scheduler to wake it, unless a
+/// start function runs long.
 ///
 /// Each is still a fresh instance (its own store from the pool, the
 /// adapter's limits) that nothing ran in but its start function. An
@@ -263,6 +271,16 @@ pub(super) struct Prestarted {
 struct Ahead {
     /// Each slot's child id.
     ids: Vec<String>,
+    /// Each slot's trace branch.
+    branches: Vec<String>,
+    /// [`Origin`]'s parts, owned: the lane's branch id and observer.
+    lane_branch_id: String,
+    observer: Option<Arc<dyn CallObserver>>,
+    /// [`Origin`]'s parts, owned: the component, the group's context and
+    /// the children's fork position.
+    loaded: Arc<LoadedAdapter>,
+    ctx: CallContext,
+    fork_at: ForkAt,
     /// One slot per child, in the tasks' order.
     slots: Mutex<Vec<Slot>>,
     /// The next slot a job claims.
@@ -275,12 +293,15 @@ struct Ahead {
 
 /// Where one child's instance is.
 enum Slot {
-    /// Created, not yet instantiated: whoever comes first instantiates it.
-    Waiting(ChildInstance),
+    /// Not yet made: whoever comes first makes and instantiates it (so the
+    /// instances are made on the threads that start them, in parallel,
+    /// not all on the forking thread before any starts).
+    Waiting,
     /// A job is instantiating it.
     Starting,
-    /// Instantiated (or failed to be), for its fork to take.
-    Ready(ChildInstance),
+    /// Instantiated (or failed to be), for its fork to take (boxed: the
+    /// slots stay small for the scans under their lock).
+    Ready(Box<ChildInstance>),
     /// Taken by its fork.
     Taken,
 }
@@ -288,6 +309,20 @@ enum Slot {
 impl Ahead {
     fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Make slot `index`'s instance and instantiate it.
+    fn make(&self, index: usize) -> ChildInstance {
+        let origin = Origin {
+            lane_branch_id: &self.lane_branch_id,
+            observer: &self.observer,
+            loaded: &self.loaded,
+            ctx: &self.ctx,
+            fork_at: &self.fork_at,
+        };
+        let mut child = origin.instance(&self.ids[index], &self.branches[index]);
+        child.adapter.start_binding(self.exports);
+        child
     }
 
     /// A job: instantiate the waiting slots in order until none is left
@@ -300,24 +335,20 @@ impl Ahead {
             }
             // Not waiting: its fork came first.
             let claimed = claim(&mut self.slots(), index);
-            if let Some(child) = claimed {
-                self.start(index, child);
+            if claimed {
+                self.start(index);
             }
         }
     }
 
-    /// Instantiate slot `index`'s `child` (claimed with [`claim`]) and
-    /// make it ready. A failure is reported by the fork's own
-    /// instantiation; a panic loses the instance, and its fork makes a new
-    /// one.
-    fn start(&self, index: usize, child: ChildInstance) {
-        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-            let mut child = child;
-            child.adapter.start_binding(self.exports);
-            child
-        }));
+    /// Make and instantiate slot `index`'s instance (claimed with
+    /// [`claim`]) and make it ready. A failure is reported by the fork's
+    /// own instantiation; a panic loses the instance, and its fork makes a
+    /// new one.
+    fn start(&self, index: usize) {
+        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.make(index)));
         self.slots()[index] = match started {
-            Ok(child) => Slot::Ready(child),
+            Ok(child) => Slot::Ready(Box::new(child)),
             Err(_) => Slot::Taken,
         };
     }
@@ -333,43 +364,41 @@ impl Ahead {
         loop {
             let mut slots = self.slots();
             match std::mem::replace(&mut slots[index], Slot::Taken) {
-                Slot::Ready(child) => return Some(child),
-                Slot::Waiting(mut child) => {
+                Slot::Ready(child) => return Some(*child),
+                Slot::Waiting => {
                     drop(slots);
-                    child.adapter.start_binding(self.exports);
-                    return Some(child);
+                    return Some(self.make(index));
                 }
                 Slot::Taken => return None,
                 Slot::Starting => {
                     slots[index] = Slot::Starting;
                     let last = slots
                         .iter()
-                        .rposition(|slot| matches!(slot, Slot::Waiting(_)))
+                        .rposition(|slot| matches!(slot, Slot::Waiting))
                         .filter(|&last| last > index);
                     let Some(last) = last else {
                         drop(slots);
                         pause(&mut spins);
                         continue;
                     };
-                    let child = claim(&mut slots, last).expect("found waiting above");
+                    let claimed = claim(&mut slots, last);
+                    debug_assert!(claimed, "found waiting above");
                     drop(slots);
-                    self.start(last, child);
+                    self.start(last);
                 }
             }
         }
     }
 }
 
-/// The instance of slot `index` when it is waiting, the slot then marked
-/// as starting; `None` (the slot unchanged) otherwise.
-fn claim(slots: &mut [Slot], index: usize) -> Option<ChildInstance> {
-    match std::mem::replace(&mut slots[index], Slot::Starting) {
-        Slot::Waiting(child) => Some(child),
-        other => {
-            slots[index] = other;
-            None
-        }
+/// Whether slot `index` was waiting; if so it is now marked as starting,
+/// for the caller to [`Ahead::start`] it (otherwise it is unchanged).
+fn claim(slots: &mut [Slot], index: usize) -> bool {
+    let waiting = matches!(slots[index], Slot::Waiting);
+    if waiting {
+        slots[index] = Slot::Starting;
     }
+    waiting
 }
 
 /// Waits a little for a job to finish an instantiation: spins at first
@@ -412,12 +441,16 @@ impl Prestarted {
         }
         let ahead = Arc::new(Ahead {
             ids: tasks.iter().map(|task| task.child_id.clone()).collect(),
-            slots: Mutex::new(
-                tasks
-                    .iter()
-                    .map(|task| Slot::Waiting(Self::instance(parent, loaded, ctx, task, fork_at)))
-                    .collect(),
-            ),
+            branches: tasks
+                .iter()
+                .map(|task| task.target_branch_id.clone())
+                .collect(),
+            lane_branch_id: parent.branch_id.clone(),
+            observer: parent.observer.clone(),
+            loaded: Arc::clone(loaded),
+            ctx: ctx.clone(),
+            fork_at: fork_at.clone(),
+            slots: Mutex::new(tasks.iter().map(|_| Slot::Waiting).collect()),
             claim: AtomicUsize::new(0),
             done: AtomicBool::new(false),
             exports,
@@ -428,23 +461,6 @@ impl Prestarted {
             ahead: Some(ahead),
             next: 0,
         }
-    }
-
-    fn instance(
-        parent: &WasmAdapter,
-        loaded: &Arc<LoadedAdapter>,
-        ctx: &CallContext,
-        task: &ChildTask,
-        fork_at: &ForkAt,
-    ) -> ChildInstance {
-        ChildInstance::for_child(
-            parent,
-            loaded,
-            ctx,
-            &task.child_id,
-            &task.target_branch_id,
-            fork_at,
-        )
     }
 
     /// The instance started for `request`'s child, or a new one (not yet
