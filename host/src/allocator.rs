@@ -17,8 +17,9 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// Built with the `no_thp` feature of `libmimalloc-sys`, mimalloc also
 /// never asks the kernel for transparent huge pages (`MADV_HUGEPAGE`).
 /// Pages given back at once are faulted in again as the run allocates, and
-/// on a huge page every such fault zeroes 2 MiB: a million-item run spent
-/// ~1.5 s of system time zeroing pages and peaked ~20 MB higher. On a
+/// on a huge page every such fault zeroes 2 MiB: with them, a million-item
+/// run took ~1.3 s more system time, mostly zeroing pages, and peaked
+/// ~10 MB higher (docs/src/performance.md has the figures). On a
 /// kernel whose THP mode is `always` (not the default `madvise`), set
 /// `MIMALLOC_ALLOW_THP=0` for the same effect.
 pub fn configure() {
