@@ -273,11 +273,10 @@ struct Ahead {
     ids: Vec<String>,
     /// Each slot's trace branch.
     branches: Vec<String>,
-    /// [`Origin`]'s parts, owned: the lane's branch id and observer.
+    /// What each slot's [`Origin`] borrows, owned here for the helper
+    /// threads.
     lane_branch_id: String,
     observer: Option<Arc<dyn CallObserver>>,
-    /// [`Origin`]'s parts, owned: the component, the group's context and
-    /// the children's fork position.
     loaded: Arc<LoadedAdapter>,
     ctx: CallContext,
     fork_at: ForkAt,
@@ -381,8 +380,7 @@ impl Ahead {
                         pause(&mut spins);
                         continue;
                     };
-                    let claimed = claim(&mut slots, last);
-                    debug_assert!(claimed, "found waiting above");
+                    slots[last] = Slot::Starting;
                     drop(slots);
                     self.start(last);
                 }
