@@ -47,7 +47,8 @@ pub const LANE_PROCESS: &str = "SANDLOOP_BENCH_CHILDREN_LANE_PROCESS";
 
 /// Set to `serial`, `parallel` or `snapshot`: run only that mode's no-op
 /// batches, untimed per batch, print the time per child and exit — a
-/// process to profile one mode with (`perf record`, `perf stat`).
+/// process to profile one mode with (`perf record`, `perf stat`); `lanes`
+/// does the same for two serial lanes at once, each on its own thread.
 pub const PROFILE: &str = "SANDLOOP_BENCH_CHILDREN_PROFILE";
 
 /// One serial lane of no-op children in a process of its own: warms up,
@@ -153,6 +154,47 @@ fn two_lanes(
     ratio
 }
 
+/// Two serial lanes, each made and run on its own thread (this one and
+/// one more), `batches` batches each at once; prints the time per child
+/// over both and exits — the two-lane ceiling as a process to profile.
+fn profile_two_lanes(
+    loaded: &Arc<LoadedAdapter>,
+    ledger: &Arc<ReplayMetricLedger>,
+    items: &[Item],
+    batches: usize,
+) -> ! {
+    let gate = std::sync::Barrier::new(2);
+    let run = |name: &str| {
+        let mut lane = Lane::new(loaded, ledger, name, 1, items.to_vec(), None).noop();
+        for _ in 0..3 {
+            lane.run_batch(false);
+        }
+        gate.wait();
+        let started = std::time::Instant::now();
+        for _ in 0..batches {
+            lane.run_batch(false);
+        }
+        let elapsed = started.elapsed();
+        lane.release();
+        elapsed
+    };
+    let (first, second) = std::thread::scope(|scope| {
+        let second = scope.spawn(|| run("noop-lane-b"));
+        (
+            run("noop-lane-a"),
+            second.join().expect("the second lane ran"),
+        )
+    });
+    let wall = first.max(second);
+    println!(
+        "two serial lanes at once ({PROFILE}=lanes): {batches} batches of {} each, \
+         {:.1} µs per child over both",
+        items.len(),
+        wall.as_secs_f64() * 1e6 / (2 * batches * items.len()) as f64
+    );
+    std::process::exit(0);
+}
+
 /// A seed and `children - 1` more items of its family (bench-adapter has
 /// no variants; each item's intent is its id).
 fn items(children: usize) -> Vec<Item> {
@@ -186,12 +228,15 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         parallel.run_batch(false);
         snapshot.run_batch(false);
     }
+    if std::env::var(PROFILE).as_deref() == Ok("lanes") {
+        profile_two_lanes(loaded, &ledger, &items, batches);
+    }
     if let Ok(mode) = std::env::var(PROFILE) {
         let lane = match mode.as_str() {
             "serial" => &mut serial,
             "parallel" => &mut parallel,
             "snapshot" => &mut snapshot,
-            other => panic!("{PROFILE}={other}: expected serial, parallel or snapshot"),
+            other => panic!("{PROFILE}={other}: expected serial, parallel, snapshot or lanes"),
         };
         let started = std::time::Instant::now();
         for _ in 0..batches {

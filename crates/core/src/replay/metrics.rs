@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -168,9 +169,10 @@ impl MinuteField for &str {
     }
 }
 
+/// What the ledger adds up under its lock: the durations and the restores
+/// by fidelity (the counters are atomics beside it).
 #[derive(Default)]
 struct Totals {
-    counts: Vec<u64>,
     seconds: Vec<f64>,
     fidelity: BTreeMap<String, u64>,
 }
@@ -181,7 +183,13 @@ struct Totals {
 /// not compile; a field named by its key as text is checked when used: an
 /// unknown name is a programming error and panics (the reference raises
 /// `ValueError`), so a typo cannot silently drop a metric.
+///
+/// The counters are atomics, so the children of a parallel group, which
+/// count several each, never wait for one another to count; the durations
+/// and fidelity counts share one lock.
 pub struct ReplayMetricLedger {
+    /// One per [`COUNT_FIELDS`] key.
+    counts: Box<[AtomicU64]>,
     totals: Mutex<Totals>,
 }
 
@@ -203,8 +211,8 @@ impl ReplayMetricLedger {
     /// An empty ledger.
     pub fn new() -> Self {
         Self {
+            counts: COUNT_FIELDS.iter().map(|_| AtomicU64::new(0)).collect(),
             totals: Mutex::new(Totals {
-                counts: vec![0; COUNT_FIELDS.len()],
                 seconds: vec![0.0; MINUTE_FIELDS.len()],
                 fidelity: BTreeMap::new(),
             }),
@@ -224,7 +232,7 @@ impl ReplayMetricLedger {
     /// Add `amount` to counter `field`.
     pub fn add(&self, field: impl CountField, amount: u64) {
         let index = field.count_index();
-        self.with(|totals| totals.counts[index] += amount);
+        self.counts[index].fetch_add(amount, Ordering::Relaxed);
     }
 
     /// Add `elapsed` to duration `field`.
@@ -236,24 +244,30 @@ impl ReplayMetricLedger {
     /// Count one restore that achieved `fidelity` (reference
     /// `observe_fidelity`).
     pub fn observe_fidelity(&self, fidelity: &str) {
-        self.with(|totals| *totals.fidelity.entry(fidelity.to_string()).or_default() += 1);
+        self.with(|totals| match totals.fidelity.get_mut(fidelity) {
+            Some(count) => *count += 1,
+            None => {
+                totals.fidelity.insert(fidelity.to_owned(), 1);
+            }
+        });
     }
 
     /// Current value of counter `field`.
     pub fn count(&self, field: impl CountField) -> u64 {
         let index = field.count_index();
-        self.with(|totals| totals.counts[index])
+        self.counts[index].load(Ordering::Relaxed)
     }
 
     /// The totals so far, leaving the ledger empty.
     pub fn take_totals(&self) -> ReplayTotals {
+        let counts = COUNT_FIELDS
+            .iter()
+            .zip(&self.counts)
+            .map(|(field, count)| (field, count.swap(0, Ordering::Relaxed)))
+            .filter(|(_, count)| *count > 0)
+            .map(|(field, count)| ((*field).to_owned(), count))
+            .collect();
         self.with(|totals| {
-            let counts = COUNT_FIELDS
-                .iter()
-                .zip(&totals.counts)
-                .filter(|(_, count)| **count > 0)
-                .map(|(field, count)| ((*field).to_owned(), *count))
-                .collect();
             let seconds = MINUTE_FIELDS
                 .iter()
                 .zip(&totals.seconds)
@@ -265,7 +279,6 @@ impl ReplayMetricLedger {
                 seconds,
                 restored_fidelity_counts: std::mem::take(&mut totals.fidelity),
             };
-            totals.counts.iter_mut().for_each(|count| *count = 0);
             totals.seconds.iter_mut().for_each(|seconds| *seconds = 0.0);
             taken
         })
@@ -310,10 +323,14 @@ impl ReplayMetricLedger {
         {
             return Err(format!("unknown restored fidelity {name:?}"));
         }
+        for (index, count) in counts {
+            // Saturating, as the lock-held sum was: never fails.
+            let _ =
+                self.counts[index].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |total| {
+                    Some(total.saturating_add(count))
+                });
+        }
         self.with(|totals| {
-            for (index, count) in counts {
-                totals.counts[index] = totals.counts[index].saturating_add(count);
-            }
             for (index, seconds) in seconds {
                 totals.seconds[index] += seconds;
             }
@@ -331,8 +348,8 @@ impl ReplayMetricLedger {
     pub fn snapshot(&self) -> Map<String, Value> {
         self.with(|totals| {
             let mut map = Map::new();
-            for (field, count) in COUNT_FIELDS.iter().zip(&totals.counts) {
-                map.insert((*field).into(), Value::from(*count));
+            for (field, count) in COUNT_FIELDS.iter().zip(&self.counts) {
+                map.insert((*field).into(), Value::from(count.load(Ordering::Relaxed)));
             }
             for (field, seconds) in MINUTE_FIELDS.iter().zip(&totals.seconds) {
                 map.insert((*field).into(), Value::from(round6(seconds / 60.0)));
