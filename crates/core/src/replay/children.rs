@@ -7,8 +7,9 @@
 //! back to [`ReplayPointRegistry::run_from`] per task, as the reference does,
 //! and counts that group with a [`SerialChildGroup`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
@@ -17,13 +18,15 @@ use super::super::agent_state::AgentStateStore;
 use super::super::counterfactual::{check_validation_outcomes, validation_outcomes_record};
 use super::super::fidelity::Fidelity;
 use super::super::metrics::{ReplayCount, ReplayMetricLedger};
-use super::super::point::{
-    EquivalenceReport, ReplayPoint, ReplayRestoreResult, RestoreReceipt,
-    validate_equivalence_contract,
-};
+use super::super::point::{EquivalenceReport, ReplayPoint, ReplayRestoreResult, RestoreReceipt};
 use super::{ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage};
 use crate::episode::adapter::{AdapterError, Item, Record};
 use crate::trace::validate_public_payload;
+
+#[path = "child_forks.rs"]
+mod forks;
+pub use forks::ConcurrentForker;
+use forks::{ForkOrigin, fork_concurrently, fork_serially};
 
 pub use sandloop_contract::{
     ChildConcurrency, CounterfactualRequest, Disposition, ForkRequest, RiskAssessment,
@@ -132,6 +135,14 @@ pub trait ChildForker {
     fn has_risk_policy(&self) -> bool;
     /// Fork one child.
     fn fork(&mut self, request: &ForkRequest) -> Result<ChildLease<Self::Session>, AdapterError>;
+    /// This forker as one that may fork from several threads at once
+    /// (each child its own instance), or `None` (the default): its children
+    /// are then forked one after another on the group's lane. A parallel
+    /// group whose forker is concurrent forks and validates its children on
+    /// its workers, and runs each on the worker that forked it.
+    fn concurrent(&self) -> Option<&dyn ConcurrentForker<Self::Session>> {
+        None
+    }
 }
 
 /// One task of a child group (reference `ReplayChildTask`).
@@ -307,12 +318,30 @@ impl ExecutionError {
     }
 }
 
+/// A forked child of the group, from its fork to its release.
 struct Prepared<S, K> {
     task: ChildTask,
     lease: ChildLease<S>,
     agent_key: Option<K>,
     restore: Option<ReplayRestoreResult>,
     cleaned: Option<Result<(), ReplayError>>,
+    /// The worker that forked it, when the forks ran on the group's
+    /// workers: it runs there too, so its instance is made, used and
+    /// dropped on one thread.
+    home: Option<ThreadId>,
+}
+
+impl<S, K> Prepared<S, K> {
+    fn new(task: ChildTask, lease: ChildLease<S>, home: Option<ThreadId>) -> Self {
+        Prepared {
+            task,
+            lease,
+            agent_key: None,
+            restore: None,
+            cleaned: None,
+            home,
+        }
+    }
 }
 
 fn minutes(since: Instant) -> f64 {
@@ -381,7 +410,11 @@ where
     ///
     /// Every child is forked and validated first (a fork, receipt or
     /// equivalence failure fails the whole group, after cleaning up every
-    /// child). Then each child's intent is assessed, its task run, its
+    /// child): in order on this thread, or, with `workers > 1` and a
+    /// forker that is [`concurrent`](ChildForker::concurrent), on the
+    /// workers at once after the first child (the group's error is then
+    /// the earliest failure in the tasks' order, and siblings forked
+    /// meanwhile are counted and released too). Then each child's intent is assessed, its task run, its
     /// outcome assessed, and it is always released. The group runs in
     /// parallel on up to `workers` threads only when `workers > 1`, there is
     /// more than one child, every lease allows it and no two
@@ -470,22 +503,18 @@ where
         let unsafe_outcome = AtomicBool::new(false);
 
         // Fork and validate every child first.
-        let mut prepared: Vec<Prepared<F::Session, S::Key>> = Vec::with_capacity(tasks.len());
-        let mut fork_error: Option<ReplayError> = None;
-        for task in tasks {
-            if let Err(error) = fork_child(
-                forker,
-                &mut *store,
-                &point,
-                &point_key,
-                task,
-                &mut prepared,
-                &metrics,
-            ) {
-                fork_error = Some(error);
-                break;
-            }
-        }
+        let origin = ForkOrigin {
+            point: &point,
+            point_key: &point_key,
+            metrics: &metrics,
+        };
+        let concurrent = (workers > 1 && tasks.len() > 1)
+            .then(|| forker.concurrent())
+            .flatten();
+        let (mut prepared, fork_error) = match concurrent {
+            Some(concurrent) => fork_concurrently(concurrent, store, &origin, tasks, workers),
+            None => fork_serially(forker, store, &origin, tasks),
+        };
 
         let store_dyn: &mut dyn AgentStateRelease<S::Key> = store;
         let shared_store = Mutex::new(store_dyn);
@@ -526,7 +555,8 @@ where
         };
         let execute = |child: &mut Prepared<F::Session, S::Key>| run.run(child);
         let outcomes: Vec<Result<ChildOutcome, ReplayError>> = if parallel {
-            run_parallel(&mut prepared, workers, &execute)
+            let homes: Vec<Option<ThreadId>> = prepared.iter().map(|child| child.home).collect();
+            run_parallel_at_home(&mut prepared, &homes, workers, &execute)
         } else {
             prepared.iter_mut().map(&execute).collect()
         };
@@ -679,113 +709,6 @@ impl<K> ChildRun<'_, '_, K> {
     }
 }
 
-/// Fork the child `task` names from `point` (whose agent state is under
-/// `point_key`), fork its agent state, and hold its restore to the contract:
-/// a unique child key, a worker identity for a process-isolated lease, a
-/// replayable fidelity no better than the point's, and an equivalence
-/// report that passes the contract for the task's minimum. The child joins
-/// `prepared` as soon as it is forked, so a later failure still releases it.
-fn fork_child<F: ChildForker, S: AgentStateStore>(
-    forker: &mut F,
-    store: &mut S,
-    point: &ReplayPoint,
-    point_key: &S::Key,
-    task: ChildTask,
-    prepared: &mut Vec<Prepared<F::Session, S::Key>>,
-    metrics: &ReplayMetricLedger,
-) -> Result<(), ReplayError> {
-    metrics.increment(ReplayCount::ChildSessionForkAttempt);
-    let started = Instant::now();
-    let request = ForkRequest {
-        replay_point_id: point.replay_point_id.clone(),
-        child_id: task.child_id.clone(),
-        target_branch_id: task.target_branch_id.clone(),
-        minimum_fidelity: task.minimum_fidelity,
-    };
-    let lease = forker
-        .fork(&request)
-        .map_err(|error| ReplayError::adapter(ReplayStage::Restore, error))?;
-    let restore_minutes = minutes(started);
-    let duplicate = prepared
-        .iter()
-        .any(|other| other.lease.child_key == lease.child_key);
-    let missing_identity =
-        lease.concurrency == ChildConcurrency::ProcessIsolated && lease.worker_identity.is_none();
-    prepared.push(Prepared {
-        task,
-        lease,
-        agent_key: None,
-        restore: None,
-        cleaned: None,
-    });
-    let current = prepared.last_mut().expect("pushed above");
-    if duplicate {
-        return Err(ReplayError::contract(
-            ReplayStage::Restore,
-            "isolated replay child keys must be unique",
-        ));
-    }
-    if missing_identity {
-        return Err(ReplayError::contract(
-            ReplayStage::Restore,
-            "a process-isolated child lease needs a worker identity",
-        ));
-    }
-    match store.fork_agent_state(point_key, &current.task.child_id) {
-        Ok(key) => current.agent_key = Some(key),
-        Err(message) => {
-            return Err(ReplayError::new(
-                ReplayStage::Restore,
-                ReplayCause::AgentState(message),
-            ));
-        }
-    }
-    let receipt = current.lease.receipt.clone();
-    if receipt.achieved_fidelity == Fidelity::NonReplayable {
-        return Err(ReplayError::contract(
-            ReplayStage::Restore,
-            "an isolated child reported non_replayable",
-        ));
-    }
-    if !point.fidelity.meets(receipt.achieved_fidelity) {
-        return Err(ReplayError::contract(
-            ReplayStage::Restore,
-            format!(
-                "the child's restore claims {} but the point was captured at {}",
-                receipt.achieved_fidelity, point.fidelity
-            ),
-        ));
-    }
-    let equivalence_started = Instant::now();
-    let checked = current
-        .lease
-        .session
-        .validate_equivalence(&receipt)
-        .map_err(|error| ReplayError::adapter(ReplayStage::Equivalence, error))
-        .and_then(|report| {
-            validate_equivalence_contract(point, &receipt, &report, current.task.minimum_fidelity)
-                .map(|eligible| (report, eligible))
-                .map_err(|message| ReplayError::contract(ReplayStage::Equivalence, message))
-        });
-    let (report, promotion_eligible) = checked?;
-    metrics.observe_fidelity(report.achieved_fidelity.as_str());
-    current.restore = Some(ReplayRestoreResult {
-        replay_point_id: point.replay_point_id.clone(),
-        target_branch_id: current.task.target_branch_id.clone(),
-        achieved_fidelity: report.achieved_fidelity,
-        equivalent: report.equivalent,
-        promotion_eligible,
-        prefix_reused: receipt.prefix_reused,
-        report,
-        restore_minutes,
-        equivalence_minutes: minutes(equivalence_started),
-        suffix_minutes: 0.0,
-        replay_wall_minutes: 0.0,
-    });
-    metrics.increment(ReplayCount::ChildSessionForkSuccess);
-    Ok(())
-}
-
 /// Whether a group's children run in parallel: more than one child and
 /// worker asked for it, no child is serial-only, and process-isolated
 /// children have distinct worker identities. Counts the decision.
@@ -897,26 +820,55 @@ pub fn run_parallel<C: Send, R: Send>(
     workers: usize,
     execute: &(dyn Fn(&mut C) -> R + Sync),
 ) -> Vec<R> {
+    run_parallel_at_home(children, &[], workers, execute)
+}
+
+/// [`run_parallel`], where `homes[i]`, when given, is the thread child `i`
+/// belongs on (the one that made it): each worker first takes the children
+/// at home on it, in order, then helps with the rest, so a child's memory
+/// is made, used and freed on one thread unless its home thread fell
+/// behind. `homes` may be shorter than `children` (an empty slice: no
+/// child has a home).
+pub fn run_parallel_at_home<C: Send, R: Send>(
+    children: &mut [C],
+    homes: &[Option<ThreadId>],
+    workers: usize,
+    execute: &(dyn Fn(&mut C) -> R + Sync),
+) -> Vec<R> {
     let count = children.len();
+    // The children in order, grouped by home: each queue is taken from the
+    // front, by its home thread first and then by any worker.
+    let mut queues: Vec<(Option<ThreadId>, Vec<usize>, AtomicUsize)> = Vec::new();
+    for index in 0..count {
+        let home = homes.get(index).copied().flatten();
+        match queues.iter_mut().find(|(at, ..)| *at == home) {
+            Some((_, members, _)) => members.push(index),
+            None => queues.push((home, vec![index], AtomicUsize::new(0))),
+        }
+    }
+    let take = |queue: &(Option<ThreadId>, Vec<usize>, AtomicUsize)| {
+        let (_, members, next) = queue;
+        members.get(next.fetch_add(1, Ordering::Relaxed)).copied()
+    };
     let slots: Vec<Mutex<Option<&mut C>>> = children
         .iter_mut()
         .map(|child| Mutex::new(Some(child)))
         .collect();
     let results: Vec<Mutex<Option<R>>> = (0..count).map(|_| Mutex::new(None)).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
     let work = || {
-        loop {
-            let index = next.fetch_add(1, Ordering::Relaxed);
-            if index >= count {
-                break;
+        let me = Some(std::thread::current().id());
+        let own = queues.iter().filter(|(home, ..)| *home == me);
+        let others = queues.iter().filter(|(home, ..)| *home != me);
+        for queue in own.chain(others) {
+            while let Some(index) = take(queue) {
+                let child = slots[index]
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()
+                    .expect("each child is taken once");
+                let result = execute(child);
+                *results[index].lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
             }
-            let child = slots[index]
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-                .expect("each child is taken once");
-            let result = execute(child);
-            *results[index].lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
         }
     };
     crate::replay::crew::run_scoped(workers.min(count).saturating_sub(1), &work);

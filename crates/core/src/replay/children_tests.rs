@@ -1,6 +1,7 @@
 //! The reference's child-group scenarios against native test children.
 
 use std::collections::BTreeMap;
+use std::thread::ThreadId;
 
 use serde_json::json;
 
@@ -42,7 +43,12 @@ struct Forker {
         std::sync::atomic::AtomicUsize,
         std::sync::atomic::AtomicUsize,
     )>,
+    /// Each child that ran: its id, the thread that forked it and the one
+    /// it ran on.
+    threads: Threads,
 }
+
+type Threads = Arc<Mutex<Vec<(String, ThreadId, ThreadId)>>>;
 
 struct Child {
     id: String,
@@ -53,6 +59,8 @@ struct Child {
         std::sync::atomic::AtomicUsize,
         std::sync::atomic::AtomicUsize,
     )>,
+    forked_on: ThreadId,
+    threads: Threads,
 }
 
 fn fail(message: &str) -> AdapterError {
@@ -102,6 +110,11 @@ impl ChildSession for Child {
         std::thread::sleep(std::time::Duration::from_millis(self.plan.sleep_ms));
         now.fetch_sub(1, Ordering::SeqCst);
         self.ran.lock().unwrap().push(self.id.clone());
+        self.threads.lock().unwrap().push((
+            self.id.clone(),
+            self.forked_on,
+            std::thread::current().id(),
+        ));
         if self.plan.run_fails {
             return Err(AdapterError::new(ErrorType::Trap, "child trapped"));
         }
@@ -172,8 +185,49 @@ impl ChildForker for Forker {
                 ran: Arc::clone(&self.ran),
                 released: Arc::clone(&self.released),
                 in_flight: Arc::clone(&self.in_flight),
+                forked_on: std::thread::current().id(),
+                threads: Arc::clone(&self.threads),
             },
         })
+    }
+}
+
+/// The same children forked from any thread at once (the lock guards only
+/// the plans and the key counter, not the fork's length: a plan's
+/// `sleep_ms` also delays its fork, outside the lock).
+struct AtOnce(Mutex<Forker>);
+
+impl ChildForker for AtOnce {
+    type Session = Child;
+
+    fn has_risk_policy(&self) -> bool {
+        self.0.lock().unwrap().risk
+    }
+
+    fn fork(&mut self, request: &ForkRequest) -> Result<ChildLease<Child>, AdapterError> {
+        ConcurrentForker::fork(self, request)
+    }
+
+    fn concurrent(&self) -> Option<&dyn ConcurrentForker<Child>> {
+        Some(self)
+    }
+}
+
+impl ConcurrentForker<Child> for AtOnce {
+    fn fork(&self, request: &ForkRequest) -> Result<ChildLease<Child>, AdapterError> {
+        let lease = self.0.lock().unwrap().fork(request);
+        if let Ok(lease) = &lease {
+            std::thread::sleep(std::time::Duration::from_millis(
+                lease.session.plan.sleep_ms,
+            ));
+        }
+        lease
+    }
+}
+
+impl AtOnce {
+    fn forker(&self) -> std::sync::MutexGuard<'_, Forker> {
+        self.0.lock().unwrap()
     }
 }
 
@@ -726,4 +780,157 @@ fn run_parallel_runs_every_child_once_and_returns_outcomes_in_order() {
     assert_eq!(outcomes.len(), 8);
     assert_eq!(one, vec![1u8; 8]);
     assert_eq!(seen.into_inner().unwrap(), HashSet::from([caller]));
+}
+
+#[test]
+fn a_concurrent_forker_forks_on_the_workers_and_counts_as_a_serial_fork_does() {
+    let slow = Plan {
+        sleep_ms: 5,
+        ..Plan::default()
+    };
+    let ids = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    let plans: Vec<(&str, Plan)> = ids.iter().map(|id| (*id, slow.clone())).collect();
+    let mut totals = Vec::new();
+    for workers in [1, 2] {
+        let (mut registry, _) = setup(Fidelity::Exact);
+        let mut forker = AtOnce(Mutex::new(planned(&plans)));
+        forker.forker().risk = true;
+        let outcomes = registry
+            .run_child_group_from(&mut forker, "rp", tasks(&ids), workers, false)
+            .unwrap();
+        let ran: Vec<&str> = outcomes.iter().map(ChildOutcome::child_id).collect();
+        assert_eq!(ran, ids, "one outcome per task, in the tasks' order");
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| matches!(o, ChildOutcome::Succeeded(r) if r.parallel == (workers > 1)))
+        );
+        let mut released = forker.forker().released.lock().unwrap().clone();
+        released.sort();
+        assert_eq!(released, ids, "every child released once");
+        assert_eq!(registry.store().live(), 1, "child agent states released");
+        let threads = forker.forker().threads.lock().unwrap().clone();
+        let forked_on: std::collections::HashSet<ThreadId> =
+            threads.iter().map(|(_, forked, _)| *forked).collect();
+        if workers == 1 {
+            assert_eq!(
+                forked_on,
+                std::collections::HashSet::from([std::thread::current().id()]),
+                "one worker forks on the lane"
+            );
+        } else {
+            assert!(forked_on.len() <= 2, "at most two workers forked");
+        }
+        let mut snapshot = registry.metrics().snapshot();
+        snapshot.retain(|key, _| !key.ends_with("_minutes") && !key.contains("parallel"));
+        totals.push(snapshot);
+    }
+    assert_eq!(
+        totals[0], totals[1],
+        "forking at once counts what forking in turn counts"
+    );
+}
+
+#[test]
+fn a_failed_concurrent_fork_fails_the_group_before_any_child_runs() {
+    let ids = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    let broken = Plan {
+        fork_fails: true,
+        ..Plan::default()
+    };
+    let liar = Plan {
+        lie_digest: true,
+        ..Plan::default()
+    };
+    let mut errors = Vec::new();
+    for concurrent in [false, true] {
+        let (mut registry, _) = setup(Fidelity::Exact);
+        let plans = [("c", liar.clone()), ("f", broken.clone())];
+        let mut at_once = AtOnce(Mutex::new(planned(&plans)));
+        let mut serial = planned(&plans);
+        let error = if concurrent {
+            registry.run_child_group_from(&mut at_once, "rp", tasks(&ids), 2, true)
+        } else {
+            registry.run_child_group_from(&mut serial, "rp", tasks(&ids), 2, true)
+        }
+        .unwrap_err();
+        let forker = if concurrent {
+            at_once.0.into_inner().unwrap()
+        } else {
+            serial
+        };
+        assert!(forker.ran.lock().unwrap().is_empty(), "no child ran");
+        assert_eq!(
+            forker.released.lock().unwrap().len() as u64,
+            count(&registry, "child_session_release_success_count"),
+        );
+        assert!(
+            count(&registry, "child_session_fork_attempt_count") >= 3,
+            "forked up to the earliest failure at least"
+        );
+        assert_eq!(registry.store().live(), 1, "child agent states released");
+        assert_eq!(count(&registry, "child_group_failure_count"), 1);
+        assert_eq!(count(&registry, "child_session_fork_failure_count"), 1);
+        assert_eq!(registry.get("rp").unwrap().lifecycle, Lifecycle::Ready);
+        errors.push(error.to_string());
+    }
+    assert_eq!(
+        errors[0], errors[1],
+        "the earliest failure in the tasks' order is the group's error"
+    );
+}
+
+#[test]
+fn a_serial_only_first_lease_keeps_the_forks_on_the_lane() {
+    let serial = Plan {
+        concurrency: Some(ChildConcurrency::SerialOnly),
+        sleep_ms: 2,
+        ..Plan::default()
+    };
+    let (mut registry, _) = setup(Fidelity::Exact);
+    let mut forker = AtOnce(Mutex::new(planned(&[
+        ("a", serial.clone()),
+        ("b", serial.clone()),
+        ("c", serial),
+    ])));
+    let outcomes = registry
+        .run_child_group_from(&mut forker, "rp", tasks(&["a", "b", "c"]), 2, false)
+        .unwrap();
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, ChildOutcome::Succeeded(r) if !r.parallel))
+    );
+    let lane = std::thread::current().id();
+    let threads = forker.forker().threads.lock().unwrap().clone();
+    assert_eq!(threads.len(), 3);
+    assert!(
+        threads
+            .iter()
+            .all(|(_, forked, ran)| *forked == lane && *ran == lane),
+        "forked and run in turn on the lane: {threads:?}"
+    );
+    assert_eq!(*forker.forker().ran.lock().unwrap(), vec!["a", "b", "c"]);
+    assert_eq!(count(&registry, "child_parallel_downgrade_group_count"), 1);
+}
+
+#[test]
+fn each_worker_runs_the_children_at_home_on_it_first() {
+    let me = std::thread::current().id();
+    let elsewhere = std::thread::spawn(|| std::thread::current().id())
+        .join()
+        .unwrap();
+    let homes = [Some(elsewhere), Some(me), None, Some(me), Some(elsewhere)];
+    let order = Mutex::new(Vec::new());
+    let mut children: Vec<usize> = (0..homes.len()).collect();
+    let outcomes = run_parallel_at_home(&mut children, &homes, 1, &|child: &mut usize| {
+        order.lock().unwrap().push(*child);
+        *child * 10
+    });
+    assert_eq!(outcomes, vec![0, 10, 20, 30, 40], "outcomes in order");
+    assert_eq!(
+        order.into_inner().unwrap(),
+        vec![1, 3, 0, 4, 2],
+        "its own first, then the rest, each home's in order"
+    );
 }

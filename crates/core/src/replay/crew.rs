@@ -1,7 +1,6 @@
 //! A lane's crew: the helper threads its parallel work runs on beside the
-//! calling thread — a group's children ([`run_parallel`](super::run_parallel)),
-//! their records, and the child instances a group starts ahead
-//! ([`spawn_ahead`]).
+//! calling thread — a group's children, forked and run
+//! ([`run_parallel`](super::run_parallel)), and their records.
 //!
 //! Every thread that asks for parallel work has a crew of its own (a
 //! thread-local, so two lanes never wait for each other's helpers), grown
@@ -9,8 +8,8 @@
 //! helpers end with the thread. A helper that has finished a job spins for
 //! the next one for up to [`SPIN`] before it parks, and the calling thread
 //! waits for its helpers the same way, spinning, then yielding, then
-//! parking until the last helper unparks it: a group's phases (instances
-//! started ahead, forks, runs, records) and its chunks follow one another
+//! parking until the last helper unparks it: a group's phases (forks,
+//! runs, records) and its chunks follow one another
 //! within microseconds, and putting a thread to sleep and waking it costs
 //! more than that on a virtual machine. A general-purpose pool parks its
 //! threads sooner and sleeps the caller on every join: profiled, those
@@ -140,8 +139,7 @@ impl Helper {
 }
 
 impl Shared {
-    /// Hand `job` to this helper once it has finished its previous one (a
-    /// job started ahead may still be running).
+    /// Hand `job` to this helper once it has finished its previous one.
     fn post(&self, job: Job) {
         let idle = || !self.busy.load(Ordering::Acquire);
         if !spin_until(idle) {
@@ -343,23 +341,6 @@ pub fn run_scoped(helpers: usize, work: &(dyn Fn() + Sync)) {
     }
 }
 
-/// Start `job` on `helpers` helper threads of the calling thread's crew
-/// (fewer when the machine has fewer cores) without waiting for it: for
-/// work a lane starts ahead and takes the results of as they come (a
-/// group's child instances). A panic ends that helper's copy of the job
-/// only; whoever waits for its results must not wait for a job that can
-/// panic. A later [`run_scoped`] (or [`run_parallel`](super::run_parallel))
-/// on the same thread waits for each helper it uses to finish the job
-/// first. Does nothing when no helper can be started.
-pub fn spawn_ahead(helpers: usize, job: impl Fn() + Send + Sync + 'static) {
-    let shared = crew_helpers(helpers);
-    let job = Arc::new(job);
-    for helper in &shared {
-        let job = Arc::clone(&job);
-        helper.post(Box::new(move || job()));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,24 +396,5 @@ mod tests {
             runs.fetch_add(1, Ordering::SeqCst);
         });
         assert_eq!(runs.load(Ordering::SeqCst), 2);
-    }
-
-    #[test]
-    fn work_started_ahead_runs_first_and_a_scoped_run_waits_for_its_helper() {
-        let order = Arc::new(Mutex::new(Vec::new()));
-        {
-            let order = Arc::clone(&order);
-            spawn_ahead(1, move || {
-                std::thread::sleep(Duration::from_millis(20));
-                order.lock().unwrap().push("ahead");
-            });
-        }
-        let caller = std::thread::current().id();
-        run_scoped(1, &|| {
-            if std::thread::current().id() != caller {
-                order.lock().unwrap().push("scoped");
-            }
-        });
-        assert_eq!(*order.lock().unwrap(), ["ahead", "scoped"]);
     }
 }

@@ -30,7 +30,6 @@ pub mod registry;
 pub mod snapshot_totals;
 
 pub use agent_state::{AgentStateStore, MemoryAgentStateStore, agent_cursor};
-pub use crew::spawn_ahead;
 pub use group::{Capture, GroupInstance, GroupLane, GroupPoint, GroupSettings};
 pub use group_children::{ChildChunk, ForkAt, ForkSource, LaneRegistry, MAX_CHILDREN_PER_FORK};
 pub use group_records::{
@@ -44,8 +43,8 @@ pub use point::{
 };
 pub use registry::{
     ChildConcurrency, ChildFailure, ChildFailureStage, ChildForker, ChildLease, ChildOutcome,
-    ChildResult, ChildSession, ChildTask, CounterfactualRequest, Disposition, ForkRequest,
-    RISK_DENIED, ReplayAdapter, ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage,
-    RiskAssessment, RiskAssessmentRules, Selection, SerialChildGroup, ValidationOutcome,
-    run_parallel, select_before,
+    ChildResult, ChildSession, ChildTask, ConcurrentForker, CounterfactualRequest, Disposition,
+    ForkRequest, RISK_DENIED, ReplayAdapter, ReplayCause, ReplayError, ReplayPointRegistry,
+    ReplayStage, RiskAssessment, RiskAssessmentRules, Selection, SerialChildGroup,
+    ValidationOutcome, run_parallel, select_before,
 };

@@ -914,9 +914,9 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
 mod children;
 pub use children::{
     ChildConcurrency, ChildFailure, ChildFailureStage, ChildForker, ChildLease, ChildOutcome,
-    ChildResult, ChildSession, ChildTask, CounterfactualRequest, Disposition, ForkRequest,
-    RISK_DENIED, RiskAssessment, RiskAssessmentRules, SerialChildGroup, ValidationOutcome,
-    judge_replay_intent, run_parallel,
+    ChildResult, ChildSession, ChildTask, ConcurrentForker, CounterfactualRequest, Disposition,
+    ForkRequest, RISK_DENIED, RiskAssessment, RiskAssessmentRules, SerialChildGroup,
+    ValidationOutcome, judge_replay_intent, run_parallel, run_parallel_at_home,
 };
 
 #[cfg(test)]

@@ -9,8 +9,7 @@
 use std::sync::Arc;
 
 use super::WasmAdapter;
-use super::bind::Export;
-use super::child_instance::Prestarted;
+use super::child_instance::ChildOrigin;
 use super::children::WasmChildForker;
 use super::replay::BindingHandle;
 use super::snapshot_children::{SnapshotForker, SnapshotPoint};
@@ -67,21 +66,9 @@ pub fn run_adopted_children(
     let point_id = &point.replay_point_id;
     match fork {
         AdoptedFork::State(state) => {
-            let prestarted = Prestarted::start(
-                parent,
-                &parent.loaded,
-                ctx,
-                &tasks,
-                &fork_at,
-                workers,
-                Export::STATE_CHILD,
-            );
             let mut forker = WasmChildForker {
-                parent,
+                origin: ChildOrigin::new(parent, &parent.loaded, ctx, fork_at),
                 state,
-                ctx: ctx.clone(),
-                fork_at,
-                prestarted,
             };
             registry.run_child_group_from(&mut forker, point_id, tasks, workers, true)
         }
@@ -91,15 +78,7 @@ pub fn run_adopted_children(
             state,
             compile_ms,
         } => {
-            let prestarted = Prestarted::start(
-                parent,
-                compiled.loaded(),
-                ctx,
-                &tasks,
-                &fork_at,
-                workers,
-                Export::SNAPSHOT_CHILD,
-            );
+            let origin = ChildOrigin::new(parent, compiled.loaded(), ctx, fork_at);
             let point = Arc::new(SnapshotPoint {
                 compiled,
                 token,
@@ -108,13 +87,7 @@ pub fn run_adopted_children(
                 compile_ms,
                 risk_state: Some(state),
             });
-            let mut forker = SnapshotForker {
-                parent,
-                point,
-                ctx: ctx.clone(),
-                fork_at,
-                prestarted,
-            };
+            let mut forker = SnapshotForker { origin, point };
             registry.run_child_group_from(&mut forker, point_id, tasks, workers, true)
         }
     }

@@ -5,10 +5,8 @@
 //! fifth of what starting a child's instance costs when it is done for all
 //! eight interfaces. An instance calls few of them — a lane the episode
 //! interfaces, a state-forked child `replay-children` and `child-risk` — so
-//! each is bound on its first call ([`WasmAdapter::call`]) and a child's
-//! instance started ahead binds the ones its fork will call
-//! ([`Export::STATE_CHILD`], [`Export::SNAPSHOT_CHILD`]) on the thread that
-//! starts it. The component's exports were checked against the contract
+//! each is bound on its first call ([`WasmAdapter::call`]). The
+//! component's exports were checked against the contract
 //! when it was loaded, so a bind does not fail in practice; if it does,
 //! the call reports it as an instantiation failure.
 //!
@@ -32,14 +30,6 @@ pub(super) enum Export {
 }
 
 impl Export {
-    /// What a state-forked child calls: `fork-replay-child` and the rest of
-    /// `replay-children`, and its risk screens.
-    pub(super) const STATE_CHILD: &'static [Export] = &[Export::ReplayChildren, Export::ChildRisk];
-    /// What a child forked from a snapshot calls: `resume-binding`,
-    /// `restore-replay-state` and the rest of `replay`, its risk screens,
-    /// and `fork-replay-child` to adopt the state they judge.
-    pub(super) const SNAPSHOT_CHILD: &'static [Export] =
-        &[Export::Replay, Export::ChildRisk, Export::ReplayChildren];
     /// Every interface, in the contract's order.
     const ALL: [Export; 8] = [
         Export::Episode,
@@ -98,19 +88,6 @@ impl Export {
 }
 
 impl WasmAdapter {
-    /// Instantiate, when there is no live instance, and bind `exports`: a
-    /// child's instance started ahead of its fork. A failure leaves no
-    /// live instance, so the first call instantiates again and reports it.
-    pub(super) fn start_binding(&mut self, exports: &[Export]) {
-        if self.live.is_none() && self.instantiate().is_err() {
-            return;
-        }
-        let live = self.live.as_mut().expect("instantiated above");
-        if live.bind(exports, &self.loaded.indices).is_err() {
-            self.live = None;
-        }
-    }
-
     /// Bind the interface of `name` before calling it (see
     /// [`Live::bind_for`]); a failure drops the instance.
     ///

@@ -11,8 +11,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use wasmtime::component::ResourceAny;
 
-use super::bind::Export;
-use super::child_instance::{ChildInstance, Prestarted};
+use super::child_instance::{ChildInstance, ChildOrigin};
 use super::replay::{receipt_from_wit, receipt_to_wit, report_from_wit, to_wit_fidelity};
 use super::snapshot_children::SnapshotForker;
 use super::{GroupHandle, WasmAdapter, declared};
@@ -20,9 +19,9 @@ use crate::bindings::exports::sandloop::adapter::replay_children;
 use crate::bindings::sandloop::adapter::types as wit_types;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, Item, Record};
 use sandloop_core::replay::{
-    ChildConcurrency, ChildForker, ChildLease, ChildSession, CounterfactualRequest,
-    EquivalenceReport, ForkAt, ForkRequest, ForkSource, RestoreReceipt, RiskAssessment,
-    ValidationOutcome,
+    ChildConcurrency, ChildForker, ChildLease, ChildSession, ConcurrentForker,
+    CounterfactualRequest, EquivalenceReport, ForkRequest, ForkSource, RestoreReceipt,
+    RiskAssessment, ValidationOutcome,
 };
 
 /// One forked child in its own instance.
@@ -32,15 +31,12 @@ pub struct WasmChild {
     released: bool,
 }
 
-/// Forks children of one point from its exported state.
-pub struct WasmChildForker<'a> {
-    pub(super) parent: &'a WasmAdapter,
+/// Forks children of one point from its exported state: each a fresh
+/// instance made from `origin` that adopts `state`. Forks share nothing
+/// else, so a parallel group's workers fork at once.
+pub struct WasmChildForker {
+    pub(super) origin: ChildOrigin,
     pub(super) state: Arc<Vec<u8>>,
-    pub(super) ctx: CallContext,
-    /// The trace position the point sits at.
-    pub(super) fork_at: ForkAt,
-    /// The children's instances, when started ahead.
-    pub(super) prestarted: Prestarted,
 }
 
 fn wit_concurrency(concurrency: replay_children::ChildConcurrency) -> ChildConcurrency {
@@ -51,21 +47,25 @@ fn wit_concurrency(concurrency: replay_children::ChildConcurrency) -> ChildConcu
     }
 }
 
-impl ChildForker for WasmChildForker<'_> {
+impl ChildForker for WasmChildForker {
     type Session = WasmChild;
 
     fn has_risk_policy(&self) -> bool {
-        self.parent.loaded.indices.child_risk.is_some()
+        self.origin.loaded().indices.child_risk.is_some()
     }
 
     fn fork(&mut self, request: &ForkRequest) -> Result<ChildLease<WasmChild>, AdapterError> {
-        let mut instance = self.prestarted.take(
-            self.parent,
-            &self.parent.loaded,
-            &self.ctx,
-            request,
-            &self.fork_at,
-        );
+        ConcurrentForker::fork(self, request)
+    }
+
+    fn concurrent(&self) -> Option<&dyn ConcurrentForker<WasmChild>> {
+        Some(self)
+    }
+}
+
+impl ConcurrentForker<WasmChild> for WasmChildForker {
+    fn fork(&self, request: &ForkRequest) -> Result<ChildLease<WasmChild>, AdapterError> {
+        let mut instance = self.origin.instance(request);
         let lease = instance.adapter.fork_replay_child(&self.state, request)?;
         Ok(ChildLease {
             receipt: receipt_from_wit(lease.receipt),
@@ -228,40 +228,17 @@ impl WasmAdapter {
                 let (point_id, tasks, workers) = (chunk.point_id, chunk.tasks, chunk.workers);
                 match chunk.source {
                     ForkSource::State(state) => {
-                        let prestarted = Prestarted::start(
-                            parent,
-                            &parent.loaded,
-                            ctx,
-                            &tasks,
-                            &chunk.fork_at,
-                            workers,
-                            Export::STATE_CHILD,
-                        );
                         let mut forker = WasmChildForker {
-                            parent,
+                            origin: ChildOrigin::new(parent, &parent.loaded, ctx, chunk.fork_at),
                             state: Arc::clone(state),
-                            ctx: ctx.clone(),
-                            fork_at: chunk.fork_at,
-                            prestarted,
                         };
                         registry.run_child_group_from(&mut forker, point_id, tasks, workers, true)
                     }
                     ForkSource::Snapshot(snapshot) => {
-                        let prestarted = Prestarted::start(
-                            parent,
-                            snapshot.compiled.loaded(),
-                            ctx,
-                            &tasks,
-                            &chunk.fork_at,
-                            workers,
-                            Export::SNAPSHOT_CHILD,
-                        );
+                        let loaded = snapshot.compiled.loaded();
                         let mut forker = SnapshotForker {
-                            parent,
+                            origin: ChildOrigin::new(parent, loaded, ctx, chunk.fork_at),
                             point: Arc::clone(snapshot),
-                            ctx: ctx.clone(),
-                            fork_at: chunk.fork_at,
-                            prestarted,
                         };
                         registry.run_child_group_from(&mut forker, point_id, tasks, workers, true)
                     }

@@ -30,7 +30,7 @@ use std::time::Instant;
 use serde_json::{Map, Value, json};
 use wasmtime::component::ResourceAny;
 
-use super::child_instance::{ChildInstance, Prestarted};
+use super::child_instance::{ChildInstance, ChildOrigin};
 use super::replay::ReplayLane;
 use super::replay::{
     BindingHandle, receipt_from_wit, receipt_to_wit, report_from_wit, to_wit_fidelity,
@@ -38,10 +38,11 @@ use super::replay::{
 use super::{GroupHandle, WasmAdapter, declared};
 use crate::bindings::exports::sandloop::adapter::replay as wit_replay;
 use crate::snapshot::{CompiledSnapshot, Instrumented, SnapshotError};
-use sandloop_core::episode::adapter::{AdapterError, CallContext, Item, Record};
+use sandloop_core::episode::adapter::{AdapterError, Item, Record};
 use sandloop_core::replay::{
-    ChildConcurrency, ChildForker, ChildLease, ChildSession, CounterfactualRequest,
-    EquivalenceReport, ForkAt, ForkRequest, RestoreReceipt, RiskAssessment, ValidationOutcome,
+    ChildConcurrency, ChildForker, ChildLease, ChildSession, ConcurrentForker,
+    CounterfactualRequest, EquivalenceReport, ForkRequest, RestoreReceipt, RiskAssessment,
+    ValidationOutcome,
 };
 
 /// A replay point frozen as a compiled snapshot, with the token its
@@ -261,15 +262,12 @@ impl WasmAdapter {
     }
 }
 
-/// Forks children of one point from its compiled snapshot.
-pub struct SnapshotForker<'a> {
-    pub(super) parent: &'a WasmAdapter,
+/// Forks children of one point from its compiled snapshot: each a fresh
+/// instance of the snapshot made from `origin`. Forks share nothing else,
+/// so a parallel group's workers fork at once.
+pub struct SnapshotForker {
+    pub(super) origin: ChildOrigin,
     pub(super) point: Arc<SnapshotPoint>,
-    pub(super) ctx: CallContext,
-    /// The trace position the point sits at.
-    pub(super) fork_at: ForkAt,
-    /// The children's instances, when started ahead.
-    pub(super) prestarted: Prestarted,
 }
 
 /// One child: a fresh instance of the snapshot and its resumed binding.
@@ -278,7 +276,7 @@ pub struct SnapshotChild {
     binding: ResourceAny,
 }
 
-impl ChildForker for SnapshotForker<'_> {
+impl ChildForker for SnapshotForker {
     type Session = SnapshotChild;
 
     /// Whether the component's `child-risk` policy screens the children:
@@ -288,13 +286,17 @@ impl ChildForker for SnapshotForker<'_> {
     }
 
     fn fork(&mut self, request: &ForkRequest) -> Result<ChildLease<SnapshotChild>, AdapterError> {
-        let mut instance = self.prestarted.take(
-            self.parent,
-            self.point.compiled.loaded(),
-            &self.ctx,
-            request,
-            &self.fork_at,
-        );
+        ConcurrentForker::fork(self, request)
+    }
+
+    fn concurrent(&self) -> Option<&dyn ConcurrentForker<SnapshotChild>> {
+        Some(self)
+    }
+}
+
+impl ConcurrentForker<SnapshotChild> for SnapshotForker {
+    fn fork(&self, request: &ForkRequest) -> Result<ChildLease<SnapshotChild>, AdapterError> {
+        let mut instance = self.origin.instance(request);
         let adapter = &mut instance.adapter;
         let binding = adapter.resume_binding(self.point.token, Some(&request.child_id))?;
         let restore = wit_replay::RestoreRequest {
