@@ -31,11 +31,10 @@ pub trait ConcurrentForker<S>: Sync {
     fn fork(&self, request: &ForkRequest) -> Result<ChildLease<S>, AdapterError>;
 }
 
-/// The point a group forks from, the key of its agent state, and the
-/// group's metrics.
-pub(super) struct ForkOrigin<'a, K> {
+/// The point a group forks from and the group's metrics: what every fork
+/// reads, from whichever worker.
+pub(super) struct ForkOrigin<'a> {
     pub(super) point: &'a ReplayPoint,
-    pub(super) point_key: &'a K,
     pub(super) metrics: &'a ReplayMetricLedger,
 }
 
@@ -44,22 +43,21 @@ pub(super) struct ForkOrigin<'a, K> {
 pub(super) type ForkPhase<L, K> = (Vec<Prepared<L, K>>, Option<ReplayError>);
 
 /// Fork every task in order on this thread (reference
-/// `run_child_group_from`): the first failure stops the forks and is
-/// returned beside the children forked so far, which the caller releases.
+/// `run_child_group_from`), each child's agent state forked from the
+/// point's (`point_key` in `store`): the first failure stops the forks and
+/// is returned beside the children forked so far, which the caller
+/// releases.
 pub(super) fn fork_serially<F: ChildForker, S: AgentStateStore>(
     forker: &mut F,
     store: &mut S,
-    origin: &ForkOrigin<'_, S::Key>,
+    point_key: &S::Key,
+    origin: &ForkOrigin<'_>,
     tasks: Vec<ChildTask>,
 ) -> ForkPhase<F::Session, S::Key> {
-    let shared = Shared {
-        point: origin.point,
-        metrics: origin.metrics,
-    };
     let mut prepared: Vec<Prepared<F::Session, S::Key>> = Vec::with_capacity(tasks.len());
     for task in tasks {
         let (lease, restore_minutes) =
-            match fork_lease(|request| forker.fork(request), &shared, &task) {
+            match fork_lease(|request| forker.fork(request), origin, &task) {
                 Ok(forked) => forked,
                 Err(error) => return (prepared, Some(error)),
             };
@@ -71,8 +69,8 @@ pub(super) fn fork_serially<F: ChildForker, S: AgentStateStore>(
         let checked = if duplicate {
             Err(duplicate_key())
         } else {
-            settle_fork(current, restore_minutes, &shared, |child_id| {
-                store.fork_agent_state(origin.point_key, child_id)
+            settle_fork(current, restore_minutes, origin, |child_id| {
+                store.fork_agent_state(point_key, child_id)
             })
         };
         if let Err(error) = checked {
@@ -85,10 +83,9 @@ pub(super) fn fork_serially<F: ChildForker, S: AgentStateStore>(
 /// Fork the tasks on up to `workers` threads at once, each worker taking
 /// the next task, once the first child, forked on this thread, has a lease
 /// that lets children run at once (a serial-only lease: the rest are
-/// forked one after another here). A worker's children are
-/// homed to it (`Prepared::home`), so the run phase runs (and drops) each child
-/// on the thread that made it.
-/// After the first failure no further task is taken; the returned error is
+/// forked one after another here). A worker's children are homed to it
+/// (`Prepared::home`), so the run phase runs (and drops) each child on the
+/// thread that made it. After the first failure no further task is taken; the returned error is
 /// that of the earliest failed task in the group's order, and every child
 /// forked (also those after it, forked meanwhile) is returned in the
 /// tasks' order for the caller to release. Child keys are checked for
@@ -100,7 +97,8 @@ pub(super) fn fork_serially<F: ChildForker, S: AgentStateStore>(
 pub(super) fn fork_concurrently<L: ChildSession, S: AgentStateStore + Send>(
     forker: &dyn ConcurrentForker<L>,
     store: &mut S,
-    origin: &ForkOrigin<'_, S::Key>,
+    point_key: &S::Key,
+    origin: &ForkOrigin<'_>,
     tasks: Vec<ChildTask>,
     workers: usize,
 ) -> ForkPhase<L, S::Key>
@@ -108,16 +106,12 @@ where
     S::Key: Send,
 {
     let count = tasks.len();
-    let shared = Shared {
-        point: origin.point,
-        metrics: origin.metrics,
-    };
     let tasks: Vec<Mutex<Option<ChildTask>>> =
         tasks.into_iter().map(|t| Mutex::new(Some(t))).collect();
     let forked: Vec<Mutex<Forked<L, S::Key>>> =
         (0..count).map(|_| Mutex::new(Forked::NotTaken)).collect();
     // The key is cloned in with the store: workers share neither alone.
-    let store = Mutex::new((store, origin.point_key.clone()));
+    let store = Mutex::new((store, point_key.clone()));
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     // Fork the next task on this thread; false when none is left or a
@@ -134,11 +128,11 @@ where
             .take()
             .expect("each task is taken once");
         let home = Some(std::thread::current().id());
-        let outcome = match fork_lease(|request| forker.fork(request), &shared, &task) {
+        let outcome = match fork_lease(|request| forker.fork(request), origin, &task) {
             Err(error) => Forked::Failed(None, error),
             Ok((lease, restore_minutes)) => {
                 let mut child = Prepared::new(task, lease, home);
-                let settled = settle_fork(&mut child, restore_minutes, &shared, |id| {
+                let settled = settle_fork(&mut child, restore_minutes, origin, |id| {
                     let (store, key) = &mut *locked(&store);
                     store.fork_agent_state(key, id)
                 });
@@ -195,12 +189,6 @@ where
     (prepared, first_error)
 }
 
-/// What every fork of a group reads: its point and metrics.
-struct Shared<'a> {
-    point: &'a ReplayPoint,
-    metrics: &'a ReplayMetricLedger,
-}
-
 /// One task's fork in a concurrent fork phase.
 enum Forked<L, K> {
     /// No worker took it (a sibling failed first).
@@ -226,7 +214,7 @@ fn duplicate_key() -> ReplayError {
 /// the lease and the restore's minutes.
 fn fork_lease<L>(
     fork: impl FnOnce(&ForkRequest) -> Result<ChildLease<L>, AdapterError>,
-    origin: &Shared<'_>,
+    origin: &ForkOrigin<'_>,
     task: &ChildTask,
 ) -> Result<(ChildLease<L>, f64), ReplayError> {
     origin
@@ -252,7 +240,7 @@ fn fork_lease<L>(
 fn settle_fork<L: ChildSession, K>(
     current: &mut Prepared<L, K>,
     restore_minutes: f64,
-    origin: &Shared<'_>,
+    origin: &ForkOrigin<'_>,
     fork_state: impl FnOnce(&str) -> Result<K, String>,
 ) -> Result<(), ReplayError> {
     let point = origin.point;

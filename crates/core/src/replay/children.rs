@@ -505,15 +505,16 @@ where
         // Fork and validate every child first.
         let origin = ForkOrigin {
             point: &point,
-            point_key: &point_key,
             metrics: &metrics,
         };
         let concurrent = (workers > 1 && tasks.len() > 1)
             .then(|| forker.concurrent())
             .flatten();
         let (mut prepared, fork_error) = match concurrent {
-            Some(concurrent) => fork_concurrently(concurrent, store, &origin, tasks, workers),
-            None => fork_serially(forker, store, &origin, tasks),
+            Some(concurrent) => {
+                fork_concurrently(concurrent, store, &point_key, &origin, tasks, workers)
+            }
+            None => fork_serially(forker, store, &point_key, &origin, tasks),
         };
 
         let store_dyn: &mut dyn AgentStateRelease<S::Key> = store;
