@@ -414,8 +414,9 @@ where
     /// forker that is [`concurrent`](ChildForker::concurrent), on the
     /// workers at once after the first child (the group's error is then
     /// the earliest failure in the tasks' order, and siblings forked
-    /// meanwhile are counted and released too). Then each child's intent is assessed, its task run, its
-    /// outcome assessed, and it is always released. The group runs in
+    /// meanwhile are counted and released too). Then each child's intent
+    /// is assessed, its task run, its outcome assessed, and it is always
+    /// released. The group runs in
     /// parallel on up to `workers` threads only when `workers > 1`, there is
     /// more than one child, every lease allows it and no two
     /// process-isolated leases share a worker identity; otherwise serially
