@@ -437,6 +437,29 @@ where
     where
         F: ChildForker,
     {
+        self.run_child_group_finishing(forker, replay_point_id, tasks, workers, settle, &|o| o)
+    }
+
+    /// [`run_child_group_from`](Self::run_child_group_from), with each
+    /// child's outcome turned into what the caller keeps by `finish` on the
+    /// thread that ran the child, right after its release: a parallel
+    /// group's records are then built where their children ran, in the
+    /// same phase, instead of in one more hand-off to the workers. `finish`
+    /// is called once per child that ran, also when the group then fails
+    /// (its results are dropped with the group's error).
+    pub fn run_child_group_finishing<F, T>(
+        &mut self,
+        forker: &mut F,
+        replay_point_id: &str,
+        tasks: Vec<ChildTask>,
+        workers: usize,
+        settle: bool,
+        finish: &(dyn Fn(ChildOutcome) -> T + Sync),
+    ) -> Result<Vec<T>, ReplayError>
+    where
+        F: ChildForker,
+        T: Send,
+    {
         if tasks.is_empty() {
             return Err(ReplayError::unavailable(
                 "a child group needs at least one task",
@@ -470,21 +493,23 @@ where
         }
         let metrics = Arc::clone(&self.metrics);
         metrics.increment(ReplayCount::ChildGroupAttempt);
-        let result = self.child_group_inner(forker, replay_point_id, tasks, workers, settle);
+        let result =
+            self.child_group_inner(forker, replay_point_id, tasks, workers, settle, finish);
         if result.is_err() {
             metrics.increment(ReplayCount::ChildGroupFailure);
         }
         result
     }
 
-    fn child_group_inner<F: ChildForker>(
+    fn child_group_inner<F: ChildForker, T: Send>(
         &mut self,
         forker: &mut F,
         replay_point_id: &str,
         tasks: Vec<ChildTask>,
         workers: usize,
         settle: bool,
-    ) -> Result<Vec<ChildOutcome>, ReplayError> {
+        finish: &(dyn Fn(ChildOutcome) -> T + Sync),
+    ) -> Result<Vec<T>, ReplayError> {
         let metrics = Arc::clone(&self.metrics);
         let slot = self.slot(replay_point_id)?;
         let Self { entries, store, .. } = self;
@@ -555,18 +580,29 @@ where
             cleanup_failed: &cleanup_failed,
             unsafe_outcome: &unsafe_outcome,
         };
-        let execute = |child: &mut Prepared<F::Session, S::Key>| run.run(child);
-        let outcomes: Vec<Result<ChildOutcome, ReplayError>> = if parallel {
+        // Each child's outcome is finished where it ran; whether it failed
+        // is kept beside it for the group's counts.
+        let execute = |child: &mut Prepared<F::Session, S::Key>| {
+            run.run(child).map(|outcome| {
+                let failed = matches!(outcome, ChildOutcome::Failed(_));
+                (failed, finish(outcome))
+            })
+        };
+        let outcomes: Vec<Result<(bool, T), ReplayError>> = if parallel {
             let homes: Vec<Option<ThreadId>> = prepared.iter().map(|child| child.home).collect();
             run_parallel_at_home(&mut prepared, &homes, workers, &execute)
         } else {
             prepared.iter_mut().map(&execute).collect()
         };
         let mut results = Vec::with_capacity(outcomes.len());
+        let mut failures = 0;
         let mut first_error = None;
         for outcome in outcomes {
             match outcome {
-                Ok(outcome) => results.push(outcome),
+                Ok((failed, result)) => {
+                    failures += u64::from(failed);
+                    results.push(result);
+                }
                 Err(error) => {
                     first_error.get_or_insert(error);
                 }
@@ -575,7 +611,7 @@ where
         if let Some(error) = first_error {
             return Err(fail_group(&mut prepared, error, &mut entry.point));
         }
-        count_group_outcome(&results, settle, &metrics);
+        count_group_outcome(results.len() as u64, failures, settle, &metrics);
         Ok(results)
     }
 }
@@ -745,21 +781,15 @@ fn runs_in_parallel<S, K>(
     parallel
 }
 
-/// Count a finished group: each settled child's success or failure, and the
-/// group as settled (some failed) or succeeded.
-fn count_group_outcome(results: &[ChildOutcome], settle: bool, metrics: &ReplayMetricLedger) {
+/// Count a finished group of `children`, `failures` of them failed: each
+/// settled child's success or failure, and the group as settled (some
+/// failed) or succeeded.
+fn count_group_outcome(children: u64, failures: u64, settle: bool, metrics: &ReplayMetricLedger) {
     if !settle {
         metrics.increment(ReplayCount::ChildGroupSuccess);
         return;
     }
-    let failures = results
-        .iter()
-        .filter(|r| matches!(r, ChildOutcome::Failed(_)))
-        .count() as u64;
-    metrics.add(
-        ReplayCount::ChildCandidateSuccess,
-        results.len() as u64 - failures,
-    );
+    metrics.add(ReplayCount::ChildCandidateSuccess, children - failures);
     metrics.add(ReplayCount::ChildCandidateFailure, failures);
     metrics.increment(if failures > 0 {
         ReplayCount::ChildGroupSettled

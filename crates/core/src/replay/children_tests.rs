@@ -934,3 +934,47 @@ fn each_worker_runs_the_children_at_home_on_it_first() {
         "its own first, then the rest, each home's in order"
     );
 }
+
+#[test]
+fn each_outcome_is_finished_on_the_thread_that_ran_its_child() {
+    let slow = Plan {
+        sleep_ms: 5,
+        ..Plan::default()
+    };
+    let ids = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    let mut plans: Vec<(&str, Plan)> = ids.iter().map(|id| (*id, slow.clone())).collect();
+    plans[5].1.run_fails = true;
+    let (mut registry, _) = setup(Fidelity::Exact);
+    let mut forker = AtOnce(Mutex::new(planned(&plans)));
+    let finished = Mutex::new(Vec::new());
+    let finish = |outcome: ChildOutcome| {
+        let on = std::thread::current().id();
+        let failed = matches!(outcome, ChildOutcome::Failed(_));
+        finished
+            .lock()
+            .unwrap()
+            .push((outcome.child_id().to_string(), on));
+        (outcome.child_id().to_string(), failed)
+    };
+    let results = registry
+        .run_child_group_finishing(&mut forker, "rp", tasks(&ids), 2, true, &finish)
+        .unwrap();
+    let expected: Vec<(String, bool)> = ids.iter().map(|id| (id.to_string(), *id == "f")).collect();
+    assert_eq!(results, expected, "one finished result per task, in order");
+    let ran_on: BTreeMap<String, ThreadId> = forker
+        .forker()
+        .threads
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(id, _, ran)| (id.clone(), *ran))
+        .collect();
+    let finished = finished.into_inner().unwrap();
+    assert_eq!(finished.len(), ids.len(), "each outcome finished once");
+    for (id, on) in &finished {
+        assert_eq!(Some(on), ran_on.get(id), "{id} finished where it ran");
+    }
+    assert_eq!(count(&registry, "child_candidate_success_count"), 7);
+    assert_eq!(count(&registry, "child_candidate_failure_count"), 1);
+    assert_eq!(count(&registry, "child_group_settled_count"), 1);
+}

@@ -1,6 +1,6 @@
 //! A lane's crew: the helper threads its parallel work runs on beside the
-//! calling thread — a group's children, forked and run
-//! ([`run_parallel`](super::run_parallel)), and their records.
+//! calling thread — a group's children, forked, then run with their
+//! records built where they ran ([`run_parallel`](super::run_parallel)).
 //!
 //! Every thread that asks for parallel work has a crew of its own (a
 //! thread-local, so two lanes never wait for each other's helpers), grown
@@ -8,10 +8,10 @@
 //! helpers end with the thread. A helper that has finished a job spins for
 //! the next one for up to [`SPIN`] before it parks, and the calling thread
 //! waits for its helpers the same way, spinning, then yielding, then
-//! parking until the last helper unparks it: a group's phases (forks,
-//! runs, records) and its chunks follow one another
-//! within microseconds, and putting a thread to sleep and waking it costs
-//! more than that on a virtual machine. A general-purpose pool parks its
+//! parking until the last helper unparks it: a group's two phases (forks,
+//! then runs) and its chunks follow one another within microseconds, and
+//! putting a thread to sleep and waking it costs more than that on a
+//! virtual machine. A general-purpose pool parks its
 //! threads sooner and sleeps the caller on every join: profiled, those
 //! sleeps and wake-ups were most of a parallel group's system calls.
 

@@ -1,22 +1,22 @@
 //! The isolated children of a replay group: every item of the group forked
 //! from the group's point — from its exported state, or from its snapshot
 //! — and run as a settled child group
-//! ([`ReplayPointRegistry::run_child_group_from`](super::ReplayPointRegistry::run_child_group_from)),
+//! ([`ReplayPointRegistry::run_child_group_finishing`](super::ReplayPointRegistry::run_child_group_finishing)),
 //! [`MAX_CHILDREN_PER_FORK`] at a time; or, when the point is usable but
 //! its children cannot be forked, the group counted as a serial fallback
 //! ([`SerialChildGroup`]) whose suffixes run one by one from the point.
 //!
 //! How a child is forked is the adapter's: the caller's `run_chunk` builds
 //! a [`ChildForker`](super::ChildForker) for the chunk's [`ForkSource`] and
-//! runs the chunk's tasks on the registry.
+//! runs the chunk's tasks on the registry, finishing each child's outcome
+//! into its item's result with the chunk's [`finish`](ChildChunk::finish).
 
 use std::sync::Arc;
 
 use super::group::{GroupInstance, GroupLane, GroupPoint};
 use super::group_records::{child_result, failed_child, intent_of};
-use super::point::ReplayPoint;
 use super::registry::{ChildOutcome, ChildTask, SerialChildGroup};
-use super::registry::{ReplayError, ReplayPointRegistry, run_parallel};
+use super::registry::{ReplayError, ReplayPointRegistry};
 use crate::episode::adapter::{AdapterError, Item, Record};
 use crate::replay::agent_state::MemoryAgentStateStore;
 
@@ -56,6 +56,10 @@ pub struct ForkAt {
     pub next_sequence: u64,
 }
 
+/// One item's result from a child group: its record or the adapter's
+/// error, and the minutes its replay took.
+pub type ChildItemResult = (Result<Record, AdapterError>, f64);
+
 /// One chunk of a group's children, handed to the caller's `run_chunk`.
 pub struct ChildChunk<'a, S> {
     /// The point they fork from.
@@ -70,6 +74,10 @@ pub struct ChildChunk<'a, S> {
     pub tasks: Vec<ChildTask>,
     /// Threads to run them on.
     pub workers: usize,
+    /// Each child's outcome as its item's result ([`child_result`]), for
+    /// [`run_child_group_finishing`](ReplayPointRegistry::run_child_group_finishing):
+    /// a child's record is built on the thread that ran it.
+    pub finish: &'a (dyn Fn(ChildOutcome) -> ChildItemResult + Sync),
 }
 
 /// The registry a group's children run on.
@@ -95,8 +103,8 @@ impl<B> GroupLane<B> {
         mut run_chunk: impl FnMut(
             &mut LaneRegistry<B>,
             ChildChunk<'_, S>,
-        ) -> Result<Vec<ChildOutcome>, ReplayError>,
-    ) -> Option<Vec<(Result<Record, AdapterError>, f64)>>
+        ) -> Result<Vec<ChildItemResult>, ReplayError>,
+    ) -> Option<Vec<ChildItemResult>>
     where
         A: GroupInstance<Binding = B>,
     {
@@ -116,6 +124,9 @@ impl<B> GroupLane<B> {
         };
         let minimum = self.settings.minimum_fidelity;
         let first_sequence = replay_point.cursor.next_sequence + 1;
+        let fork = source.name();
+        let finish =
+            |outcome: ChildOutcome| child_result(outcome, &replay_point, first_sequence, fork);
         let mut results = Vec::with_capacity(items.len());
         for chunk in items.chunks(MAX_CHILDREN_PER_FORK) {
             let tasks = chunk
@@ -143,43 +154,17 @@ impl<B> GroupLane<B> {
                 fork_at,
                 tasks,
                 workers,
+                finish: &finish,
             };
             match run_chunk(&mut self.registry, chunk_of) {
-                Ok(outcomes) => results.extend(child_results(
-                    outcomes,
-                    &replay_point,
-                    first_sequence,
-                    source.name(),
-                    workers,
-                )),
+                Ok(finished) => results.extend(finished),
                 Err(error) => results.extend(
                     chunk
                         .iter()
-                        .map(|item| failed_child(&error, &replay_point, source.name(), item)),
+                        .map(|item| failed_child(&error, &replay_point, fork, item)),
                 ),
             }
         }
         Some(results)
     }
-}
-
-/// Each outcome of a chunk as its item's result ([`child_result`]), in
-/// order; built on up to `workers` threads, since a child's record and its
-/// `replay` block are most of what the host does per child after the
-/// children ran, and would otherwise be a serial tail of every parallel
-/// group.
-fn child_results(
-    outcomes: Vec<ChildOutcome>,
-    point: &ReplayPoint,
-    first_sequence: u64,
-    fork: &str,
-    workers: usize,
-) -> Vec<(Result<Record, AdapterError>, f64)> {
-    let mut outcomes: Vec<Option<ChildOutcome>> = outcomes.into_iter().map(Some).collect();
-    run_parallel(&mut outcomes, workers, &|outcome: &mut Option<
-        ChildOutcome,
-    >| {
-        let outcome = outcome.take().expect("each outcome is built once");
-        child_result(outcome, point, first_sequence, fork)
-    })
 }

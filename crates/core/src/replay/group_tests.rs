@@ -834,16 +834,18 @@ fn a_groups_children_fork_from_its_exported_state_in_chunks() {
         .run_children(&group.probe, &mut point, &items, |registry, chunk| {
             assert!(matches!(chunk.source, ForkSource::State(state) if state.len() == 5));
             chunks.push((chunk.tasks.len(), chunk.fork_at.clone(), chunk.workers));
-            registry.run_child_group_from(
-                &mut NativeForker {
-                    fork_fails: false,
-                    forked: 0,
-                },
-                chunk.point_id,
-                chunk.tasks,
-                chunk.workers,
-                true,
-            )
+            registry
+                .run_child_group_from(
+                    &mut NativeForker {
+                        fork_fails: false,
+                        forked: 0,
+                    },
+                    chunk.point_id,
+                    chunk.tasks,
+                    chunk.workers,
+                    true,
+                )
+                .map(|outcomes| outcomes.into_iter().map(chunk.finish).collect())
         })
         .expect("children ran");
     assert_eq!(results.len(), items.len());
@@ -871,16 +873,18 @@ fn a_failed_fork_fails_every_item_of_its_chunk() {
     let results = group
         .lane
         .run_children(&group.probe, &mut point, &items, |registry, chunk| {
-            registry.run_child_group_from(
-                &mut NativeForker {
-                    fork_fails: true,
-                    forked: 0,
-                },
-                chunk.point_id,
-                chunk.tasks,
-                chunk.workers,
-                true,
-            )
+            registry
+                .run_child_group_from(
+                    &mut NativeForker {
+                        fork_fails: true,
+                        forked: 0,
+                    },
+                    chunk.point_id,
+                    chunk.tasks,
+                    chunk.workers,
+                    true,
+                )
+                .map(|outcomes| outcomes.into_iter().map(chunk.finish).collect())
         })
         .unwrap();
     let blocks: HashMap<String, Value> = results
@@ -972,7 +976,7 @@ fn a_lane_counts_its_children_as_outcomes() {
                     .iter()
                     .map(|o| matches!(o, ChildOutcome::Succeeded(_))),
             );
-            Ok(settled)
+            Ok(settled.into_iter().map(chunk.finish).collect())
         })
         .unwrap();
     assert_eq!(outcomes, [true, false]);

@@ -31,7 +31,9 @@ pub mod snapshot_totals;
 
 pub use agent_state::{AgentStateStore, MemoryAgentStateStore, agent_cursor};
 pub use group::{Capture, GroupInstance, GroupLane, GroupPoint, GroupSettings};
-pub use group_children::{ChildChunk, ForkAt, ForkSource, LaneRegistry, MAX_CHILDREN_PER_FORK};
+pub use group_children::{
+    ChildChunk, ChildItemResult, ForkAt, ForkSource, LaneRegistry, MAX_CHILDREN_PER_FORK,
+};
 pub use group_records::{
     SuffixSpan, adapter_error_of, child_result, error_block, failed_child, intent_of, point_id_for,
 };

@@ -226,13 +226,21 @@ impl WasmAdapter {
             .group
             .run_children(parent, point, items, |registry, chunk| {
                 let (point_id, tasks, workers) = (chunk.point_id, chunk.tasks, chunk.workers);
+                let finish = chunk.finish;
                 match chunk.source {
                     ForkSource::State(state) => {
                         let mut forker = WasmChildForker {
                             origin: ChildOrigin::new(parent, &parent.loaded, ctx, chunk.fork_at),
                             state: Arc::clone(state),
                         };
-                        registry.run_child_group_from(&mut forker, point_id, tasks, workers, true)
+                        registry.run_child_group_finishing(
+                            &mut forker,
+                            point_id,
+                            tasks,
+                            workers,
+                            true,
+                            finish,
+                        )
                     }
                     ForkSource::Snapshot(snapshot) => {
                         let loaded = snapshot.compiled.loaded();
@@ -240,7 +248,14 @@ impl WasmAdapter {
                             origin: ChildOrigin::new(parent, loaded, ctx, chunk.fork_at),
                             point: Arc::clone(snapshot),
                         };
-                        registry.run_child_group_from(&mut forker, point_id, tasks, workers, true)
+                        registry.run_child_group_finishing(
+                            &mut forker,
+                            point_id,
+                            tasks,
+                            workers,
+                            true,
+                            finish,
+                        )
                     }
                 }
             });
