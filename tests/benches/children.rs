@@ -60,8 +60,10 @@
 //! default 500; `SANDLOOP_BENCH_CHILDREN_COMPONENT=PATH` another build of
 //! replay-probe; `SANDLOOP_BENCH_CHILDREN_NOOP_ONLY=1` stops after the
 //! no-op section, e.g. to profile it alone;
-//! `SANDLOOP_BENCH_CHILDREN_PROFILE=serial|parallel|snapshot|lanes` runs only
-//! that no-op mode's batches and exits). Figures only, no timing
+//! `SANDLOOP_BENCH_CHILDREN_PROFILE=serial|parallel|snapshot|lanes|engines`
+//! runs only that no-op mode's batches and exits; `lanes` is two serial
+//! lanes at once, `engines` the same with an engine per lane). Figures
+//! only, no timing
 //! asserts; the component cache goes to a temporary directory.
 
 #[path = "children/ceiling.rs"]

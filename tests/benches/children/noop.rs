@@ -14,8 +14,8 @@ use serde_json::json;
 use super::{Lane, ceiling, header, reference};
 use sandloop::episode::adapter::Item;
 use sandloop::replay::ReplayMetricLedger;
-use sandloop::sandbox::LoadedAdapter;
 use sandloop::sandbox::snapshot::Instrumented;
+use sandloop::sandbox::{LoadedAdapter, SandboxEngine, load};
 
 /// What the no-op section measured, for the targets.
 pub struct Figures {
@@ -48,7 +48,9 @@ pub const LANE_PROCESS: &str = "SANDLOOP_BENCH_CHILDREN_LANE_PROCESS";
 /// Set to `serial`, `parallel` or `snapshot`: run only that mode's no-op
 /// batches, untimed per batch, print the time per child and exit — a
 /// process to profile one mode with (`perf record`, `perf stat`); `lanes`
-/// does the same for two serial lanes at once, each on its own thread.
+/// does the same for two serial lanes at once, each on its own thread, and
+/// `engines` for two such lanes that share no engine (each loads the
+/// component into an engine and instance pool of its own).
 pub const PROFILE: &str = "SANDLOOP_BENCH_CHILDREN_PROFILE";
 
 /// One serial lane of no-op children in a process of its own: warms up,
@@ -155,16 +157,19 @@ fn two_lanes(
 }
 
 /// Two serial lanes, each made and run on its own thread (this one and
-/// one more), `batches` batches each at once; prints the time per child
-/// over both and exits — the two-lane ceiling as a process to profile.
+/// one more), the first of `loaded`, the second of `second` (the same
+/// adapter, or the same component in another engine), `batches` batches
+/// each at once; prints the time per child over both and exits — the
+/// two-lane ceiling as a process to profile.
 fn profile_two_lanes(
     loaded: &Arc<LoadedAdapter>,
+    second: &Arc<LoadedAdapter>,
     ledger: &Arc<ReplayMetricLedger>,
     items: &[Item],
     batches: usize,
 ) -> ! {
     let gate = std::sync::Barrier::new(2);
-    let run = |name: &str| {
+    let run = |loaded: &Arc<LoadedAdapter>, name: &str| {
         let mut lane = Lane::new(loaded, ledger, name, 1, items.to_vec(), None).noop();
         for _ in 0..3 {
             lane.run_batch(false);
@@ -178,16 +183,21 @@ fn profile_two_lanes(
         lane.release();
         elapsed
     };
-    let (first, second) = std::thread::scope(|scope| {
-        let second = scope.spawn(|| run("noop-lane-b"));
+    let (first_wall, second_wall) = std::thread::scope(|scope| {
+        let other = scope.spawn(|| run(second, "noop-lane-b"));
         (
-            run("noop-lane-a"),
-            second.join().expect("the second lane ran"),
+            run(loaded, "noop-lane-a"),
+            other.join().expect("the second lane ran"),
         )
     });
-    let wall = first.max(second);
+    let wall = first_wall.max(second_wall);
+    let shared = if Arc::ptr_eq(loaded, second) {
+        "lanes"
+    } else {
+        "engines"
+    };
     println!(
-        "two serial lanes at once ({PROFILE}=lanes): {batches} batches of {} each, \
+        "two serial lanes at once ({PROFILE}={shared}): {batches} batches of {} each, \
          {:.1} µs per child over both",
         items.len(),
         wall.as_secs_f64() * 1e6 / (2 * batches * items.len()) as f64
@@ -228,15 +238,29 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         parallel.run_batch(false);
         snapshot.run_batch(false);
     }
-    if std::env::var(PROFILE).as_deref() == Ok("lanes") {
-        profile_two_lanes(loaded, &ledger, &items, batches);
+    match std::env::var(PROFILE).as_deref() {
+        Ok("lanes") => profile_two_lanes(loaded, loaded, &ledger, &items, batches),
+        Ok("engines") => {
+            let config = loaded.config().clone();
+            let engine = Arc::new(SandboxEngine::new(&config).expect("a second engine"));
+            let own = load(
+                std::path::Path::new(&loaded.info.path),
+                engine,
+                Arc::new(config),
+            )
+            .expect("the component loads into a second engine");
+            profile_two_lanes(loaded, &Arc::new(own), &ledger, &items, batches)
+        }
+        _ => {}
     }
     if let Ok(mode) = std::env::var(PROFILE) {
         let lane = match mode.as_str() {
             "serial" => &mut serial,
             "parallel" => &mut parallel,
             "snapshot" => &mut snapshot,
-            other => panic!("{PROFILE}={other}: expected serial, parallel, snapshot or lanes"),
+            other => {
+                panic!("{PROFILE}={other}: expected serial, parallel, snapshot, lanes or engines")
+            }
         };
         let started = std::time::Instant::now();
         for _ in 0..batches {
