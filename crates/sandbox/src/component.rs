@@ -3,6 +3,8 @@
 //! - `loader`: read and validate the bytes, compile them through the cache,
 //!   link the imports the sandbox provides, bind the exported interfaces
 //!   ([`load`], [`examine`], [`LoadedAdapter`], [`LoadError`]);
+//! - `twin`: the same loaded component in an engine of its own per crew
+//!   helper thread, for the children a parallel group forks there;
 //! - `contract`: check the exports against the contract of
 //!   `wit/adapter.wit` — the protocols offered, every [`Problem`] — over
 //!   what `exports` finds in the component and `typecheck` checks against
@@ -14,6 +16,7 @@
 mod contract;
 mod exports;
 mod loader;
+mod twin;
 mod typecheck;
 mod wit;
 mod wit_render;
@@ -23,6 +26,7 @@ pub use loader::{ComponentInfo, Examined, LoadError, LoadedAdapter, examine, loa
 pub use wit::WIT_SOURCE;
 
 pub(crate) use loader::{ExportIndices, compile_error, linker};
+pub(crate) use twin::Twins;
 #[cfg(test)]
 pub(crate) use wit::{HOST_WORLD, wit_functions, wit_world_exports};
 

@@ -34,6 +34,16 @@ type Job = Box<dyn FnOnce() + Send + 'static>;
 
 thread_local! {
     static CREW: RefCell<Crew> = const { RefCell::new(Crew { helpers: Vec::new() }) };
+    /// On a helper thread, its index in its crew.
+    static HELPER: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// The index of the crew helper the calling thread is (`0..` the most
+/// helpers a crew has, one per core), or `None` on any thread that is not
+/// a helper — a lane's own thread among them. What a worker keeps for
+/// itself, such as an engine of its own, is looked up by it.
+pub fn helper_index() -> Option<usize> {
+    HELPER.with(std::cell::Cell::get)
 }
 
 /// The helpers of one calling thread.
@@ -129,7 +139,10 @@ impl Helper {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name(format!("sandloop-crew-{index}"))
-                .spawn(move || serve(&shared))?
+                .spawn(move || {
+                    HELPER.with(|helper| helper.set(Some(index)));
+                    serve(&shared)
+                })?
         };
         Ok(Helper {
             shared,
@@ -362,6 +375,16 @@ mod tests {
             "every copy ran before the return"
         );
         assert_eq!(threads.lock().unwrap().len(), expected);
+        assert_eq!(helper_index(), None, "the calling thread is no helper");
+        let indices = Mutex::new(HashSet::new());
+        run_scoped(1, &|| {
+            indices.lock().unwrap().insert(helper_index());
+        });
+        assert_eq!(
+            indices.into_inner().unwrap(),
+            HashSet::from([None, Some(0)]),
+            "the caller's copy ran on no helper, the other on helper 0"
+        );
         // Again, after the helper parked: it wakes for the next job.
         std::thread::sleep(SPIN * 3);
         run_scoped(1, &|| {

@@ -232,10 +232,12 @@ impl ChildOrigin {
     /// A new (not yet instantiated) instance for the child `request` asks
     /// for; its trace branch is `request.target_branch_id`, forked at the
     /// origin's `fork_at`. Its first call instantiates it, on the thread
-    /// that makes the call.
+    /// that makes the call; forked on a crew helper, it is an instance of
+    /// that helper's twin of the component
+    /// ([`for_this_thread`](LoadedAdapter::for_this_thread)).
     pub(super) fn instance(&self, request: &ForkRequest) -> ChildInstance {
         let mut adapter = WasmAdapter::new(
-            Arc::clone(&self.loaded),
+            self.loaded.for_this_thread(),
             format!("{}:child:{}", self.lane_branch_id, request.child_id),
             self.observer.clone(),
         );

@@ -11,6 +11,7 @@ use wasmtime::component::{HasSelf, InstancePre, Linker};
 
 use super::contract::{Problem, check_contract, explain_problems, interface_name};
 use super::exports::found_exports;
+use super::twin::Twins;
 use crate::bindings::exports::sandloop::adapter::{
     child_risk, counterfactual, episode, episode_groups, replay, replay_children, seeds, variants,
 };
@@ -157,6 +158,9 @@ pub struct LoadedAdapter {
     pub info: ComponentInfo,
     /// The detected protocols.
     pub protocols: Protocols,
+    /// The same component in engines of their own, for the children a
+    /// parallel group forks on its helper threads.
+    pub(crate) twins: Twins,
 }
 
 impl LoadedAdapter {
@@ -235,6 +239,7 @@ impl Examined {
             indices,
             info,
             protocols,
+            twins: Twins::for_helpers(),
         })
     }
 }

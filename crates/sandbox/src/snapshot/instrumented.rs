@@ -18,7 +18,7 @@ use super::{
     WIZER_INSTANCE,
 };
 use crate::cache::{CacheOutcome, cache_path, load_or_compile, sha256_hex};
-use crate::component::{ComponentInfo, ExportIndices, LoadedAdapter, linker};
+use crate::component::{ComponentInfo, ExportIndices, LoadedAdapter, Twins, linker};
 use crate::host_state::HostState;
 
 /// What [`Instrumented::new`] did, for reporting.
@@ -464,6 +464,7 @@ fn load_derived(
         indices,
         info,
         protocols: base.protocols,
+        twins: Twins::none(),
     };
     Ok((loaded, cache))
 }
