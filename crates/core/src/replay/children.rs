@@ -445,8 +445,9 @@ where
     /// thread that ran the child, right after its release: a parallel
     /// group's records are then built where their children ran, in the
     /// same phase, instead of in one more hand-off to the workers. `finish`
-    /// is called once per child that ran, also when the group then fails
-    /// (its results are dropped with the group's error).
+    /// is called once per child whose run came to an outcome, also when the
+    /// group then fails (its results are then dropped with the group's
+    /// error).
     pub fn run_child_group_finishing<F, T>(
         &mut self,
         forker: &mut F,
