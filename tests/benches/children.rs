@@ -10,8 +10,9 @@
 //! and `parallel speed-up: N.NNx` (serial batch / parallel batch, p50),
 //! the snapshot / state-fork ratio, what two workers can get out of this
 //! machine at all, measured now (`children/ceiling.rs`: arithmetic on two
-//! threads; two processes, and two lanes of one process, each running
-//! serial no-op children, at once), and the
+//! threads; two processes, and two lanes of one process — sharing an
+//! engine, and with an engine each —, each running serial no-op children,
+//! at once), and the
 //! reference child runtime's per-child cost measured in the same run
 //! (`reference/children.py`, with
 //! `SANDLOOP_REFERENCE_DIR` or `../shared/reference/loopx_explore` beside
@@ -649,12 +650,13 @@ fn main() {
         verdict(noop.per_child_us <= TARGET_CHILD_US)
     );
     println!(
-        "  {:<58} {:.2}x (p50): {} (ceilings now: two lanes {:.2}x, two processes {}, \
-         arithmetic {:.2}x)",
+        "  {:<58} {:.2}x (p50): {} (ceilings now: two lanes {:.2}x, with an engine each \
+         {:.2}x, two processes {}, arithmetic {:.2}x)",
         format!("parallel speed-up >= {TARGET_SPEED_UP}"),
         noop.speed_up,
         verdict(noop.speed_up >= TARGET_SPEED_UP),
         noop.lanes_ceiling,
+        noop.engines_ceiling,
         noop.processes_ceiling
             .map_or("-".into(), |ratio| format!("{ratio:.2}x")),
         noop.arithmetic_ceiling

@@ -29,6 +29,9 @@ pub struct Figures {
     pub arithmetic_ceiling: f64,
     /// Two serial lanes at once over one alone (median).
     pub lanes_ceiling: f64,
+    /// The same with an engine each (the second lane's adapter loaded into
+    /// an engine of its own, as a crew helper's twin is).
+    pub engines_ceiling: f64,
     /// Two processes, each a serial lane, at once over one alone (median);
     /// `None` when they could not be run.
     pub processes_ceiling: Option<f64>,
@@ -130,12 +133,16 @@ fn two_processes(children: usize, batches: usize) -> Option<f64> {
 /// lane, at least 3 rounds).
 fn two_lanes(
     loaded: &Arc<LoadedAdapter>,
+    other: &Arc<LoadedAdapter>,
     ledger: &Arc<ReplayMetricLedger>,
     items: &[Item],
     batches: usize,
 ) -> f64 {
-    let new_lane = |name| Lane::new(loaded, ledger, name, 1, items.to_vec(), None).noop();
-    let (mut first, mut second) = (new_lane("noop-lane-a"), new_lane("noop-lane-b"));
+    let new_lane = |loaded, name| Lane::new(loaded, ledger, name, 1, items.to_vec(), None).noop();
+    let (mut first, mut second) = (
+        new_lane(loaded, "noop-lane-a"),
+        new_lane(other, "noop-lane-b"),
+    );
     for _ in 0..3 {
         first.run_batch(false);
         second.run_batch(false);
@@ -205,6 +212,20 @@ fn profile_two_lanes(
     std::process::exit(0);
 }
 
+/// `loaded`'s component loaded again, into an engine of its own with the
+/// same config.
+fn own_engine(loaded: &Arc<LoadedAdapter>) -> Arc<LoadedAdapter> {
+    let config = loaded.config().clone();
+    let engine = Arc::new(SandboxEngine::new(&config).expect("a second engine"));
+    let own = load(
+        std::path::Path::new(&loaded.info.path),
+        engine,
+        Arc::new(config),
+    )
+    .expect("the component loads into a second engine");
+    Arc::new(own)
+}
+
 /// A seed and `children - 1` more items of its family (bench-adapter has
 /// no variants; each item's intent is its id).
 fn items(children: usize) -> Vec<Item> {
@@ -240,17 +261,7 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
     }
     match std::env::var(PROFILE).as_deref() {
         Ok("lanes") => profile_two_lanes(loaded, loaded, &ledger, &items, batches),
-        Ok("engines") => {
-            let config = loaded.config().clone();
-            let engine = Arc::new(SandboxEngine::new(&config).expect("a second engine"));
-            let own = load(
-                std::path::Path::new(&loaded.info.path),
-                engine,
-                Arc::new(config),
-            )
-            .expect("the component loads into a second engine");
-            profile_two_lanes(loaded, &Arc::new(own), &ledger, &items, batches)
-        }
+        Ok("engines") => profile_two_lanes(loaded, &own_engine(loaded), &ledger, &items, batches),
         _ => {}
     }
     if let Ok(mode) = std::env::var(PROFILE) {
@@ -293,7 +304,8 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         speed_up: serial.batch.p50_us() / parallel.batch.p50_us(),
         snapshot_ratio: snapshot.per_child.p50_us() / serial.per_child.p50_us(),
         arithmetic_ceiling: ceiling::arithmetic_two_over_one(9),
-        lanes_ceiling: two_lanes(loaded, &ledger, &items, batches),
+        lanes_ceiling: two_lanes(loaded, loaded, &ledger, &items, batches),
+        engines_ceiling: two_lanes(loaded, &own_engine(loaded), &ledger, &items, batches),
         processes_ceiling: two_processes(children, batches),
     };
 
@@ -306,10 +318,13 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
     println!(
         "ceilings of two workers on this machine, measured now: arithmetic {:.2}x one \
          thread; two serial no-op lanes at once {:.2}x one lane (parallel speed-up is \
-         {:.0}% of it); two processes, each a serial lane, at once {}",
+         {:.0}% of it), {:.2}x with an engine each ({:.0}%); two processes, each a \
+         serial lane, at once {}",
         figures.arithmetic_ceiling,
         figures.lanes_ceiling,
         100.0 * figures.speed_up / figures.lanes_ceiling,
+        figures.engines_ceiling,
+        100.0 * figures.speed_up / figures.engines_ceiling,
         figures
             .processes_ceiling
             .map_or("not measured (a process failed)".into(), |ratio| format!(
