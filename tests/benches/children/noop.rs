@@ -14,8 +14,8 @@ use serde_json::json;
 use super::{Lane, ceiling, header, reference};
 use sandloop::episode::adapter::Item;
 use sandloop::replay::ReplayMetricLedger;
+use sandloop::sandbox::LoadedAdapter;
 use sandloop::sandbox::snapshot::Instrumented;
-use sandloop::sandbox::{LoadedAdapter, SandboxEngine, load};
 
 /// What the no-op section measured, for the targets.
 pub struct Figures {
@@ -212,18 +212,14 @@ fn profile_two_lanes(
     std::process::exit(0);
 }
 
-/// `loaded`'s component loaded again, into an engine of its own with the
-/// same config.
+/// `loaded`'s component in an engine of its own, as a crew helper's twin
+/// is made.
 fn own_engine(loaded: &Arc<LoadedAdapter>) -> Arc<LoadedAdapter> {
-    let config = loaded.config().clone();
-    let engine = Arc::new(SandboxEngine::new(&config).expect("a second engine"));
-    let own = load(
-        std::path::Path::new(&loaded.info.path),
-        engine,
-        Arc::new(config),
+    Arc::new(
+        loaded
+            .in_engine_of_its_own()
+            .expect("the component moves into a second engine"),
     )
-    .expect("the component loads into a second engine");
-    Arc::new(own)
 }
 
 /// A seed and `children - 1` more items of its family (bench-adapter has

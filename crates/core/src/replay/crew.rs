@@ -81,8 +81,8 @@ fn lock(slot: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
 }
 
 /// Helpers a crew may have: one per core (the calling thread is one more
-/// worker).
-fn most_helpers() -> usize {
+/// worker); every [`helper_index`] is below it.
+pub fn most_helpers() -> usize {
     static CORES: OnceLock<usize> = OnceLock::new();
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }

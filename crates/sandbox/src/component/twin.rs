@@ -31,9 +31,10 @@ pub(crate) struct Twins {
 }
 
 impl Twins {
-    /// Room for one twin per crew helper (at most one per core).
+    /// Room for one twin per crew helper
+    /// ([`most_helpers`](sandloop_core::replay::crew::most_helpers)).
     pub(crate) fn for_helpers() -> Twins {
-        let helpers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let helpers = sandloop_core::replay::crew::most_helpers();
         Twins {
             slots: (0..helpers).map(|_| OnceLock::new()).collect(),
         }
@@ -57,17 +58,19 @@ impl LoadedAdapter {
         let twin = sandloop_core::replay::crew::helper_index()
             .and_then(|index| self.twins.slots.get(index))
             .and_then(|slot| {
-                slot.get_or_init(|| self.make_twin().ok().map(Arc::new))
+                slot.get_or_init(|| self.in_engine_of_its_own().ok().map(Arc::new))
                     .clone()
             });
         twin.unwrap_or_else(|| Arc::clone(self))
     }
 
-    /// This component in a new engine of the same configuration: its code
-    /// serialized and deserialized, relinked, its interfaces bound again.
-    /// Errors: what wasmtime says when the engine cannot be made (e.g. the
-    /// pool's address space cannot be reserved) or the code not moved.
-    fn make_twin(&self) -> wasmtime::Result<LoadedAdapter> {
+    /// This component in a new engine of the same configuration, as a
+    /// helper's twin is made: its code serialized and deserialized (not
+    /// compiled again), relinked, its interfaces bound again; the result
+    /// has no twins of its own. Errors: what wasmtime says when the engine
+    /// cannot be made (e.g. the pool's address space cannot be reserved)
+    /// or the code not moved.
+    pub fn in_engine_of_its_own(&self) -> wasmtime::Result<LoadedAdapter> {
         let engine = Arc::new(SandboxEngine::new(&self.config)?);
         let code = self.pre.component().serialize()?;
         // SAFETY: `code` was serialized just now, by this wasmtime, from an
