@@ -3,6 +3,7 @@
 //! in-memory store keys state by the agent cursor it was captured at.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
@@ -28,11 +29,12 @@ pub trait AgentStateStore {
 
 /// An in-memory [`AgentStateStore`]: each capture stores the cursor's
 /// agent position under a fresh key; restore makes it the current one.
+/// A fork or a restore shares the captured position instead of copying it.
 #[derive(Debug, Default)]
 pub struct MemoryAgentStateStore {
     next_key: u64,
-    states: HashMap<u64, AgentCursor>,
-    current: Option<AgentCursor>,
+    states: HashMap<u64, Arc<AgentCursor>>,
+    current: Option<Arc<AgentCursor>>,
 }
 
 impl MemoryAgentStateStore {
@@ -48,7 +50,7 @@ impl MemoryAgentStateStore {
 
     /// The agent position last restored, if any.
     pub fn current(&self) -> Option<&AgentCursor> {
-        self.current.as_ref()
+        self.current.as_deref()
     }
 }
 
@@ -58,7 +60,7 @@ impl AgentStateStore for MemoryAgentStateStore {
     fn capture_agent_state(&mut self, cursor: &TraceCursor) -> Result<u64, String> {
         self.next_key += 1;
         self.states
-            .insert(self.next_key, cursor.agent_cursor.clone());
+            .insert(self.next_key, Arc::new(cursor.agent_cursor.clone()));
         Ok(self.next_key)
     }
 
@@ -67,7 +69,7 @@ impl AgentStateStore for MemoryAgentStateStore {
             .states
             .get(key)
             .ok_or_else(|| format!("no agent state under key {key}"))?;
-        self.current = Some(state.clone());
+        self.current = Some(Arc::clone(state));
         Ok(())
     }
 

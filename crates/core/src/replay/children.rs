@@ -21,7 +21,7 @@ use super::super::metrics::{ReplayCount, ReplayMetricLedger};
 use super::super::point::{EquivalenceReport, ReplayPoint, ReplayRestoreResult, RestoreReceipt};
 use super::{ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage};
 use crate::episode::adapter::{AdapterError, Item, Record};
-use crate::trace::validate_public_payload;
+use crate::trace::{validate_public_object, validate_public_payload};
 
 #[path = "child_forks.rs"]
 mod forks;
@@ -482,7 +482,7 @@ where
                     "isolated replay children need a replayable minimum fidelity",
                 ));
             }
-            if let Err(error) = validate_public_payload(&Value::Object(task.intent.clone())) {
+            if let Err(error) = validate_public_object(&task.intent) {
                 return Err(ReplayError::contract(
                     ReplayStage::Lookup,
                     format!(
@@ -640,7 +640,7 @@ impl<K> ChildRun<'_, '_, K> {
         child: &mut Prepared<S, K>,
     ) -> Result<ChildOutcome, ReplayError> {
         let started = Instant::now();
-        let intent = child.task.intent.clone();
+        let intent = &child.task.intent;
         let mut intent_assessment = None;
         let mut outcome_assessment = None;
         let mut validations = None;
@@ -649,7 +649,7 @@ impl<K> ChildRun<'_, '_, K> {
             if self.has_risk {
                 self.metrics.increment(ReplayCount::ChildIntentAssessment);
                 let assessment = session
-                    .assess_intent(&intent)
+                    .assess_intent(intent)
                     .map_err(ExecutionError::Adapter)?;
                 assessment.check().map_err(ExecutionError::Contract)?;
                 intent_assessment = Some(assessment.clone());
@@ -686,7 +686,7 @@ impl<K> ChildRun<'_, '_, K> {
             if self.has_risk {
                 self.metrics.increment(ReplayCount::ChildOutcomeAssessment);
                 let assessment = session
-                    .assess_outcome(&intent, &outcome)
+                    .assess_outcome(intent, &outcome)
                     .map_err(ExecutionError::Adapter)?;
                 assessment.check().map_err(ExecutionError::Contract)?;
                 outcome_assessment = Some(assessment.clone());
@@ -704,8 +704,8 @@ impl<K> ChildRun<'_, '_, K> {
         let cleaned = cleanup(child, self.store, self.metrics, self.cleanup_failed);
         let mut restore = child
             .restore
-            .clone()
-            .expect("every prepared child was validated");
+            .take()
+            .expect("every prepared child was validated, and runs once");
         restore.suffix_minutes = suffix_minutes;
         restore.replay_wall_minutes =
             restore.restore_minutes + restore.equivalence_minutes + suffix_minutes;

@@ -5,4 +5,6 @@ pub mod log;
 pub mod payload;
 
 pub use log::{TraceEvent, TraceEventKind, TraceLog};
-pub use payload::{FORBIDDEN_PUBLIC_KEYS, PayloadError, validate_public_payload};
+pub use payload::{
+    FORBIDDEN_PUBLIC_KEYS, PayloadError, validate_public_object, validate_public_payload,
+};

@@ -1,7 +1,7 @@
 //! Public-payload validation: what may enter a trace event. Mirrors
 //! `_freeze_public_value` / `freeze_public_mapping` in `trace_runtime.py`.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::episode::value::{MAX_INPUT_NESTING, nesting_depth};
 
@@ -54,39 +54,31 @@ pub enum PayloadError {
 /// [`MAX_INPUT_NESTING`] levels of arrays and objects. JSON has no binary
 /// or path types, so the reference's type checks hold by construction.
 pub fn validate_public_payload(value: &Value) -> Result<(), PayloadError> {
-    let field = "public_payload";
-    if !value.is_object() {
-        return Err(PayloadError::NotAnObject(field.to_string()));
+    match value {
+        Value::Object(map) => validate_public_object(map),
+        _ => Err(PayloadError::NotAnObject(FIELD.to_string())),
     }
-    let depth = nesting_depth(value);
+}
+
+/// [`validate_public_payload`] for an object held as its map, checked
+/// where it lies (no `Value` is built around it).
+pub fn validate_public_object(map: &Map<String, Value>) -> Result<(), PayloadError> {
+    let depth = 1 + map.values().map(nesting_depth).max().unwrap_or(0);
     if depth > MAX_INPUT_NESTING {
         return Err(PayloadError::TooDeep(depth));
     }
-    check(value, &mut field.to_string())
+    check_object(map, &mut FIELD.to_string())
 }
+
+/// The name a payload's offending fields are given from.
+const FIELD: &str = "public_payload";
 
 fn check(value: &Value, field: &mut String) -> Result<(), PayloadError> {
     match value {
         Value::String(text) if is_absolute_path(text) => {
             Err(PayloadError::AbsolutePath(field.clone()))
         }
-        Value::Object(map) => {
-            for (key, child) in map {
-                if key.is_empty() {
-                    return Err(PayloadError::EmptyKey(field.clone()));
-                }
-                let normalized = key.trim().to_lowercase();
-                let len = field.len();
-                field.push('.');
-                field.push_str(key);
-                if FORBIDDEN_PUBLIC_KEYS.contains(&normalized.as_str()) {
-                    return Err(PayloadError::ForbiddenKey(field.clone()));
-                }
-                check(child, field)?;
-                field.truncate(len);
-            }
-            Ok(())
-        }
+        Value::Object(map) => check_object(map, field),
         Value::Array(items) => {
             for (index, child) in items.iter().enumerate() {
                 let len = field.len();
@@ -97,6 +89,36 @@ fn check(value: &Value, field: &mut String) -> Result<(), PayloadError> {
             Ok(())
         }
         _ => Ok(()),
+    }
+}
+
+fn check_object(map: &Map<String, Value>, field: &mut String) -> Result<(), PayloadError> {
+    for (key, child) in map {
+        if key.is_empty() {
+            return Err(PayloadError::EmptyKey(field.clone()));
+        }
+        let len = field.len();
+        field.push('.');
+        field.push_str(key);
+        if is_forbidden(key) {
+            return Err(PayloadError::ForbiddenKey(field.clone()));
+        }
+        check(child, field)?;
+        field.truncate(len);
+    }
+    Ok(())
+}
+
+/// Whether `key`, trimmed and lower-cased, is one of the
+/// [`FORBIDDEN_PUBLIC_KEYS`] (Unicode lower case, as Python's `lower`).
+fn is_forbidden(key: &str) -> bool {
+    let key = key.trim();
+    if key.is_ascii() {
+        FORBIDDEN_PUBLIC_KEYS
+            .iter()
+            .any(|forbidden| forbidden.eq_ignore_ascii_case(key))
+    } else {
+        FORBIDDEN_PUBLIC_KEYS.contains(&key.to_lowercase().as_str())
     }
 }
 
@@ -176,6 +198,26 @@ mod tests {
     }
 
     #[test]
+    fn keys_are_lower_cased_as_python_does_before_they_are_compared() {
+        // U+212A KELVIN SIGN lower-cases to `k`, as in Python's `lower`.
+        for key in ["TOKEN", " Secret ", "To\u{212A}en", "PASSWORD\t"] {
+            let payload = json!({ "outer": { key: 1 } });
+            let Value::Object(map) = &payload else {
+                unreachable!()
+            };
+            let expected = Err(PayloadError::ForbiddenKey(format!(
+                "public_payload.outer.{key}"
+            )));
+            assert_eq!(validate_public_payload(&payload), expected, "{key:?}");
+            assert_eq!(validate_public_object(map), expected, "{key:?}");
+        }
+        assert_eq!(
+            validate_public_payload(&json!({"tokens": 1, "k\u{212A}": 2})),
+            Ok(())
+        );
+    }
+
+    #[test]
     fn refuses_empty_keys() {
         assert!(matches!(
             validate_public_payload(&json!({"": 1})),
@@ -197,6 +239,13 @@ mod tests {
                 key in hostile_string(),
             ) {
                 for payload in [value.clone(), serde_json::json!({ key.clone(): value })] {
+                    if let Value::Object(map) = &payload {
+                        prop_assert_eq!(
+                            validate_public_object(map),
+                            validate_public_payload(&payload),
+                            "an object is judged the same held as a map"
+                        );
+                    }
                     match validate_public_payload(&payload) {
                         Ok(()) => prop_assert!(payload.is_object()),
                         Err(PayloadError::NotAnObject(field)) => {

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::super::fidelity::Fidelity;
-use crate::trace::validate_public_payload;
+use crate::trace::validate_public_object;
 
 /// Most candidates one hypothesis may hold: they are forked as one child
 /// group, every child alive at once (the size of a run's child group,
@@ -179,7 +179,7 @@ fn required(value: &str, field: &str) -> Result<String, (String, String)> {
 /// absolute path in any string — with the offending place named from
 /// `field`.
 fn public(value: &Map<String, Value>, field: &str) -> Result<(), (String, String)> {
-    validate_public_payload(&Value::Object(value.clone())).map_err(|error| {
+    validate_public_object(value).map_err(|error| {
         (
             field.to_string(),
             format!(
