@@ -16,7 +16,12 @@
 //! reference child runtime's per-child cost measured in the same run
 //! (`reference/children.py`, with
 //! `SANDLOOP_REFERENCE_DIR` or `../shared/reference/loopx_explore` beside
-//! the repository; python3 only). The targets are checked on these.
+//! the repository; python3 only). The targets are checked on these. Then
+//! the same serial and parallel batches with children that do some work
+//! of their own (bench-adapter's `"work":N` rounds of arithmetic in each
+//! run, `SANDLOOP_BENCH_CHILDREN_WORK=N,M`, default 10000,30000,100000), a line
+//! each: how the speed-up grows as the contract's fixed cost per child
+//! becomes a smaller share of it.
 //!
 //! Then one `replay-probe` group: a seed with `"pad_bytes"` (so its exported
 //! state carries that much padding) and its variants, 32 items in all

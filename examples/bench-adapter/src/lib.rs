@@ -5,12 +5,14 @@
 //! Every call returns a fixed value: records from static strings, one
 //! constant projection digest, a replay binding and a replay child that
 //! hold nothing. No JSON parsing, no allocation beyond the copies the
-//! canonical ABI needs. One exception, for an I/O-bound item: an item whose
-//! text ends with the field `"wait_ms":N` sleeps N milliseconds each time
-//! it runs (`execute`, `execute-episode`, `run-replay-suffix`; a group's
-//! shared prefix does not wait), in a blocking WASI poll as a network call
-//! would. Only the text's last bytes are looked at ([`wait`]), so the other
-//! items cost nothing for it. It implements the
+//! canonical ABI needs. Two exceptions, for items that cost something: an
+//! item whose text ends with the field `"wait_ms":N` sleeps N milliseconds
+//! each time it runs (`execute`, `execute-episode`, `run-replay-suffix`,
+//! `run-replay-child`; a group's shared prefix does not wait), in a
+//! blocking WASI poll as a network call would; one that ends with
+//! `"work":N` spends N rounds of arithmetic there instead, as an adapter's
+//! own work would. Only the text's last bytes are looked at ([`load`]), so
+//! the other items cost nothing for it. It implements the
 //! generated `Guest` traits directly instead of the sdk's serde-based
 //! protocol traits, so the guest's share of a call is as close to zero as
 //! a component can get.
@@ -98,36 +100,50 @@ fn allow() -> child_risk::RiskAssessment {
     }
 }
 
-/// How many bytes at the end of an item [`wait`] searches: the field
-/// `"wait_ms":N` and the closing brace.
-const WAIT_TAIL: usize = 32;
+/// How many bytes at the end of an item [`tail_number`] searches: the
+/// field `"wait_ms":N` or `"work":N` and the closing brace.
+const TAIL: usize = 32;
 
-/// Sleeps the milliseconds of `"wait_ms":N` when that is `item`'s last
+/// N of the field `key` (`"wait_ms":`, `"work":`) when it is `item`'s last
 /// field (serde_json's compact form of a map whose other keys sort before
-/// it, as the benches write their items): only the last [`WAIT_TAIL`]
-/// bytes are searched.
-fn wait(item: &str) {
-    const KEY: &str = "\"wait_ms\":";
-    let mut from = item.len().saturating_sub(WAIT_TAIL);
+/// it, as the benches write their items): only the last [`TAIL`] bytes are
+/// searched.
+fn tail_number(item: &str, key: &str) -> Option<u64> {
+    let mut from = item.len().saturating_sub(TAIL);
     while !item.is_char_boundary(from) {
         from += 1;
     }
     let tail = &item[from..];
-    let Some(at) = tail.rfind(KEY) else {
-        return;
-    };
-    let digits = &tail[at + KEY.len()..];
+    let digits = &tail[tail.rfind(key)? + key.len()..];
     let end = digits
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(digits.len());
-    if let Ok(ms) = digits[..end].parse::<u64>() {
+    digits[..end].parse().ok()
+}
+
+/// What an item costs when it runs (`execute`, `execute-episode`,
+/// `run-replay-suffix`, `run-replay-child`): nothing, unless its last field
+/// is `"wait_ms":N` — it then sleeps N milliseconds in a blocking WASI
+/// poll, as a network call would — or `"work":N` — it then spends N rounds
+/// of a 64-bit multiply-add on the CPU (about a nanosecond each), an
+/// adapter's own work.
+fn load(item: &str) {
+    if let Some(ms) = tail_number(item, "\"wait_ms\":") {
         std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+    if let Some(rounds) = tail_number(item, "\"work\":") {
+        let mut x = rounds;
+        for _ in 0..rounds {
+            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005))
+                .wrapping_add(1_442_695_040_888_963_407);
+        }
+        std::hint::black_box(x);
     }
 }
 
 impl episode::Guest for Bench {
     fn execute(item: String, _ctx: Context) -> Result<String, AdapterError> {
-        wait(&item);
+        load(&item);
         Ok(RECORD.to_owned())
     }
 }
@@ -152,7 +168,7 @@ impl episode_groups::Guest for Bench {
         item: String,
         _ctx: Context,
     ) -> Result<String, AdapterError> {
-        wait(&item);
+        load(&item);
         Ok(RECORD.to_owned())
     }
 
@@ -192,7 +208,7 @@ impl replay::Guest for Bench {
         item: String,
         _ctx: Context,
     ) -> Result<String, AdapterError> {
-        wait(&item);
+        load(&item);
         Ok(RECORD.to_owned())
     }
 
@@ -255,9 +271,10 @@ impl replay_children::Guest for Bench {
 
     fn run_replay_child(
         _child: replay_children::ReplayChildBorrow<'_>,
-        _task: String,
+        task: String,
         _ctx: Context,
     ) -> Result<String, AdapterError> {
+        load(&task);
         Ok(RECORD.to_owned())
     }
 
@@ -292,3 +309,25 @@ sandloop_guest::__sandloop_export_interface!(episode_groups, Bench);
 sandloop_guest::__sandloop_export_interface!(replay, Bench);
 sandloop_guest::__sandloop_export_interface!(replay_children, Bench);
 sandloop_guest::__sandloop_export_interface!(child_risk, Bench);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_items_cost_is_read_from_its_last_field_only() {
+        let item = r#"{"family":"noop","item_id":"c00","text":"x","work":30000}"#;
+        assert_eq!(tail_number(item, "\"work\":"), Some(30000));
+        assert_eq!(tail_number(item, "\"wait_ms\":"), None);
+        let waiting = r#"{"item_id":"c00","wait_ms":5}"#;
+        assert_eq!(tail_number(waiting, "\"wait_ms\":"), Some(5));
+        // Only the last TAIL bytes are searched: a field further in is not
+        // looked at, so a long item costs nothing to check.
+        let early = format!(r#"{{"work":7,"text":"{}"}}"#, "y".repeat(TAIL));
+        assert_eq!(tail_number(&early, "\"work\":"), None);
+        assert_eq!(tail_number(r#"{"work":"many"}"#, "\"work\":"), None);
+        // A tail that starts inside a multi-byte character is still read.
+        let wide = format!(r#"{{"text":"{}","work":3}}"#, "é".repeat(TAIL));
+        assert_eq!(tail_number(&wide, "\"work\":"), Some(3));
+    }
+}

@@ -225,12 +225,75 @@ fn own_engine(loaded: &Arc<LoadedAdapter>) -> Arc<LoadedAdapter> {
 /// A seed and `children - 1` more items of its family (bench-adapter has
 /// no variants; each item's intent is its id).
 fn items(children: usize) -> Vec<Item> {
+    working_items(children, None)
+}
+
+/// [`items`], each ending with `"work":rounds` when given: bench-adapter
+/// then spends that many rounds of arithmetic in each child's run.
+fn working_items(children: usize, rounds: Option<u64>) -> Vec<Item> {
     (0..children)
         .map(|k| {
-            let item = json!({"item_id": format!("c{k:02}"), "family": "noop", "text": "x"});
+            let mut item = json!({"item_id": format!("c{k:02}"), "family": "noop", "text": "x"});
+            if let Some(rounds) = rounds {
+                item["work"] = json!(rounds);
+            }
             Item::from(item.as_object().unwrap().clone())
         })
         .collect()
+}
+
+/// Rounds of each child's own work for the working-children lines
+/// (`SANDLOOP_BENCH_CHILDREN_WORK`, comma-separated).
+const WORK: &str = "SANDLOOP_BENCH_CHILDREN_WORK";
+
+/// The parallel speed-up of children that do some work of their own:
+/// for each count of rounds in [`WORK`] (default 10,000, 30,000 and 100,000),
+/// `batches` serial and parallel batches interleaved, and a line with the
+/// child's own work (its serial time per child over the no-op child's,
+/// `noop_us`), the serial time per child and the speed-up (p50 batch
+/// walls). The contract's fixed cost per child is what two workers split
+/// worst; the more a child does itself, the closer a group comes to the
+/// machine's ceiling.
+fn working_children(
+    loaded: &Arc<LoadedAdapter>,
+    ledger: &Arc<ReplayMetricLedger>,
+    children: usize,
+    batches: usize,
+    noop_us: f64,
+) {
+    let levels: Vec<u64> = match std::env::var(WORK) {
+        Ok(text) => text
+            .split(',')
+            .map(|level| {
+                level.trim().parse().unwrap_or_else(|_| {
+                    panic!("{WORK}={text}: expected comma-separated counts of rounds")
+                })
+            })
+            .collect(),
+        Err(_) => vec![10_000, 30_000, 100_000],
+    };
+    for rounds in levels {
+        let items = working_items(children, Some(rounds));
+        let mut serial = Lane::new(loaded, ledger, "work-serial", 1, items.clone(), None).noop();
+        let mut parallel = Lane::new(loaded, ledger, "work-parallel", 2, items, None).noop();
+        for _ in 0..3 {
+            serial.run_batch(false);
+            parallel.run_batch(false);
+        }
+        for _ in 0..batches {
+            serial.run_batch(true);
+            parallel.run_batch(true);
+        }
+        let per_child = serial.per_child.p50_us();
+        println!(
+            "parallel speed-up, children with their own work (\"work\":{rounds}, ~{:.0} µs \
+             each over the no-op child's {noop_us:.1} µs; {per_child:.1} µs serially): {:.2}x",
+            (per_child - noop_us).max(0.0),
+            serial.batch.p50_us() / parallel.batch.p50_us()
+        );
+        serial.release();
+        parallel.release();
+    }
 }
 
 /// Time `batches` batches of `children` no-op children per mode (serial,
@@ -331,6 +394,7 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         "snapshot fork / state fork per child (no-op adapter): {:.2}x",
         figures.snapshot_ratio
     );
+    working_children(loaded, &ledger, children, batches, figures.per_child_us);
     match reference::measure(children, batches.clamp(5, 50)) {
         Ok(reference) => println!(
             "reference child runtime per child (in-process objects, no isolation, no-op \
