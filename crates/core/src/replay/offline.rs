@@ -46,8 +46,21 @@ fn record_epoch(record: &Record) -> Option<u32> {
     group.parse::<GroupId>().ok().map(|id| id.epoch)
 }
 
+/// What [`find_record`] reads of every line of `records.jsonl` before it
+/// decides to read the whole record: the line is still parsed in full
+/// (so a damaged line is named wherever it is), but every other field is
+/// skipped, and the id is compared once JSON's escapes are undone.
+#[derive(serde::Deserialize)]
+struct RecordHead {
+    #[serde(default)]
+    item_id: Value,
+}
+
 /// The last record of `item_id` in the run's `records.jsonl`, or its last
-/// one in `epoch` when given.
+/// one in `epoch` when given. Every line is parsed: an id with characters
+/// JSON escapes (`"`, `\`, control characters) is found as any other, and
+/// a damaged line fails the search wherever it is, as the run's other
+/// readers do.
 ///
 /// Errors: a message naming the file and line of an unreadable record, or
 /// saying why the item cannot be replayed (no record, another epoch, a
@@ -65,19 +78,19 @@ pub fn find_record(run: &Path, item_id: &str, epoch: Option<u32>) -> Result<Item
             }
             _ => format!("cannot read {}: {error}", path.display()),
         })?;
-        if !line.contains(item_id) {
-            continue;
-        }
-        let record: Record = serde_json::from_str(&line).map_err(|error| {
+        let not_a_record = |error: serde_json::Error| {
             format!(
                 "{}:{}: not a JSON record: {error}",
                 path.display(),
                 index + 1
             )
-        })?;
-        if record.get("item_id").and_then(Value::as_str) == Some(item_id)
-            && record.get("record_kind").and_then(Value::as_str) != Some("shared_prefix")
-        {
+        };
+        let head: RecordHead = serde_json::from_str(&line).map_err(not_a_record)?;
+        if head.item_id.as_str() != Some(item_id) {
+            continue;
+        }
+        let record: Record = serde_json::from_str(&line).map_err(not_a_record)?;
+        if record.get("record_kind").and_then(Value::as_str) != Some("shared_prefix") {
             let ran_in = record_epoch(&record);
             if let Some(ran_in) = ran_in
                 && !epochs.contains(&ran_in)
@@ -375,6 +388,37 @@ mod tests {
             panic!("expected an input error");
         };
         assert!(message.contains("records.jsonl:2: "), "{message}");
+    }
+
+    #[test]
+    fn an_id_that_json_escapes_is_found_and_a_damaged_line_elsewhere_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("records.jsonl");
+        let ids = ["quo\"te", "back\\slash", "tab\there", "plain"];
+        let mut text = String::new();
+        for (n, id) in ids.iter().enumerate() {
+            let line =
+                json!({"item_id": id, "execution_group_id": format!("main:epoch-1:group-{n}")});
+            text.push_str(&format!("{line}\n"));
+        }
+        std::fs::write(&path, &text).unwrap();
+        for (n, id) in ids.iter().enumerate() {
+            let position =
+                find_record(dir.path(), id, None).unwrap_or_else(|e| panic!("{id:?}: {e}"));
+            assert_eq!(
+                position.execution_group_id,
+                format!("main:epoch-1:group-{n}")
+            );
+        }
+        // A damaged line that does not hold the id is still reported.
+        std::fs::write(&path, format!("{{not json\n{text}")).unwrap();
+        let Err(message) = find_record(dir.path(), "plain", None) else {
+            panic!("a damaged line must fail the search");
+        };
+        assert!(
+            message.starts_with(&format!("{}:1: not a JSON record", path.display())),
+            "{message}"
+        );
     }
 
     #[test]
