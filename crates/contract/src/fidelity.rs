@@ -119,7 +119,9 @@ pub fn parse_minimum(text: &str) -> Result<Fidelity, String> {
                 .into(),
         ),
         Ok(fidelity) => Ok(fidelity),
-        Err(error) => Err(error.to_string()),
+        Err(UnknownFidelity(given)) => Err(format!(
+            "unknown minimum fidelity {given:?}; expected one of exact, semantic_equivalent, best_effort"
+        )),
     }
 }
 
@@ -175,10 +177,10 @@ mod tests {
                 .unwrap_err()
                 .contains("cannot be a minimum")
         );
-        assert!(
-            parse_minimum("perfect")
-                .unwrap_err()
-                .contains("unknown fidelity")
+        assert_eq!(
+            parse_minimum("perfect").unwrap_err(),
+            "unknown minimum fidelity \"perfect\"; expected one of exact, semantic_equivalent, best_effort",
+            "a minimum's error offers only the names a minimum accepts"
         );
     }
 }

@@ -604,7 +604,7 @@ fn replay_reruns_a_failed_suffix_and_refuses_bad_input_without_writing() {
             "--min-fidelity",
             "perfect",
         ],
-        "unknown fidelity \"perfect\"",
+        "unknown minimum fidelity \"perfect\"; expected one of exact, semantic_equivalent, best_effort",
     );
     refused(
         &[

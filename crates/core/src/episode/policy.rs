@@ -71,12 +71,20 @@ pub struct FatalError {
     pub error: AdapterError,
     /// A cleanup failure chained to the primary one, if any.
     pub cause: Option<Box<AdapterError>>,
+    /// The unit the arm stopped in, when known: `item "b"`, `item 5`, `an
+    /// item without an item_id` or `group "main:epoch-1:group-0003"` (set
+    /// by [`crate::harness::execute_work_unit`]; shown before the error).
+    pub place: Option<String>,
 }
 
 impl FatalError {
     /// A fatal error without a chained cause.
     pub fn new(error: AdapterError) -> Self {
-        Self { error, cause: None }
+        Self {
+            error,
+            cause: None,
+            place: None,
+        }
     }
 
     /// A fatal error whose cleanup also failed.
@@ -84,7 +92,17 @@ impl FatalError {
         Self {
             error,
             cause: Some(Box::new(cause)),
+            place: None,
         }
+    }
+
+    /// The same error, said to have stopped the arm in `place` unless a
+    /// place is already known.
+    pub fn at(mut self, place: impl FnOnce() -> String) -> Self {
+        if self.place.is_none() {
+            self.place = Some(place());
+        }
+        self
     }
 }
 
@@ -96,6 +114,9 @@ impl From<AdapterError> for FatalError {
 
 impl fmt::Display for FatalError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(place) = &self.place {
+            write!(f, "{place}: ")?;
+        }
         write!(f, "{}", self.error)?;
         if let Some(cause) = &self.cause {
             write!(f, "; cleanup also failed: {cause}")?;

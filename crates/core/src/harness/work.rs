@@ -133,15 +133,41 @@ pub fn execute_work_unit<A: EpisodeAdapter + ?Sized>(
     policy: FailurePolicy,
     clock: &dyn Clock,
 ) -> Result<Vec<UnitRecord>, UnitError> {
-    Ok(match unit {
-        WorkUnit::Episode(unit) => execute_episode_group(adapter, unit, ctx, policy, clock)?,
+    let ran = match unit {
+        WorkUnit::Episode(unit) => execute_episode_group(adapter, unit, ctx, policy, clock),
         WorkUnit::Stored(group) => {
-            execute_episode_group(adapter, &load_stored(group)?, ctx, policy, clock)?
+            execute_episode_group(adapter, &load_stored(group)?, ctx, policy, clock)
         }
         WorkUnit::Standalone(item) => {
-            vec![execute_standalone_item(adapter, &item.item, ctx, policy, clock)?.into()]
+            execute_standalone_item(adapter, &item.item, ctx, policy, clock)
+                .map(|record| vec![record.into()])
         }
-    })
+    };
+    ran.map_err(|fatal| UnitError::Fatal(fatal.at(|| unit.place())))
+}
+
+impl WorkUnit {
+    /// How a fatal failure names this unit ([`FatalError::place`]): the
+    /// group's id, or the item's.
+    fn place(&self) -> String {
+        match self {
+            WorkUnit::Episode(ExecutionUnit::Group(group)) => {
+                format!("group {:?}", group.execution_group_id)
+            }
+            WorkUnit::Stored(group) => format!("group {:?}", group.execution_group_id),
+            WorkUnit::Episode(ExecutionUnit::Invalid(invalid)) => item_place(&invalid.item),
+            WorkUnit::Standalone(item) => item_place(&item.item),
+        }
+    }
+}
+
+/// `item "b"`, `item 5`, or `an item without an item_id`.
+fn item_place(item: &Item) -> String {
+    match &item.identity().item_id {
+        Value::Null => "an item without an item_id".to_owned(),
+        Value::String(id) => format!("item {id:?}"),
+        other => format!("item {other}"),
+    }
 }
 
 /// A stored group's items, read back from its items file as an episode
@@ -280,6 +306,35 @@ mod tests {
             execute_standalone_item(&mut adapter, &item, &ctx(), FailurePolicy::Fatal, &clock)
                 .unwrap_err();
         assert_eq!(fatal.error.message, "oom");
+    }
+
+    #[test]
+    fn a_fatal_failure_names_the_item_it_stopped_in() {
+        let clock = ManualClock::new();
+        let mut script = Script::standalone();
+        for id in ["s", "5", ""] {
+            script
+                .execute_errors
+                .insert(id.into(), AdapterError::new(ErrorType::Trap, "boom"));
+        }
+        let mut adapter = ScriptedAdapter::new(script);
+        for (item, place) in [
+            (json!({"item_id": "s"}), "item \"s\""),
+            (json!({"item_id": 5}), "item 5"),
+            (json!({"family": "f"}), "an item without an item_id"),
+        ] {
+            let unit = WorkUnit::Standalone(StandaloneItem::new(obj(item)));
+            let Err(UnitError::Fatal(fatal)) =
+                execute_work_unit(&mut adapter, &unit, &ctx(), FailurePolicy::Fatal, &clock)
+            else {
+                panic!("{place}: expected a fatal failure");
+            };
+            assert_eq!(fatal.place.as_deref(), Some(place));
+            assert!(
+                fatal.to_string().starts_with(&format!("{place}: ")),
+                "{fatal}"
+            );
+        }
     }
 
     #[test]
