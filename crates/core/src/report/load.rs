@@ -170,7 +170,23 @@ pub fn load_run(dir: &Path) -> Result<RunFiles, ReportError> {
     let manifest_path = dir.join(MANIFEST_FILE);
     let manifest: RunManifest = read_run_file(&manifest_path)
         .map_err(|error| ReportError::run_file(&manifest_path, error))?;
-    let epochs = read_epochs(&dir.join(EPOCHS_FILE))?;
+    let epochs_path = dir.join(EPOCHS_FILE);
+    let epochs = read_epochs(&epochs_path)?;
+    // summary.json is written after the run's last epoch line, so a file
+    // with fewer lines than it counts lost some (one with more is a run
+    // that resumed and stopped again before its summary).
+    if epochs.len() < summary.arm.epoch_count {
+        return Err(ReportError::at(
+            &epochs_path,
+            None,
+            format!(
+                "holds {} epoch line(s), but {} counts {} finished epochs",
+                epochs.len(),
+                summary_path.display(),
+                summary.arm.epoch_count
+            ),
+        ));
+    }
     let records = read_records(&dir.join(RECORDS_FILE), &epochs)?;
     let points = if dir.join(POINTS_FILE).exists() {
         Some(load_points(dir).map_err(|error| ReportError::jsonl(dir.join(POINTS_FILE), error))?)

@@ -512,6 +512,15 @@ fn damaged_or_missing_files_are_named_with_line_and_field() {
     let text = message(&run);
     assert!(text.contains("records.jsonl:2: "), "{text}");
 
+    write_tiny_run(&run.join("emptied"), "main", true);
+    std::fs::write(run.join("emptied/epochs.jsonl"), "").unwrap();
+    let text = message(&run.join("emptied"));
+    assert!(
+        text.contains("epochs.jsonl: holds 0 epoch line(s), but ")
+            && text.contains("summary.json counts "),
+        "{text}"
+    );
+
     std::fs::write(run.join("epochs.jsonl"), "{\"epoch\": \"one\"}\n").unwrap();
     let text = message(&run);
     assert!(
