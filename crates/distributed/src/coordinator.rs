@@ -382,12 +382,13 @@ impl UnitRunner for RemoteLane {
             Outcome::Records { records } => Ok(records.into_iter().map(UnitRecord::from).collect()),
             Outcome::Fatal { error, cause } => {
                 let error = error.into_adapter_error().map_err(remote)?;
-                Err(UnitError::Fatal(match cause {
+                let fatal = match cause {
                     Some(cause) => {
                         FatalError::chained(error, cause.into_adapter_error().map_err(remote)?)
                     }
                     None => FatalError::new(error),
-                }))
+                };
+                Err(UnitError::Fatal(fatal.at(|| unit.place())))
             }
             Outcome::Failed { reason } => Err(remote(reason)),
             Outcome::TooLarge { reason } => {

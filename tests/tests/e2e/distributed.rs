@@ -865,8 +865,8 @@ fn a_plain_adapter_runs_on_a_worker_as_it_runs_locally_under_either_policy() {
         &dir.path().join("remote-fatal"),
         &["--failure-policy", "fatal", "--nats", &nats.url],
     );
-    assert_exit(&local_fatal, 1, &["item has no text"]);
-    assert_exit(&remote_fatal, 1, &["item has no text"]);
+    assert_exit(&local_fatal, 1, &["item \"i1\": ", "item has no text"]);
+    assert_exit(&remote_fatal, 1, &["item \"i1\": ", "item has no text"]);
 }
 
 #[test]

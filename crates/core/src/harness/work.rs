@@ -149,7 +149,7 @@ pub fn execute_work_unit<A: EpisodeAdapter + ?Sized>(
 impl WorkUnit {
     /// How a fatal failure names this unit ([`FatalError::place`]): the
     /// group's id, or the item's.
-    fn place(&self) -> String {
+    pub fn place(&self) -> String {
         match self {
             WorkUnit::Episode(ExecutionUnit::Group(group)) => {
                 format!("group {:?}", group.execution_group_id)
