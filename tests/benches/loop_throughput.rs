@@ -7,46 +7,21 @@
 //! `cargo bench -p sandloop-tests --bench loop_throughput`
 //! (`SANDLOOP_BENCH_LOOP_ROUNDS`, default 300).
 
-use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use sandloop::coordinator::models::{FinishedRequest, TaskAction, TaskResponse};
+use sandloop::coordinator::endpoints::Endpoints;
+use sandloop::coordinator::http_server::{self, ServeOptions, Shutdown};
+use sandloop::coordinator::models::{TaskAction, TaskResponse};
 use sandloop::coordinator::service::Coordinator;
 
-fn repo(dir: &Path, rounds: u32) {
-    std::fs::write(dir.join("goal.txt"), "Benchmark the coordinator.\n").unwrap();
-    std::fs::write(
-        dir.join("sandloop-loop.toml"),
-        format!(
-            "goal_file = \"goal.txt\"\nworkflow_set = \"main\"\nmax_turns = {}\n",
-            rounds + 1
-        ),
-    )
-    .unwrap();
-    let work = dir.join(".sandloop/workflow_sets/main/workflows/work");
-    std::fs::create_dir_all(&work).unwrap();
-    std::fs::write(dir.join("plugin.wasm"), b"\0asm\x0d\0\x01\0").unwrap();
-    std::fs::write(work.join("workflow.toml"), "plugin = \"plugin.wasm\"\n").unwrap();
-    std::fs::write(work.join("prompt.txt"), "Work.\n").unwrap();
-}
-
-fn finished_for(task: &TaskResponse) -> FinishedRequest {
-    let task = task.task().expect("a run task");
-    FinishedRequest {
-        workflow_id: task.workflow_id.clone(),
-        session_id: task.session_id.clone(),
-        iteration: task.iteration,
-        success: true,
-        text: Some("done".into()),
-        error: None,
-    }
-}
+#[path = "common/loop_repo.rs"]
+mod loop_repo;
+use loop_repo::{finished_for, loop_repo as repo};
 
 fn in_process(rounds: u32) -> f64 {
     let dir = tempfile::tempdir().unwrap();
-    repo(dir.path(), rounds);
+    repo(dir.path(), rounds + 1);
     let coordinator = Coordinator::open(dir.path(), false, None, None).unwrap();
     let started = Instant::now();
     let mut task = coordinator.register().unwrap();
@@ -60,20 +35,19 @@ fn in_process(rounds: u32) -> f64 {
 
 fn over_http(rounds: u32) -> f64 {
     let dir = tempfile::tempdir().unwrap();
-    repo(dir.path(), rounds);
+    repo(dir.path(), rounds + 1);
     let coordinator = Arc::new(Coordinator::open(dir.path(), false, None, None).unwrap());
-    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", server.server_addr().to_ip().unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
+    let endpoints = Arc::new(Endpoints::new(
+        coordinator,
+        std::time::Duration::from_secs(600),
+    ));
+    let listener = http_server::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let shutdown = Shutdown::new();
     let serving = {
-        let stop = Arc::clone(&stop);
+        let shutdown = shutdown.clone();
         std::thread::spawn(move || {
-            sandloop::coordinator::transport::serve(
-                coordinator,
-                server,
-                stop,
-                std::time::Duration::from_secs(600),
-            )
+            http_server::serve(endpoints, listener, ServeOptions::default(), &shutdown)
         })
     };
     let agent = ureq::Agent::new();
@@ -95,8 +69,8 @@ fn over_http(rounds: u32) -> f64 {
         done += 1;
     }
     let rate = f64::from(done) / started.elapsed().as_secs_f64();
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    serving.join().unwrap();
+    shutdown.trigger();
+    serving.join().unwrap().unwrap();
     rate
 }
 

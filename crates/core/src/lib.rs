@@ -25,4 +25,5 @@ pub mod hostile_inputs;
 pub mod replay;
 pub mod report;
 pub mod step;
+pub mod terminal;
 pub mod trace;

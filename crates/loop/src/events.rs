@@ -1,32 +1,103 @@
 //! A session's event log, `events.jsonl` (one JSON object per line, see
-//! [`super::sessions::events_path`]): what the coordinator noticed that is
-//! not an iteration's result and so has no place in the state's `history`.
-//! The reference creates the file empty and never writes it; sandloop
-//! appends these events:
+//! [`super::sessions::events_path`]): what happened to the session's tasks,
+//! and what the coordinator noticed that has no place in the state's
+//! `history`. The reference (loopy-loop 0.2.0) creates the file empty and
+//! never writes it; loopy-loop 0.5 writes lifecycle events, and sandloop
+//! uses its names where an event means the same:
 //!
-//! - `late_report`: a `/finished` for a task that is no longer the active
-//!   one (its lease ran out and another worker took the loop on, or it was
-//!   already recorded). Nothing else changed and nothing was handed out.
+//! - `task_dispatched`: a task was handed out (`attempt_id`, and the
+//!   `worker` it went to when it said who it is);
+//! - `task_finished`: a task's result was recorded, from its report or
+//!   (`recovered: true`) from the files its worker left;
+//! - `iteration_abandoned`: a task whose worker is gone was taken back with
+//!   no result to recover (`error: "abandoned"`);
+//! - `session_stopped`: the session reached a terminal status.
+//!
+//! and two of its own, which loopy-loop 0.5 does not log:
+//!
+//! - `late_report`: a `/finished` that is not for the active task and
+//!   attempt (its lease ran out and the task was taken back, it was already
+//!   recorded, or it echoes another `attempt_id`). Nothing changed and
+//!   nothing was handed out.
 //! - `child_request_refused`: a child-session request that cannot be
 //!   started (its workflow set does not exist or does not load); the request
 //!   file is renamed `<name>.refused` so it is refused once.
 //!
-//! Every event carries `event` (its kind) and `at` (RFC 3339 UTC).
+//! Every event carries `event` (its kind) and `at` (RFC 3339 UTC); the rest
+//! of each line is the event's fields, flat (loopy-loop 0.5 nests them under
+//! `payload` beside `type` and `ts`). Events are appended after the state
+//! change they describe has been written.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::models::{CurrentTask, FinishedRequest, utc_now};
+use super::models::{CurrentTask, FinishedRequest, LoopStatus, WorkerIdentity, utc_now};
 use super::sessions::events_path;
 
 /// One line of `events.jsonl`, tagged by `event`.
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum SessionEvent {
-    /// A report for a task that is not the active one; it was not recorded
-    /// as a result.
+    /// A task was handed out.
+    TaskDispatched {
+        /// When.
+        at: String,
+        /// The workflow to run.
+        workflow_id: String,
+        /// Its iteration.
+        iteration: u32,
+        /// The hand-out's attempt id.
+        attempt_id: Option<String>,
+        /// The worker it went to; `null` for one that did not say.
+        worker: Option<WorkerIdentity>,
+    },
+    /// A task's result was recorded.
+    TaskFinished {
+        /// When.
+        at: String,
+        /// The workflow that ran.
+        workflow_id: String,
+        /// Its iteration.
+        iteration: u32,
+        /// The attempt that ran it.
+        attempt_id: Option<String>,
+        /// As recorded in the history (a missing goal-check verdict turns a
+        /// success into a failure).
+        success: bool,
+        /// Why it failed.
+        error: Option<String>,
+        /// True when the result came from the files a gone worker left
+        /// (`pending_finished_request.json` or `result.json`), not from its
+        /// report.
+        recovered: bool,
+    },
+    /// A task was taken back from a worker that is gone, with nothing to
+    /// recover; its iteration is recorded as failed.
+    IterationAbandoned {
+        /// When.
+        at: String,
+        /// The workflow of the task.
+        workflow_id: String,
+        /// Its iteration.
+        iteration: u32,
+        /// The attempt taken back.
+        attempt_id: Option<String>,
+        /// What the history records: `"abandoned"`.
+        error: String,
+    },
+    /// The session reached a terminal status.
+    SessionStopped {
+        /// When.
+        at: String,
+        /// The terminal status.
+        status: LoopStatus,
+        /// Why, e.g. `goal_met`.
+        stop_reason: Option<String>,
+    },
+    /// A report for another task or attempt than the active one; it was not
+    /// recorded as a result.
     LateReport {
         /// When it arrived.
         at: String,
@@ -56,6 +127,26 @@ impl SessionEvent {
             at: utc_now(),
             report: report.clone(),
             active_task: active_task.cloned(),
+        }
+    }
+
+    /// The same event, marked `recovered` when it is a
+    /// [`SessionEvent::TaskFinished`].
+    pub fn recovered(mut self) -> Self {
+        if let Self::TaskFinished { recovered, .. } = &mut self {
+            *recovered = true;
+        }
+        self
+    }
+
+    /// A [`SessionEvent::TaskDispatched`] for `task`, stamped now.
+    pub fn task_dispatched(task: &CurrentTask) -> Self {
+        Self::TaskDispatched {
+            at: utc_now(),
+            workflow_id: task.workflow_id.clone(),
+            iteration: task.iteration,
+            attempt_id: task.attempt_id.clone(),
+            worker: task.worker.clone(),
         }
     }
 }

@@ -15,15 +15,24 @@
 //!   atomically.
 //! - [`service`]: the coordinator's `register` / `finished` state machine.
 //! - [`worker`]: running a task as one sandboxed workflow-plugin step.
-//! - [`transport`]: the coordinator over HTTP, and the worker that pulls
-//!   tasks from it.
+//! - [`endpoints`]: `/register`, `/finished` and `/status` with task
+//!   leases, free of any transport.
+//! - [`http_server`]: the endpoints served over HTTP (timeouts, limits,
+//!   bearer token, TLS, graceful shutdown).
+//! - [`http_worker`]: the worker that pulls tasks from such a server.
+//! - [`auth`]: the bearer token; [`identity`]: who a worker is, whether it
+//!   still runs, and attempt ids.
 
+pub mod auth;
 pub mod config;
+pub mod endpoints;
 pub mod events;
+pub mod http_server;
+pub mod http_worker;
+pub mod identity;
 pub mod models;
 pub mod scheduler;
 pub mod service;
 pub mod sessions;
 pub mod state_store;
-pub mod transport;
 pub mod worker;

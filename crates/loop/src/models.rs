@@ -58,6 +58,12 @@ pub const STOP_ACTION: &str = "stop";
 /// ends cleanly; `sandloop loop worker` asks for a new task instead.
 pub const STALE_REPORT: &str = "stale_report";
 
+/// Largest `/finished` body `sandloop loop serve` reads, bytes (1 MiB). A
+/// larger body is answered 413 naming both sizes; `sandloop loop worker`
+/// cuts a step's text so its report fits (the iteration's files keep the
+/// whole text).
+pub const MAX_REPORT_BYTES: usize = 1 << 20;
+
 /// Workflow id with built-in meaning: it must write a [`GoalCheckSignal`]
 /// and is never scheduled before some other workflow has succeeded
 /// (reference `GOAL_CHECK_WORKFLOW_ID` in `cli.py`, and the `"goal_check"`
@@ -152,6 +158,32 @@ pub struct TeamHarnessFields {
     pub team_harness_system_prompt_extension: String,
 }
 
+/// Who a worker process is (loopy-loop 0.3+ `WorkerIdentity`): sent on
+/// `/register` and `/finished` as `worker`, kept with the task it was
+/// handed. `starttime` tells a recycled pid from the same process:
+/// `linux:<boot_id>:<start ticks>` (field 22 of `/proc/PID/stat`), or
+/// `null` where it cannot be read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerIdentity {
+    /// The worker's host name.
+    pub hostname: String,
+    /// The worker's process id.
+    pub pid: u32,
+    /// When the process started, as above.
+    #[serde(default)]
+    pub starttime: Option<String>,
+}
+
+/// The body of `POST /register` (loopy-loop 0.3+ `RegisterRequest`). A
+/// body that is empty or `{}` (loopy-loop 0.2.0's worker) registers an
+/// unidentified worker.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterRequest {
+    /// The worker asking for a task.
+    #[serde(default)]
+    pub worker: Option<WorkerIdentity>,
+}
+
 /// The task a worker is running now (reference `CurrentTask`). Set when a
 /// task is handed out, cleared when it finishes or is found abandoned.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,6 +198,16 @@ pub struct CurrentTask {
     pub iteration: u32,
     /// When the task was handed out (RFC 3339 UTC, see [`utc_now`]).
     pub started_at: String,
+    /// The worker the task was handed to, when it said who it is
+    /// (loopy-loop 0.3+); absent for a loopy-loop 0.2.0 worker and for
+    /// `loop run`'s own steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerIdentity>,
+    /// This hand-out of the task (loopy-loop 0.4+: 12 lowercase hex
+    /// digits), echoed by the worker's `/finished`; absent only in state
+    /// written before attempts existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_id: Option<String>,
 }
 
 /// `action` of a [`TaskResponse`]: `"run"` or `"stop"` (reference
@@ -220,6 +262,9 @@ pub struct RunTask {
     pub session_id: String,
     /// Iteration of the task (1-based).
     pub iteration: u32,
+    /// This hand-out of the task, to echo in `/finished` (loopy-loop 0.4+;
+    /// `None` from a coordinator that does not issue attempts).
+    pub attempt_id: Option<String>,
     /// Config snapshot of the session.
     pub config_snapshot: RootConfigSnapshot,
 }
@@ -237,6 +282,8 @@ struct TaskResponseWire {
     #[serde(default)]
     iteration: Option<u32>,
     #[serde(default)]
+    attempt_id: Option<String>,
+    #[serde(default)]
     config_snapshot: Option<RootConfigSnapshot>,
     #[serde(default)]
     stop_reason: Option<String>,
@@ -253,6 +300,7 @@ impl From<TaskResponse> for TaskResponseWire {
                     workflow_id: Some(task.workflow_id),
                     session_id: Some(task.session_id),
                     iteration: Some(task.iteration),
+                    attempt_id: task.attempt_id,
                     config_snapshot: Some(task.config_snapshot),
                     stop_reason: None,
                 }
@@ -263,6 +311,7 @@ impl From<TaskResponse> for TaskResponseWire {
                 workflow_id: None,
                 session_id: None,
                 iteration: None,
+                attempt_id: None,
                 config_snapshot: None,
                 stop_reason,
             },
@@ -307,6 +356,7 @@ impl TryFrom<TaskResponseWire> for TaskResponse {
                 workflow_id,
                 session_id,
                 iteration,
+                attempt_id: wire.attempt_id,
                 config_snapshot,
             }))),
             _ => Err(format!(
@@ -326,6 +376,7 @@ impl TaskResponse {
             workflow_id: task.workflow_id.clone(),
             session_id: task.session_id.clone(),
             iteration: task.iteration,
+            attempt_id: task.attempt_id.clone(),
             config_snapshot: config_snapshot.clone(),
         }))
     }
@@ -518,7 +569,7 @@ impl LoopState {
 
 /// What a worker posts to `/finished` (reference `FinishedRequest`); also
 /// persisted locally as `pending_finished_request.json` for crash recovery.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FinishedRequest {
     /// Workflow that ran.
     pub workflow_id: String,
@@ -534,15 +585,31 @@ pub struct FinishedRequest {
     /// Why it failed.
     #[serde(default)]
     pub error: Option<String>,
+    /// The task's `attempt_id`, echoed (loopy-loop 0.4+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_id: Option<String>,
+    /// The reporting worker (loopy-loop 0.3+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerIdentity>,
 }
 
 impl FinishedRequest {
-    /// True when the request is for `task`: same session, workflow and
-    /// iteration (mirrors `_matches_current_task` in the reference).
+    /// True when the request is for `task` (loopy-loop 0.4's
+    /// `_matches_current_task`): same session, workflow and iteration, and
+    /// the same attempt. A request without an `attempt_id` matches by the
+    /// other three only when the task went to a worker that did not say
+    /// who it is (loopy-loop 0.2.0's, which never echoes one); a worker
+    /// that identifies itself always echoes, so its missing echo is stale.
     pub fn matches_task(&self, task: &CurrentTask) -> bool {
+        let same_attempt = match (&task.attempt_id, &self.attempt_id) {
+            (Some(issued), Some(echoed)) => issued == echoed,
+            (Some(_), None) => task.worker.is_none(),
+            (None, _) => true,
+        };
         self.session_id == task.session_id
             && self.workflow_id == task.workflow_id
             && self.iteration == task.iteration
+            && same_attempt
     }
 }
 
@@ -721,6 +788,10 @@ pub struct IterationResult {
     /// Output directory of the step; default empty.
     #[serde(default)]
     pub harness_output_dir: String,
+    /// The attempt that produced the result (loopy-loop 0.4+), so a result
+    /// of a superseded attempt is never recovered as the current one's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_id: Option<String>,
 }
 
 /// A workflow's request to start a child session on another workflow set
@@ -1008,8 +1079,8 @@ mod tests {
         assert_eq!(
             stop,
             json!({"action": "stop", "workflow_set": null, "workflow_id": null,
-                "session_id": null, "iteration": null, "config_snapshot": null,
-                "stop_reason": "max_turns"})
+                "session_id": null, "iteration": null, "attempt_id": null,
+                "config_snapshot": null, "stop_reason": "max_turns"})
         );
         let task = plan_task();
         let run = TaskResponse::run(&task, &snapshot());
@@ -1023,14 +1094,52 @@ mod tests {
             success: true,
             text: None,
             error: None,
+            attempt_id: Some("0a1b2c3d4e5f".into()),
+            worker: None,
         };
         assert!(request.matches_task(&task));
         assert!(
             !FinishedRequest {
                 iteration: 2,
-                ..request
+                ..request.clone()
             }
             .matches_task(&task)
+        );
+        // Another attempt of the same iteration is not this one.
+        assert!(
+            !FinishedRequest {
+                attempt_id: Some("ffffffffffff".into()),
+                ..request.clone()
+            }
+            .matches_task(&task)
+        );
+        // No echo: by the ids alone for a worker that never said who it is
+        // (loopy-loop 0.2.0), stale for one that did.
+        let unechoed = FinishedRequest {
+            attempt_id: None,
+            ..request
+        };
+        assert!(unechoed.matches_task(&task));
+        let identified = CurrentTask {
+            worker: Some(WorkerIdentity {
+                hostname: "h".into(),
+                pid: 1,
+                starttime: None,
+            }),
+            ..task.clone()
+        };
+        assert!(!unechoed.matches_task(&identified));
+        // State from before attempts existed: any echo matches.
+        let legacy = CurrentTask {
+            attempt_id: None,
+            ..task
+        };
+        assert!(
+            FinishedRequest {
+                attempt_id: Some("anything".into()),
+                ..unechoed
+            }
+            .matches_task(&legacy)
         );
     }
 
@@ -1041,6 +1150,8 @@ mod tests {
             session_id: "s1".into(),
             iteration: 3,
             started_at: "2026-11-29T23:30:00Z".into(),
+            worker: None,
+            attempt_id: Some("0a1b2c3d4e5f".into()),
         }
     }
 
@@ -1052,7 +1163,8 @@ mod tests {
         assert_eq!(wire["action"], "run");
         assert_eq!(wire["stop_reason"], Value::Null);
         assert_eq!(wire["iteration"], 3);
-        assert_eq!(wire.as_object().unwrap().len(), 7, "{wire}");
+        assert_eq!(wire["attempt_id"], "0a1b2c3d4e5f");
+        assert_eq!(wire.as_object().unwrap().len(), 8, "{wire}");
         let back: TaskResponse = serde_json::from_value(wire).unwrap();
         assert_eq!(back, run);
         // A reference coordinator may leave absent fields out altogether.

@@ -24,10 +24,11 @@ use super::config::{
     ConfigError, PreflightResult, WorkflowDefinition, derive_goal_hash, run_preflight,
 };
 use super::events::{SessionEvent, append_event};
+use super::identity::new_attempt_id;
 use super::models::{
     ChildSessionRecord, ChildSessionRequest, ControlSignal, ControlState, ControlStopReason,
     CurrentTask, FinishedRequest, GOAL_CHECK_WORKFLOW_ID, GoalCheckSignal, HistoryEntry,
-    IterationResult, LoopState, LoopStatus, TaskAction, TaskResponse, utc_now,
+    IterationResult, LoopState, LoopStatus, TaskAction, TaskResponse, WorkerIdentity, utc_now,
 };
 use super::scheduler::choose_next_workflow;
 use super::sessions::{
@@ -92,6 +93,9 @@ struct Inner {
     /// Preflight results per workflow set (the root's first).
     preflights: HashMap<String, PreflightResult>,
     root_workflow_set: String,
+    /// Events of the call in progress, `(session_id, event)`, appended to
+    /// the sessions' logs once its state change is written.
+    events: Vec<(String, SessionEvent)>,
 }
 
 /// The loop coordinator over the repository at `repo_root`.
@@ -117,14 +121,36 @@ fn read_signal<T: DeserializeOwned>(path: &Path) -> Option<T> {
     }
 }
 
-fn new_task(state: &LoopState, workflow: &WorkflowDefinition, now: &str) -> CurrentTask {
+fn new_task(
+    state: &LoopState,
+    workflow: &WorkflowDefinition,
+    now: &str,
+    caller: Option<&WorkerIdentity>,
+) -> CurrentTask {
     CurrentTask {
         workflow_set: state.workflow_set.clone(),
         workflow_id: workflow.id.clone(),
         session_id: state.active_session_id.clone(),
         iteration: state.iteration_count + 1,
         started_at: now.to_string(),
+        worker: caller.cloned(),
+        attempt_id: Some(new_attempt_id()),
     }
+}
+
+/// The `session_stopped` event when a call moved `state` from a running
+/// status (`was_terminal` false) to a terminal one.
+fn stopped_event(was_terminal: bool, state: &LoopState) -> Option<(String, SessionEvent)> {
+    (!was_terminal && state.status.is_terminal()).then(|| {
+        (
+            state.active_session_id.clone(),
+            SessionEvent::SessionStopped {
+                at: utc_now(),
+                status: state.status,
+                stop_reason: state.stop_reason.clone(),
+            },
+        )
+    })
 }
 
 impl Coordinator {
@@ -148,6 +174,7 @@ impl Coordinator {
                 store: StateStore::new(repo_root),
                 preflights,
                 root_workflow_set,
+                events: Vec::new(),
             }),
             start: Start::Fresh {
                 session_id: String::new(),
@@ -280,24 +307,68 @@ impl Coordinator {
         Ok(session_id)
     }
 
-    /// A worker asks for work (reference `register_worker`): recover or
-    /// abandon an orphaned task, stop if a stop condition holds, dispatch
-    /// a requested child session, or choose the next workflow.
+    /// A worker that does not say who it is asks for work: see
+    /// [`Coordinator::register_as`].
     pub fn register(&self) -> Result<TaskResponse, CoordinatorError> {
-        let mut inner = self.lock();
-        let response = self.register_locked(&mut inner)?;
-        self.resume_parent_if_stopped(&mut inner, response)
+        self.register_as(None)
     }
 
-    fn register_locked(&self, inner: &mut Inner) -> Result<TaskResponse, CoordinatorError> {
+    /// The worker `caller` asks for work (reference `register_worker`):
+    /// recover or abandon an orphaned task, stop if a stop condition holds,
+    /// dispatch a requested child session, or choose the next workflow. A
+    /// task handed out carries a new `attempt_id` and is kept with
+    /// `caller`. Every step is logged in the session's `events.jsonl`.
+    pub fn register_as(
+        &self,
+        caller: Option<&WorkerIdentity>,
+    ) -> Result<TaskResponse, CoordinatorError> {
+        let mut inner = self.lock();
+        inner.events.clear();
+        let response = self.register_locked(&mut inner, caller);
+        let response = match response {
+            Ok(response) => self.resume_parent_if_stopped(&mut inner, response, caller),
+            Err(error) => Err(error),
+        };
+        self.flush_events(&mut inner);
+        response
+    }
+
+    /// Append the events of the call that just ended to their sessions'
+    /// logs (a warning on stderr for each that cannot be).
+    fn flush_events(&self, inner: &mut Inner) {
+        for (session_id, event) in inner.events.drain(..) {
+            if let Err(error) = append_event(&self.repo_root, &session_id, &event) {
+                tracing::warn!("{error}");
+            }
+        }
+    }
+
+    fn register_locked(
+        &self,
+        inner: &mut Inner,
+        caller: Option<&WorkerIdentity>,
+    ) -> Result<TaskResponse, CoordinatorError> {
         let mut recovered_pending: Vec<PathBuf> = Vec::new();
+        let mut events = Vec::new();
         let store = std::mem::replace(&mut inner.store, StateStore::new(&self.repo_root));
         let response = store.try_mutate(|state: Option<LoopState>| {
+            events.clear();
             let mut current = require_state(state)?;
+            let was_terminal = current.status.is_terminal();
             let now = utc_now();
             if let Some(orphaned) = current.current_task.clone() {
                 match self.read_recoverable_finished_request(&orphaned) {
                     None => {
+                        events.push((
+                            orphaned.session_id.clone(),
+                            SessionEvent::IterationAbandoned {
+                                at: now.clone(),
+                                workflow_id: orphaned.workflow_id.clone(),
+                                iteration: orphaned.iteration,
+                                attempt_id: orphaned.attempt_id.clone(),
+                                error: "abandoned".into(),
+                            },
+                        ));
                         current.history.push(HistoryEntry {
                             iteration: orphaned.iteration,
                             workflow_set: orphaned.workflow_set.clone(),
@@ -315,15 +386,24 @@ impl Coordinator {
                         if let Some(pending) = pending {
                             recovered_pending.push(pending);
                         }
-                        self.record_finished_task(inner, &mut current, &orphaned, &request, &now);
+                        let event = self.record_finished_task(
+                            inner,
+                            &mut current,
+                            &orphaned,
+                            &request,
+                            &now,
+                        );
+                        events.push((orphaned.session_id.clone(), event.recovered()));
                     }
                 }
             }
-            let response = self.dispatch(inner, &mut current, &now)?;
+            let response = self.dispatch(inner, &mut current, &now, caller, &mut events)?;
+            events.extend(stopped_event(was_terminal, &current));
             Ok::<_, CoordinatorError>((current, response))
         });
         inner.store = store;
         let response = response?;
+        inner.events.append(&mut events);
         for path in recovered_pending {
             let _ = std::fs::remove_file(path);
         }
@@ -337,11 +417,15 @@ impl Coordinator {
         inner: &mut Inner,
         current: &mut LoopState,
         now: &str,
+        caller: Option<&WorkerIdentity>,
+        events: &mut Vec<(String, SessionEvent)>,
     ) -> Result<Dispatch, CoordinatorError> {
         if let Some(stop) = self.stop_response_if_needed(current) {
             return Ok(Dispatch::Respond(stop));
         }
-        if let Some(child) = self.dispatch_child_session_after_success(inner, current)? {
+        if let Some(child) =
+            self.dispatch_child_session_after_success(inner, current, caller, events)?
+        {
             return Ok(child);
         }
         let workflows = &self.preflight_for(inner, &current.workflow_set)?.workflows;
@@ -354,8 +438,12 @@ impl Coordinator {
                 "no_eligible_workflow",
             )));
         };
-        let task = new_task(current, workflow, now);
+        let task = new_task(current, workflow, now, caller);
         let response = TaskResponse::run(&task, &current.config_snapshot);
+        events.push((
+            task.session_id.clone(),
+            SessionEvent::task_dispatched(&task),
+        ));
         current.current_task = Some(task);
         Ok(Dispatch::Respond(response))
     }
@@ -382,36 +470,58 @@ impl Coordinator {
     /// [`TaskResponse::stale_report`]; it is logged as a late report in the
     /// session's event log. (The reference answers it with the active task,
     /// which hands another worker's task to the stale one.)
+    ///
+    /// A report matches the active task when its session, workflow,
+    /// iteration and `attempt_id` agree ([`FinishedRequest::matches_task`]);
+    /// the next task goes to the reporting worker (`request.worker`).
     pub fn finished(&self, request: &FinishedRequest) -> Result<TaskResponse, CoordinatorError> {
         let mut inner = self.lock();
+        inner.events.clear();
+        let response = self.finished_locked(&mut inner, request);
+        self.flush_events(&mut inner);
+        response
+    }
+
+    fn finished_locked(
+        &self,
+        inner: &mut Inner,
+        request: &FinishedRequest,
+    ) -> Result<TaskResponse, CoordinatorError> {
+        let caller = request.worker.as_ref();
+        let mut events = Vec::new();
         let store = std::mem::replace(&mut inner.store, StateStore::new(&self.repo_root));
         let dispatch = store.try_mutate(|state: Option<LoopState>| {
+            events.clear();
             let mut current = require_state(state)?;
+            let was_terminal = current.status.is_terminal();
             let now = utc_now();
             let Some(active) = current.current_task.clone() else {
-                let response = self.dispatch(&mut inner, &mut current, &now)?;
+                let response = self.dispatch(inner, &mut current, &now, caller, &mut events)?;
+                events.extend(stopped_event(was_terminal, &current));
                 return Ok::<_, CoordinatorError>((current, response));
             };
             if !request.matches_task(&active) {
-                self.log_late_report(request, &active);
+                events.push(self.late_report(request, &active));
                 return Ok((current, Dispatch::Respond(TaskResponse::stale_report())));
             }
-            self.record_finished_task(&mut inner, &mut current, &active, request, &now);
-            if current.stop_reason.as_deref() == Some("goal_check_broken") {
-                return Ok((
-                    current,
-                    Dispatch::Respond(TaskResponse::stop("goal_check_broken")),
-                ));
-            }
-            let response = self.dispatch(&mut inner, &mut current, &now)?;
+            let finished = self.record_finished_task(inner, &mut current, &active, request, &now);
+            events.push((active.session_id.clone(), finished));
+            let response = if current.stop_reason.as_deref() == Some("goal_check_broken") {
+                Dispatch::Respond(TaskResponse::stop("goal_check_broken"))
+            } else {
+                self.dispatch(inner, &mut current, &now, caller, &mut events)?
+            };
+            events.extend(stopped_event(was_terminal, &current));
             Ok((current, response))
         });
         inner.store = store;
-        let response = self.after_dispatch(&mut inner, dispatch?)?;
+        let dispatch = dispatch?;
+        inner.events.append(&mut events);
+        let response = self.after_dispatch(inner, dispatch)?;
         if response.is_stale_report() {
             return Ok(response);
         }
-        self.resume_parent_if_stopped(&mut inner, response)
+        self.resume_parent_if_stopped(inner, response, caller)
     }
 
     /// After a stop in a child session that has ended, mark it complete in
@@ -423,33 +533,47 @@ impl Coordinator {
         &self,
         inner: &mut Inner,
         response: TaskResponse,
+        caller: Option<&WorkerIdentity>,
     ) -> Result<TaskResponse, CoordinatorError> {
         if response.action() == TaskAction::Stop
-            && let Some(parent) = self.resume_parent_if_active_child_completed(inner)?
+            && let Some(parent) = self.resume_parent_if_active_child_completed(inner, caller)?
         {
             return Ok(parent);
         }
         Ok(response)
     }
 
-    /// Record a report for another task than `active` as a late report in
-    /// the session's event log (a warning on stderr when it cannot be).
-    fn log_late_report(&self, request: &FinishedRequest, active: &CurrentTask) {
-        let event = SessionEvent::late_report(request, Some(active));
+    /// Say on stderr that a report for another task or attempt than
+    /// `active` was ignored; the late-report event for the session's log.
+    fn late_report(
+        &self,
+        request: &FinishedRequest,
+        active: &CurrentTask,
+    ) -> (String, SessionEvent) {
+        let attempt = match (&request.attempt_id, &active.attempt_id) {
+            (Some(sent), Some(issued)) if sent != issued => {
+                format!(" (attempt {sent}; the active attempt is {issued})")
+            }
+            (None, Some(issued)) => format!(" (no attempt id; the active attempt is {issued})"),
+            _ => String::new(),
+        };
         tracing::warn!(
-            "sandloop loop: a late report for iteration {} ({}) of session {} was ignored: \
-             iteration {} ({}) is the active task",
+            "sandloop loop: a late report for iteration {} ({}) of session {}{attempt} was \
+             ignored: iteration {} ({}) is the active task",
             request.iteration,
             request.workflow_id,
             request.session_id,
             active.iteration,
             active.workflow_id
         );
-        if let Err(error) = append_event(&self.repo_root, &active.session_id, &event) {
-            tracing::warn!("{error}");
-        }
+        (
+            active.session_id.clone(),
+            SessionEvent::late_report(request, Some(active)),
+        )
     }
 
+    /// Record `request` as the result of `active`; returns the
+    /// `task_finished` event (not recovered) describing what was recorded.
     fn record_finished_task(
         &self,
         inner: &mut Inner,
@@ -457,7 +581,7 @@ impl Coordinator {
         active: &CurrentTask,
         request: &FinishedRequest,
         now: &str,
-    ) {
+    ) -> SessionEvent {
         let mut success = request.success;
         let mut error = request.error.clone();
         if self.workflow_expects_goal_check_signal(inner, &active.workflow_set, &active.workflow_id)
@@ -499,12 +623,21 @@ impl Coordinator {
             workflow_id: active.workflow_id.clone(),
             session_id: active.session_id.clone(),
             success,
-            error,
+            error: error.clone(),
             started_at: active.started_at.clone(),
             finished_at: now.to_string(),
         });
         state.iteration_count += 1;
         state.current_task = None;
+        SessionEvent::TaskFinished {
+            at: now.to_string(),
+            workflow_id: active.workflow_id.clone(),
+            iteration: active.iteration,
+            attempt_id: active.attempt_id.clone(),
+            success,
+            error,
+            recovered: false,
+        }
     }
 
     /// Reference `_read_recoverable_finished_request`: the pending finished
@@ -531,17 +664,18 @@ impl Coordinator {
             task.iteration,
             &task.workflow_id,
         ))?;
-        Some((
-            FinishedRequest {
-                session_id: task.session_id.clone(),
-                workflow_id: task.workflow_id.clone(),
-                iteration: task.iteration,
-                success: result.success,
-                text: result.text,
-                error: result.error,
-            },
-            None,
-        ))
+        // A result of another attempt of this iteration is not this one's.
+        let request = FinishedRequest {
+            session_id: task.session_id.clone(),
+            workflow_id: task.workflow_id.clone(),
+            iteration: task.iteration,
+            success: result.success,
+            text: result.text,
+            error: result.error,
+            attempt_id: result.attempt_id,
+            worker: task.worker.clone(),
+        };
+        request.matches_task(task).then_some((request, None))
     }
 
     /// The preflight of `workflow_set`, run once and kept.
@@ -575,6 +709,8 @@ impl Coordinator {
         &self,
         inner: &mut Inner,
         state: &LoopState,
+        caller: Option<&WorkerIdentity>,
+        events: &mut Vec<(String, SessionEvent)>,
     ) -> Result<Option<Dispatch>, CoordinatorError> {
         if !state.history.last().is_some_and(|entry| entry.success) {
             return Ok(None);
@@ -638,7 +774,13 @@ impl Coordinator {
                 session_id: child_session_id.clone(),
                 iteration: 1,
                 started_at: now.clone(),
+                worker: caller.cloned(),
+                attempt_id: Some(new_attempt_id()),
             };
+            events.push((
+                child_session_id.clone(),
+                SessionEvent::task_dispatched(&task),
+            ));
             child.current_task = Some(task.clone());
             let store = StateStore::with_state_path(
                 &self.repo_root,
@@ -700,6 +842,7 @@ impl Coordinator {
     fn resume_parent_if_active_child_completed(
         &self,
         inner: &mut Inner,
+        caller: Option<&WorkerIdentity>,
     ) -> Result<Option<TaskResponse>, CoordinatorError> {
         let Some(child) = inner.store.read_state()? else {
             return Ok(None);
@@ -713,8 +856,10 @@ impl Coordinator {
         self.mark_child_record_complete(&parent_id, &child)?;
         inner.store =
             StateStore::with_state_path(&self.repo_root, state_path(&self.repo_root, &parent_id));
-        let response = self.register_locked(inner)?;
-        Ok(Some(self.resume_parent_if_stopped(inner, response)?))
+        let response = self.register_locked(inner, caller)?;
+        Ok(Some(
+            self.resume_parent_if_stopped(inner, response, caller)?,
+        ))
     }
 
     fn read_children(&self, path: &Path) -> Value {

@@ -10,9 +10,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use super::{Coordinator, CoordinatorError};
 use crate::config::derive_goal_hash;
 use crate::events::read_events;
@@ -25,7 +22,6 @@ use crate::sessions::{
     sessions_root_path, state_path,
 };
 use crate::state_store::{ARCHIVE_PREFIX, StateStore, TEMP_FILENAME};
-use crate::transport::serve;
 
 const GOAL: &str = "Count to three";
 const CHILD_GOAL: &str = "Check the count twice";
@@ -240,6 +236,8 @@ fn report(task: &TaskResponse, success: bool, error: Option<&str>) -> FinishedRe
         success,
         text: success.then(|| "done".to_string()),
         error: error.map(str::to_string),
+        attempt_id: run_of(task).attempt_id.clone(),
+        worker: None,
     }
 }
 
@@ -255,6 +253,14 @@ fn fail(coordinator: &Coordinator, task: &TaskResponse, error: &str) -> TaskResp
 
 fn session_of(coordinator: &Coordinator) -> String {
     coordinator.state().unwrap().unwrap().active_session_id
+}
+
+/// The events of `session`'s log named `name`, oldest first.
+fn events_named(repo_root: &Path, session: &str, name: &str) -> Vec<Value> {
+    read_events(repo_root, session)
+        .into_iter()
+        .filter(|event| event["event"] == name)
+        .collect()
 }
 
 /// Files named `state.json.archive_*.json` in `dir`.
@@ -640,6 +646,7 @@ fn finished_without_an_active_task_dispatches_like_register() {
         success: true,
         text: None,
         error: None,
+        ..FinishedRequest::default()
     };
     let task = coordinator.finished(&stale).unwrap();
     assert_eq!(assert_run(&task, "plan", 1), session);
@@ -682,7 +689,7 @@ fn a_mismatched_finished_is_answered_stale_changes_nothing_and_is_logged() {
         );
     }
     // Each is in the session's event log as a late report, not a result.
-    let events = read_events(repo.root(), &session);
+    let events = events_named(repo.root(), &session, "late_report");
     assert_eq!(events.len(), mismatches.len(), "{events:#?}");
     for (event, request) in events.iter().zip(&mismatches) {
         assert_eq!(event["event"], "late_report");
@@ -694,71 +701,6 @@ fn a_mismatched_finished_is_answered_stale_changes_nothing_and_is_logged() {
     let next = coordinator.finished(&good).unwrap();
     assert_run(&next, "work", 2);
     assert_eq!(repo.state_of(&session).history.len(), 1);
-}
-
-#[test]
-fn a_stale_finished_over_http_hands_nothing_out_and_never_moves_the_lease() {
-    let repo = Repo::plain(20);
-    let coordinator = Arc::new(repo.open());
-    let session = session_of(&coordinator);
-    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", server.server_addr().to_ip().unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
-    let serving = {
-        let (coordinator, stop) = (Arc::clone(&coordinator), Arc::clone(&stop));
-        std::thread::spawn(move || serve(coordinator, server, stop, Duration::from_millis(400)))
-    };
-    let post = |path: &str, body: Value| -> (u16, Value) {
-        match ureq::post(&format!("{url}{path}")).send_json(body) {
-            Ok(response) => (response.status(), response.into_json().unwrap()),
-            Err(ureq::Error::Status(code, response)) => (code, response.into_json().unwrap()),
-            Err(error) => panic!("{error}"),
-        }
-    };
-    // Worker A takes iteration 1; while it is leased, another register waits.
-    let (code, a) = post("/register", json!({}));
-    assert_eq!((code, a["iteration"].clone()), (200, json!(1)), "{a}");
-    assert_eq!(post("/register", json!({})).0, 409);
-    // A's lease runs out; worker B takes the loop on (1 is abandoned).
-    std::thread::sleep(Duration::from_millis(500));
-    let (code, b) = post("/register", json!({}));
-    assert_eq!((code, b["iteration"].clone()), (200, json!(2)), "{b}");
-    let before = std::fs::read(repo.state_file(&session)).unwrap();
-
-    // A's late report changes nothing and hands A nothing.
-    let late = json!({"workflow_id": a["workflow_id"], "session_id": session,
-        "iteration": 1, "success": true, "text": "late", "error": null});
-    let (code, answer) = post("/finished", late.clone());
-    assert_eq!(code, 200);
-    assert_eq!(
-        answer,
-        serde_json::to_value(TaskResponse::stale_report()).unwrap()
-    );
-    assert_eq!(std::fs::read(repo.state_file(&session)).unwrap(), before);
-    let events = read_events(repo.root(), &session);
-    assert_eq!(events.len(), 1, "{events:#?}");
-    assert_eq!(events[0]["event"], "late_report");
-    assert_eq!(events[0]["report"], late);
-    assert_eq!(events[0]["active_task"]["iteration"], 2);
-    // The lease is still B's, and B's report is taken.
-    assert_eq!(post("/register", json!({})).0, 409);
-    let b_report = json!({"workflow_id": b["workflow_id"], "session_id": session,
-        "iteration": 2, "success": true, "text": null, "error": null});
-    let (code, next) = post("/finished", b_report);
-    assert_eq!((code, next["iteration"].clone()), (200, json!(3)), "{next}");
-    stop.store(true, Ordering::SeqCst);
-    serving.join().unwrap();
-    let state = repo.state_of(&session);
-    let results: Vec<(u32, bool, Option<String>)> = state
-        .history
-        .iter()
-        .map(|e| (e.iteration, e.success, e.error.clone()))
-        .collect();
-    assert_eq!(
-        results,
-        [(1, false, Some("abandoned".into())), (2, true, None)],
-        "the late report is not a result"
-    );
 }
 
 // ---------------------------------------------------------------- goal check
@@ -1590,6 +1532,12 @@ fn concurrent_coordinators_never_lose_or_double_an_iteration() {
                 while task.action() == TaskAction::Run {
                     runs.fetch_add(1, Ordering::Relaxed);
                     task = succeed(coordinator, &task);
+                    // The other side took this task back (a register while
+                    // it was out abandons it): ask for a new one, as a
+                    // worker does.
+                    if task.is_stale_report() {
+                        task = coordinator.register().unwrap();
+                    }
                 }
                 assert_stop(&task, "max_turns");
             });
@@ -1653,4 +1601,154 @@ fn state_json_is_never_half_written() {
         !path.with_file_name(TEMP_FILENAME).exists(),
         "no temporary file is left behind"
     );
+}
+
+// ---------------------------------------------------------------- attempts
+
+fn worker(pid: u32) -> crate::models::WorkerIdentity {
+    crate::models::WorkerIdentity {
+        hostname: "builder-1".into(),
+        pid,
+        starttime: Some(format!("linux:boot:{pid}")),
+    }
+}
+
+#[test]
+fn each_hand_out_has_its_own_attempt_kept_with_the_worker_it_went_to() {
+    let repo = Repo::plain(20);
+    let coordinator = repo.open();
+    let first = coordinator.register_as(Some(&worker(7))).unwrap();
+    let session = assert_run(&first, "plan", 1);
+    let attempt = run_of(&first).attempt_id.clone().unwrap();
+    assert_eq!(attempt.len(), 12, "{attempt}");
+    let current = repo.state_of(&session).current_task.unwrap();
+    assert_eq!(current.attempt_id.as_deref(), Some(attempt.as_str()));
+    assert_eq!(current.worker, Some(worker(7)));
+    // The next task goes to whoever reported, under a new attempt.
+    let report = FinishedRequest {
+        worker: Some(worker(8)),
+        ..report(&first, true, None)
+    };
+    let second = coordinator.finished(&report).unwrap();
+    assert_run(&second, "work", 2);
+    assert_ne!(run_of(&second).attempt_id, Some(attempt));
+    assert_eq!(
+        repo.state_of(&session).current_task.unwrap().worker,
+        Some(worker(8))
+    );
+}
+
+#[test]
+fn a_report_of_another_attempt_is_stale_recorded_and_changes_nothing() {
+    let repo = Repo::plain(20);
+    let coordinator = repo.open();
+    let task = coordinator.register_as(Some(&worker(7))).unwrap();
+    let session = assert_run(&task, "plan", 1);
+    let before = std::fs::read(repo.state_file(&session)).unwrap();
+    let good = FinishedRequest {
+        worker: Some(worker(7)),
+        ..report(&task, true, None)
+    };
+    let superseded = FinishedRequest {
+        attempt_id: Some("0123456789ab".into()),
+        ..good.clone()
+    };
+    // An identified worker always echoes its attempt: no echo is stale.
+    let unechoed = FinishedRequest {
+        attempt_id: None,
+        ..good.clone()
+    };
+    for request in [&superseded, &unechoed] {
+        assert_eq!(
+            coordinator.finished(request).unwrap(),
+            TaskResponse::stale_report()
+        );
+        assert_eq!(std::fs::read(repo.state_file(&session)).unwrap(), before);
+    }
+    let late = events_named(repo.root(), &session, "late_report");
+    assert_eq!(late.len(), 2, "{late:#?}");
+    assert_eq!(late[0]["report"]["attempt_id"], "0123456789ab");
+    assert_eq!(
+        late[0]["active_task"]["attempt_id"],
+        json!(run_of(&task).attempt_id)
+    );
+    assert_run(&coordinator.finished(&good).unwrap(), "work", 2);
+}
+
+#[test]
+fn a_worker_that_never_echoes_an_attempt_still_reports_by_its_ids() {
+    // loopy-loop 0.2.0's worker: no identity, no attempt id.
+    let repo = Repo::plain(20);
+    let coordinator = repo.open();
+    let task = coordinator.register().unwrap();
+    assert!(run_of(&task).attempt_id.is_some(), "issued all the same");
+    let legacy = FinishedRequest {
+        attempt_id: None,
+        ..report(&task, true, None)
+    };
+    assert_run(&coordinator.finished(&legacy).unwrap(), "work", 2);
+}
+
+#[test]
+fn a_result_json_of_another_attempt_is_not_recovered() {
+    let repo = Repo::plain(20);
+    let (session, _task) = crash_during_first_task(&repo);
+    write_json(
+        &result_path(repo.root(), &session, 1, "plan"),
+        &json!({"success": true, "text": "an older attempt's", "attempt_id": "ffffffffffff"}),
+    );
+    let coordinator = repo.resume();
+    assert_run(&coordinator.register().unwrap(), "work", 2);
+    let entry = &repo.state_of(&session).history[0];
+    assert_eq!(
+        (entry.success, entry.error.as_deref()),
+        (false, Some("abandoned"))
+    );
+}
+
+#[test]
+fn the_event_log_tells_each_task_s_life_with_loopy_loop_s_names() {
+    let repo = Repo::plain(3);
+    let coordinator = repo.open();
+    let plan = coordinator.register_as(Some(&worker(7))).unwrap();
+    let session = assert_run(&plan, "plan", 1);
+    let work = succeed(&coordinator, &plan);
+    // The worker of `work` is lost: the next register takes it back.
+    let review = coordinator.register().unwrap();
+    assert_run(&review, "review", 3);
+    let stop = fail(&coordinator, &review, "trap");
+    assert_stop(&stop, "max_turns");
+
+    let events = read_events(repo.root(), &session);
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "task_dispatched",
+            "task_finished",
+            "task_dispatched",
+            "iteration_abandoned",
+            "task_dispatched",
+            "task_finished",
+            "session_stopped"
+        ]
+    );
+    let attempt = |task: &TaskResponse| json!(run_of(task).attempt_id);
+    assert_eq!(events[0]["workflow_id"], "plan");
+    assert_eq!(events[0]["attempt_id"], attempt(&plan));
+    assert_eq!(events[0]["worker"]["pid"], 7);
+    assert_eq!(
+        (&events[1]["success"], &events[1]["recovered"]),
+        (&json!(true), &json!(false))
+    );
+    assert_eq!(events[3]["attempt_id"], attempt(&work));
+    assert_eq!(events[3]["error"], "abandoned");
+    assert_eq!(events[4]["worker"], Value::Null);
+    assert_eq!(events[5]["error"], "trap");
+    assert_eq!(events[6]["status"], "max_turns");
+    assert_eq!(events[6]["stop_reason"], "max_turns");
+    assert!(events.iter().all(|e| e["at"].is_string()));
 }

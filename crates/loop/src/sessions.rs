@@ -385,6 +385,54 @@ fn write_if_missing(path: &Path, contents: &[u8]) -> Result<bool, SessionError> 
     Ok(true)
 }
 
+/// An id that came over the wire (`session_id`, `workflow_id`,
+/// `workflow_set`) and is not one plain path component; see
+/// [`check_path_component`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field} {value:?} is not a plain name: {why}")]
+pub struct UnsafeIdError {
+    /// The JSON key, e.g. `session_id`.
+    pub field: &'static str,
+    /// The value as received.
+    pub value: String,
+    /// Which part of the rule it breaks.
+    pub why: &'static str,
+}
+
+/// Longest id accepted as a path component, bytes (most file systems'
+/// `NAME_MAX`).
+pub const MAX_ID_BYTES: usize = 255;
+
+/// Check that `value`, received as `field`, can be joined onto a session
+/// path as exactly one plain component: not empty, at most
+/// [`MAX_ID_BYTES`] bytes, not `.` or `..`, and without `/`, `\`, NUL or
+/// another control character. The coordinator applies it to every
+/// `/finished` it is sent, and a worker to every task it is handed before
+/// it writes anything: one rule on both sides of the wire.
+pub fn check_path_component(field: &'static str, value: &str) -> Result<(), UnsafeIdError> {
+    let why = if value.is_empty() {
+        Some("it is empty")
+    } else if value.len() > MAX_ID_BYTES {
+        Some("it is longer than 255 bytes")
+    } else if value == "." || value == ".." {
+        Some("it names a directory itself or its parent")
+    } else if value.contains(['/', '\\']) {
+        Some("it holds a path separator")
+    } else if value.chars().any(char::is_control) {
+        Some("it holds a control character")
+    } else {
+        None
+    };
+    match why {
+        None => Ok(()),
+        Some(why) => Err(UnsafeIdError {
+            field,
+            value: value.to_string(),
+            why,
+        }),
+    }
+}
+
 /// `<repo_root>/.sandloop/sessions`, the directory of top-level sessions
 /// (reference `sessions_root_path`).
 pub fn sessions_root_path(repo_root: &Path) -> PathBuf {

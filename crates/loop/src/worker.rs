@@ -16,8 +16,9 @@ use super::config::{
 };
 use super::models::{FinishedRequest, IterationResult, RootConfigSnapshot, RunTask};
 use super::sessions::{
-    child_requests_dir_path, control_path, ensure_iteration_dir, goal_check_path,
-    pending_finished_request_path, prompt_path, result_path, result_text_path,
+    UnsafeIdError, check_path_component, child_requests_dir_path, control_path,
+    ensure_iteration_dir, goal_check_path, pending_finished_request_path, prompt_path, result_path,
+    result_text_path,
 };
 use sandloop_core::step::{PluginSpec, SignalTarget, StepExecutor, StepPlugin, StepTask};
 
@@ -31,6 +32,11 @@ pub enum WorkerError {
     /// A file of the iteration could not be written.
     #[error("{0}")]
     Io(String),
+    /// The task names a session, workflow set or workflow that is not one
+    /// plain path component (a coordinator's `"../../x"`); it was refused
+    /// before anything was written.
+    #[error("refused a task from the coordinator: {0}; nothing was written")]
+    UnsafeTask(#[from] UnsafeIdError),
 }
 
 /// Runs workflow steps for one repository through a [`StepExecutor`];
@@ -193,7 +199,10 @@ impl StepRunner {
     /// Run the `run` task `task` (reference `_run_task`). A step that fails
     /// — the plugin's own failure, a trap, a deadline, a plugin that cannot
     /// be loaded — is a failed finished request, not an error: the loop
-    /// goes on.
+    /// goes on. A task whose `session_id`, `workflow_set` or `workflow_id`
+    /// is not one plain path component ([`check_path_component`]) is
+    /// refused with [`WorkerError::UnsafeTask`] before anything is read or
+    /// written: a worker trusts no id a coordinator sends.
     pub fn run_task(&self, task: &RunTask) -> Result<FinishedAssignment, WorkerError> {
         let RunTask {
             session_id,
@@ -201,7 +210,11 @@ impl StepRunner {
             workflow_id,
             iteration,
             config_snapshot: snapshot,
+            ..
         } = task;
+        check_path_component("session_id", session_id)?;
+        check_path_component("workflow_set", workflow_set)?;
+        check_path_component("workflow_id", workflow_id)?;
         let iteration = *iteration;
         let workflows = load_workflow_definitions(&self.repo_root, workflow_set)?;
         let workflow = workflows
@@ -232,6 +245,7 @@ impl StepRunner {
                 success: false,
                 text: None,
                 error: Some(error),
+                attempt_id: task.attempt_id.clone(),
                 ..IterationResult::default()
             },
             Ok(plugin) => {
@@ -253,6 +267,7 @@ impl StepRunner {
                     text: outcome.text,
                     error: outcome.error,
                     harness_run_id: plugin.run_id(),
+                    attempt_id: task.attempt_id.clone(),
                     ..IterationResult::default()
                 }
             }
@@ -272,6 +287,8 @@ impl StepRunner {
             success: outcome.success,
             text: outcome.text,
             error: outcome.error,
+            attempt_id: task.attempt_id.clone(),
+            worker: None,
         };
         let pending_path =
             pending_finished_request_path(&self.repo_root, session_id, iteration, workflow_id);

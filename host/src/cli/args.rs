@@ -147,6 +147,21 @@ pub enum LoopCommand {
     Status(LoopRepoArgs),
     /// Ask a running loop to stop after its current step.
     Stop(LoopRepoArgs),
+    /// Create a random bearer token file (mode 0600) for `loop serve` and
+    /// its workers.
+    Token(LoopTokenArgs),
+}
+
+/// Options of `sandloop loop token`.
+#[derive(Debug, Args)]
+pub struct LoopTokenArgs {
+    /// The repository (default: the current directory).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub repo: PathBuf,
+    /// Where to write the token (default: `.sandloop/token` in the
+    /// repository). An existing file is never overwritten.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
 }
 
 /// The repository a loop lives in.
@@ -176,6 +191,10 @@ pub struct LoopInitArgs {
     /// OpenAI-compatible chat-completions endpoint over HTTP).
     #[arg(long, default_value = "count")]
     pub template: String,
+    /// Also create a random bearer token in `.sandloop/token` (mode 0600),
+    /// for `loop serve --token-file` and its workers.
+    #[arg(long)]
+    pub token: bool,
 }
 
 /// Options of `sandloop loop serve`.
@@ -184,9 +203,19 @@ pub struct LoopServeArgs {
     /// The repository (default: the current directory).
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub repo: PathBuf,
-    /// Address to listen on.
+    /// Address to listen on. Any address but loopback needs --token-file.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub listen: String,
+    /// Require this bearer token (a file holding it; `sandloop loop token`
+    /// creates one) on every request: `Authorization: Bearer TOKEN`.
+    #[arg(long, value_name = "FILE", env = "SANDLOOP_LOOP_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// How long a handed-out task belongs to its worker before another
     /// worker may take it over, seconds.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
@@ -213,6 +242,14 @@ pub struct LoopWorkerArgs {
     /// The coordinator's URL, e.g. http://127.0.0.1:8080.
     #[arg(long, value_name = "URL")]
     pub coordinator: String,
+    /// Send the bearer token in this file (the coordinator's --token-file).
+    #[arg(long, value_name = "FILE", env = "SANDLOOP_LOOP_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Trust only the PEM certificates in this file for an https://
+    /// coordinator (e.g. its self-signed certificate); default: the public
+    /// web's roots.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
     /// Directory for compiled plugins (default: $SANDLOOP_CACHE_DIR, else the
     /// user cache dir).
     #[arg(long, value_name = "DIR")]

@@ -388,17 +388,10 @@ const WHY_COLUMN: usize = 240;
 /// `text` for the terminal: control characters escaped, cut at `max`
 /// characters with an ellipsis.
 fn shown(text: &str, max: usize) -> String {
-    let mut out = String::new();
-    for (count, c) in text.chars().enumerate() {
-        if count == max {
-            out.push('…');
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
+    let (cut_at, _) = text.char_indices().nth(max).unwrap_or((text.len(), ' '));
+    let mut out = sandloop_core::terminal::one_line(&text[..cut_at]).into_owned();
+    if cut_at < text.len() {
+        out.push('…');
     }
     out
 }
@@ -409,7 +402,7 @@ mod tests {
 
     #[test]
     fn terminal_text_is_escaped_and_cut() {
-        assert_eq!(shown("a\nb\u{1b}[31m", 10), "a\\nb\\u{1b}[31m");
+        assert_eq!(shown("a\nb\u{1b}[31m", 10), "a\\u000ab\\u001b[31m");
         assert_eq!(shown("abcdef", 3), "abc…");
         assert_eq!(shown("", 3), "");
         let long = "c".repeat(70_000);

@@ -41,8 +41,11 @@ where
                 metadata.target()
             )?,
         }
-        context.format_fields(writer.by_ref(), event)?;
-        writeln!(writer)
+        // The fields may carry plugin, adapter or coordinator text: format
+        // them aside, then write them with control characters escaped.
+        let mut fields = String::new();
+        context.format_fields(Writer::new(&mut fields), event)?;
+        writeln!(writer, "{}", sandloop_core::terminal::for_terminal(&fields))
     }
 }
 
@@ -108,12 +111,14 @@ mod tests {
             tracing::warn!("cannot rename {}: gone", "a.json");
             tracing::info!("sandloop loop: resuming session s1");
             tracing::error!("broken");
+            tracing::warn!("step said {}", "\u{1b}]0;title\u{7}\u{1b}[2Jdone");
             tracing::debug!("not shown at info");
         });
         let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
         assert_eq!(
             text,
-            "warning: cannot rename a.json: gone\nsandloop loop: resuming session s1\nerror: broken\n"
+            "warning: cannot rename a.json: gone\nsandloop loop: resuming session s1\nerror: broken\n\
+             warning: step said \\u001b]0;title\\u0007\\u001b[2Jdone\n"
         );
     }
 }

@@ -4,17 +4,24 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use sandloop_core::terminal::one_line;
 use serde_json::json;
 
 use super::args::{
-    LoopCommand, LoopInitArgs, LoopRepoArgs, LoopRunArgs, LoopServeArgs, LoopWorkerArgs,
+    LoopCommand, LoopInitArgs, LoopRepoArgs, LoopRunArgs, LoopServeArgs, LoopTokenArgs,
+    LoopWorkerArgs,
 };
 use super::{CliError, loop_templates, say};
+use crate::coordinator::auth::{Token, create_token_file, loose_permissions_warning};
 use crate::coordinator::config::SANDLOOP_DIRNAME;
+use crate::coordinator::endpoints::Endpoints;
+use crate::coordinator::http_server::{self, ServeOptions, Shutdown};
+use crate::coordinator::http_worker::{TransportError, WorkerOptions};
 use crate::coordinator::models::{LoopState, LoopStatus, TaskResponse};
 use crate::coordinator::service::{Coordinator, CoordinatorError, Start};
 use crate::coordinator::state_store::StateStore;
 use crate::coordinator::worker::StepRunner;
+use crate::coordinator::worker::WorkerError;
 use crate::sandbox::workflow::WorkflowSteps;
 use crate::step::{PluginSpec, StepExecutor};
 
@@ -27,7 +34,63 @@ pub fn run(command: LoopCommand) -> Result<(), CliError> {
         LoopCommand::Worker(args) => worker(args),
         LoopCommand::Status(args) => status(args),
         LoopCommand::Stop(args) => stop(args),
+        LoopCommand::Token(args) => token(args),
     }
+}
+
+/// Where `loop token` and `loop init --token` put the token by default.
+const TOKEN_FILE: &str = "token";
+
+/// Write a new random token to `path` and say how to use it.
+fn write_token(path: &Path) -> Result<(), CliError> {
+    create_token_file(path).map_err(|error| match &error {
+        crate::coordinator::auth::TokenError::Create { source, .. }
+            if source.kind() == std::io::ErrorKind::AlreadyExists =>
+        {
+            CliError::Input(format!(
+                "{} exists; a token file is never overwritten (remove it first to replace the token)",
+                path.display()
+            ))
+        }
+        _ => CliError::Failed(error.to_string()),
+    })?;
+    say(&format!(
+        "token written to {} (mode 0600): serve with `sandloop loop serve --token-file {0}` \
+         and give each worker the same file (`sandloop loop worker --token-file FILE`)",
+        path.display()
+    ));
+    Ok(())
+}
+
+fn token(args: LoopTokenArgs) -> Result<(), CliError> {
+    let path = match args.out {
+        Some(path) => path,
+        None => {
+            let dir = args.repo.join(SANDLOOP_DIRNAME);
+            if !dir.is_dir() {
+                return Err(CliError::Input(format!(
+                    "{} has no loop (no {SANDLOOP_DIRNAME}/); give --out FILE, or run \
+                     `sandloop loop init` first",
+                    args.repo.display()
+                )));
+            }
+            dir.join(TOKEN_FILE)
+        }
+    };
+    write_token(&path)
+}
+
+/// The token of `--token-file`, read and checked (exit 2 naming the
+/// file); a warning when others may read it.
+fn read_token(path: Option<&Path>) -> Result<Option<Token>, CliError> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let token = Token::from_file(path).map_err(|error| CliError::Input(error.to_string()))?;
+    if let Some(warning) = loose_permissions_warning(path) {
+        tracing::warn!("{warning}");
+    }
+    Ok(Some(token))
 }
 
 fn coordinator_error(error: CoordinatorError) -> CliError {
@@ -109,6 +172,9 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
     if args.repo != std::path::Path::new(".") {
         say(&format!("(with --repo {})", args.repo.display()));
     }
+    if args.token {
+        write_token(&repo.join(SANDLOOP_DIRNAME).join(TOKEN_FILE))?;
+    }
     Ok(())
 }
 
@@ -164,7 +230,7 @@ fn report_start(coordinator: &Coordinator, resume: bool) {
     match coordinator.start() {
         Start::Fresh { .. } => {}
         Start::Resumed { session_id } => {
-            eprintln!("sandloop loop: resuming session {session_id}");
+            super::complain("sandloop loop: resuming session ", session_id);
         }
         Start::AfterFinished {
             previous_session_id,
@@ -181,9 +247,12 @@ fn report_start(coordinator: &Coordinator, resume: bool) {
             } else {
                 ""
             };
-            eprintln!(
-                "sandloop loop: the previous loop (session {previous_session_id}) had already ended \
-                 ({previous_status}){archived}; starting a new session {session_id}{note}"
+            super::complain(
+                "",
+                &format!(
+                    "sandloop loop: the previous loop (session {previous_session_id}) had already ended \
+                     ({previous_status}){archived}; starting a new session {session_id}{note}"
+                ),
             );
         }
     }
@@ -217,14 +286,12 @@ fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
             .run_task(run)
             .map_err(|error| CliError::Failed(error.to_string()))?;
         if !args.json {
-            say(&format!(
-                "  {:>4}  {:<24} {}",
+            say(&history_line(
                 finished.request.iteration,
-                finished.request.workflow_id,
-                match (&finished.request.success, &finished.request.error) {
-                    (true, _) => finished.request.text.clone().unwrap_or_else(|| "ok".into()),
-                    (false, error) => format!("failed: {}", error.clone().unwrap_or_default()),
-                }
+                &finished.request.workflow_id,
+                finished.request.success,
+                finished.request.text.as_deref(),
+                finished.request.error.as_deref(),
             ));
         }
         task = coordinator
@@ -257,11 +324,54 @@ fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
     }
 }
 
+/// One line of a loop's history for the terminal: iteration, workflow,
+/// then the step's text (`ok` without one) or `failed: ERROR`, on one line
+/// with control characters escaped.
+fn history_line(
+    iteration: u32,
+    workflow_id: &str,
+    success: bool,
+    text: Option<&str>,
+    error: Option<&str>,
+) -> String {
+    let outcome = if success {
+        one_line(text.unwrap_or("ok")).into_owned()
+    } else {
+        format!("failed: {}", one_line(error.unwrap_or_default()))
+    };
+    format!("  {iteration:>4}  {:<24} {outcome}", one_line(workflow_id))
+}
+
+/// Refuse to serve a non-loopback address without a token (exit 2, saying
+/// how to make one).
+fn check_exposure(listen: &str, token: Option<&Token>, repo: &Path) -> Result<(), CliError> {
+    if token.is_some() || http_server::is_loopback(listen) {
+        return Ok(());
+    }
+    Err(CliError::Input(format!(
+        "refusing to serve on {listen} without a token: anyone who can reach it could register \
+         as a worker and read the goal, prompts and config. Create one with `sandloop loop token \
+         --repo {repo}` and serve with `--token-file {path}` (workers pass the same file), or \
+         listen on 127.0.0.1",
+        repo = repo.display(),
+        path = repo.join(SANDLOOP_DIRNAME).join(TOKEN_FILE).display()
+    )))
+}
+
 fn serve(args: LoopServeArgs) -> Result<(), CliError> {
     let _lock = lock_coordinator(&args.repo)?;
+    let token = read_token(args.token_file.as_deref())?;
+    check_exposure(&args.listen, token.as_ref(), &args.repo)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            http_server::tls_config(cert, key)
+                .map_err(|error| CliError::Input(error.to_string()))?,
+        ),
+        _ => None,
+    };
     // Bind and check first: a serve that cannot start leaves no loop behind.
-    let server = tiny_http::Server::http(&args.listen)
-        .map_err(|error| CliError::Input(format!("cannot listen on {}: {error}", args.listen)))?;
+    let listener =
+        http_server::bind(&args.listen).map_err(|error| CliError::Input(error.to_string()))?;
     let runner = StepRunner::new(
         &args.repo,
         Arc::new(WorkflowSteps::new(
@@ -282,20 +392,45 @@ fn serve(args: LoopServeArgs) -> Result<(), CliError> {
     )
     .map_err(coordinator_error)?;
     report_start(&coordinator, args.resume);
-    let address = server
-        .server_addr()
-        .to_ip()
-        .map_or_else(|| args.listen.clone(), |addr| addr.to_string());
+    let address = listener
+        .local_addr()
+        .map_or_else(|_| args.listen.clone(), |address| address.to_string());
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let guard = if token.is_some() {
+        "bearer token required"
+    } else {
+        "no token: loopback only"
+    };
     say(&format!(
-        "sandloop loop: coordinator listening on http://{address} (POST /register, POST /finished, GET /status); Ctrl-C stops it"
+        "sandloop loop: coordinator listening on {scheme}://{address} (POST /register, POST /finished, \
+         GET /status; {guard}); Ctrl-C stops it"
     ));
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    crate::coordinator::transport::serve(
-        std::sync::Arc::new(coordinator),
-        server,
-        stop,
+    let shutdown = Shutdown::new();
+    {
+        let shutdown = shutdown.clone();
+        let asked = std::sync::atomic::AtomicBool::new(false);
+        let _ = ctrlc::set_handler(move || {
+            if asked.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                std::process::exit(130);
+            }
+            eprintln!(
+                "\nsandloop loop: stopping: finishing the requests in progress (again to stop at once)"
+            );
+            shutdown.trigger();
+        });
+    }
+    let endpoints = Arc::new(Endpoints::new(
+        Arc::new(coordinator),
         std::time::Duration::from_secs(args.lease_secs),
-    );
+    ));
+    let options = ServeOptions {
+        token,
+        tls,
+        ..ServeOptions::default()
+    };
+    http_server::serve(endpoints, listener, options, &shutdown)
+        .map_err(|error| CliError::Failed(error.to_string()))?;
+    say("sandloop loop: coordinator stopped; `sandloop loop serve --resume` continues the loop");
     Ok(())
 }
 
@@ -310,16 +445,26 @@ fn worker(args: LoopWorkerArgs) -> Result<(), CliError> {
             "--coordinator {url:?}: expected the coordinator's URL, http://HOST:PORT (what `sandloop loop serve` printed)"
         )));
     }
+    let options = WorkerOptions {
+        token: read_token(args.token_file.as_deref())?,
+        ca_file: args.ca_file.clone(),
+    };
     let cache = args
         .cache_dir
         .clone()
         .or_else(crate::sandbox::config::default_cache_dir);
-    let stop = crate::coordinator::transport::run_worker(
+    let stop = crate::coordinator::http_worker::run_worker(
         &args.repo,
-        &args.coordinator,
+        url,
+        &options,
         Arc::new(WorkflowSteps::new(cache)),
     )
-    .map_err(|error| CliError::Failed(error.to_string()))?;
+    .map_err(|error| match error {
+        TransportError::Worker(WorkerError::UnsafeTask(_)) | TransportError::CaFile { .. } => {
+            CliError::Input(error.to_string())
+        }
+        other => CliError::Failed(other.to_string()),
+    })?;
     say(&format!(
         "sandloop loop worker: the coordinator said stop ({})",
         stop.stop_reason().unwrap_or_default()
@@ -359,15 +504,12 @@ fn status(args: LoopRepoArgs) -> Result<(), CliError> {
         state.stop_reason.as_deref().unwrap_or("none")
     ));
     for entry in state.history.iter().rev().take(5).rev() {
-        say(&format!(
-            "  {:>4}  {:<24} {}",
+        say(&history_line(
             entry.iteration,
-            entry.workflow_id,
-            if entry.success {
-                "ok".to_string()
-            } else {
-                format!("failed: {}", entry.error.as_deref().unwrap_or(""))
-            }
+            &entry.workflow_id,
+            entry.success,
+            None,
+            entry.error.as_deref(),
         ));
     }
     Ok(())

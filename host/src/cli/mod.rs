@@ -20,6 +20,7 @@ pub mod worker;
 use std::sync::Arc;
 
 use clap::Parser;
+use sandloop_core::terminal::for_terminal;
 
 use crate::sandbox::{LoadError, SandboxConfig, SandboxEngine};
 
@@ -49,14 +50,22 @@ impl From<LoadError> for CliError {
     }
 }
 
-/// Write `text` and a newline to stdout; a closed pipe (`| head`) ends the
-/// process quietly instead of panicking.
+/// Write `text` and a newline to stdout, with control characters escaped
+/// ([`sandloop_core::terminal::for_terminal`]: what the CLI prints may
+/// hold adapter, plugin, model or coordinator text); a closed pipe
+/// (`| head`) ends the process quietly instead of panicking.
 pub(crate) fn say(text: &str) {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
-    if writeln!(stdout, "{text}").is_err() {
+    if writeln!(stdout, "{}", for_terminal(text)).is_err() {
         std::process::exit(0);
     }
+}
+
+/// Write `error: MESSAGE` (or another `prefix`) to stderr, with control
+/// characters escaped as [`say`] escapes them.
+pub(crate) fn complain(prefix: &str, message: &str) {
+    eprintln!("{prefix}{}", for_terminal(message));
 }
 
 /// Start the engine for `config`.
@@ -120,11 +129,11 @@ pub fn main() -> i32 {
     match result {
         Ok(()) => 0,
         Err(CliError::Input(message)) => {
-            eprintln!("error: {message}");
+            complain("error: ", &message);
             2
         }
         Err(CliError::Failed(message)) => {
-            eprintln!("error: {message}");
+            complain("error: ", &message);
             1
         }
     }

@@ -856,8 +856,11 @@ impl Progress {
                 let mut seen = self.warned.lock().unwrap_or_else(|p| p.into_inner());
                 if seen.insert(message.clone()) {
                     match &self.bar {
-                        Some(bar) => bar.println(format!("warning: {message}")),
-                        None => eprintln!("warning: {message}"),
+                        Some(bar) => bar.println(format!(
+                            "warning: {}",
+                            sandloop_core::terminal::for_terminal(message)
+                        )),
+                        None => super::complain("warning: ", message),
                     }
                 }
             }

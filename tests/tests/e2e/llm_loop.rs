@@ -12,12 +12,13 @@ use serde_json::{Value, json};
 use crate::support::*;
 use sandloop_tests::LLM_STEPS;
 
-/// A chat-completions server on 127.0.0.1: drafts are answered `draft N`,
-/// the first goal check `goal_met: false`, later ones `true`. Every request
-/// is kept (authorization header and JSON body).
-struct FakeModel {
-    url: String,
-    port: u16,
+/// A chat-completions server on 127.0.0.1: drafts are answered `draft N`
+/// (or what [`FakeModel::start_with`] was given), the first goal check
+/// `goal_met: false`, later ones `true`. Every request is kept
+/// (authorization header and JSON body).
+pub(crate) struct FakeModel {
+    pub(crate) url: String,
+    pub(crate) port: u16,
     requests: Arc<Mutex<Vec<Value>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -25,6 +26,11 @@ struct FakeModel {
 
 impl FakeModel {
     fn start() -> Self {
+        Self::start_with(|n| format!("draft {n}"))
+    }
+
+    /// A model whose `n`-th draft (from 1) is `draft(n)`.
+    pub(crate) fn start_with(draft: impl Fn(u32) -> String + Send + 'static) -> Self {
         let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
         let port = server.server_addr().to_ip().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -53,7 +59,7 @@ impl FakeModel {
                     )
                 } else {
                     drafts += 1;
-                    format!("draft {drafts}")
+                    draft(drafts)
                 };
                 seen.lock().unwrap().push(json!({
                     "method": request.method().as_str(),
@@ -93,7 +99,7 @@ impl Drop for FakeModel {
     }
 }
 
-fn init_openai(repo: &Path, http_host: Option<&str>) {
+pub(crate) fn init_openai(repo: &Path, http_host: Option<&str>) {
     let output = run(&[
         "loop",
         "init",

@@ -9,6 +9,7 @@ mod distributed;
 mod host_resources;
 mod hostile;
 mod llm_loop;
+mod loop_network;
 mod loops;
 mod loops_child_crashes;
 mod loops_loopy_worker;
