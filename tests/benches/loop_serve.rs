@@ -23,6 +23,7 @@ use sandloop::coordinator::service::Coordinator;
 #[allow(dead_code)]
 mod loop_repo;
 #[path = "common/samples.rs"]
+#[allow(dead_code)]
 mod samples;
 use samples::Samples;
 
@@ -121,6 +122,7 @@ fn main() {
                     } else {
                         agent.get(&format!("{url}/status")).call()
                     }
+                    .map_err(Box::new)
                 });
                 match answer {
                     Ok(response) => {

@@ -101,10 +101,10 @@ pub enum SessionEvent {
     LateReport {
         /// When it arrived.
         at: String,
-        /// The report as the worker sent it.
-        report: FinishedRequest,
+        /// The report as the worker sent it (boxed: the event is large).
+        report: Box<FinishedRequest>,
         /// The task that was active when it arrived.
-        active_task: Option<CurrentTask>,
+        active_task: Option<Box<CurrentTask>>,
     },
     /// A child-session request that was refused and will not be retried.
     ChildRequestRefused {
@@ -125,8 +125,8 @@ impl SessionEvent {
     pub fn late_report(report: &FinishedRequest, active_task: Option<&CurrentTask>) -> Self {
         Self::LateReport {
             at: utc_now(),
-            report: report.clone(),
-            active_task: active_task.cloned(),
+            report: Box::new(report.clone()),
+            active_task: active_task.cloned().map(Box::new),
         }
     }
 

@@ -1,7 +1,8 @@
 //! `sandloop loop worker`: pull tasks from a coordinator served over HTTP
 //! (reference `run_worker_loop`), run each as a sandboxed step, report it.
 //!
-//! The worker says who it is on every call ([`WorkerIdentity`]) and echoes
+//! The worker says who it is on every call
+//! ([`WorkerIdentity`](super::models::WorkerIdentity)) and echoes
 //! each task's `attempt_id`; sends the coordinator's bearer token when it
 //! has one; trusts a CA file for a coordinator with its own certificate;
 //! refuses a task whose ids are not plain names before anything is written

@@ -111,14 +111,14 @@ mod tests {
             tracing::warn!("cannot rename {}: gone", "a.json");
             tracing::info!("sandloop loop: resuming session s1");
             tracing::error!("broken");
-            tracing::warn!("step said {}", "\u{1b}]0;title\u{7}\u{1b}[2Jdone");
+            tracing::warn!("step said {}", "\u{1b}]0;title\u{7}\u{1b}[2J\u{9b}31mdone");
             tracing::debug!("not shown at info");
         });
         let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
         assert_eq!(
             text,
             "warning: cannot rename a.json: gone\nsandloop loop: resuming session s1\nerror: broken\n\
-             warning: step said \\u001b]0;title\\u0007\\u001b[2Jdone\n"
+             warning: step said \\x1b]0;title\\x07\\x1b[2J\\u{9b}31mdone\n"
         );
     }
 }

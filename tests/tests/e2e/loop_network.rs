@@ -119,7 +119,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 fn a_client_that_stalls_its_body_never_delays_another_worker() {
     let Served { listen, .. } = &served(&[]);
     // Announces 100,000 bytes, sends 8 and waits.
-    let mut stalled = TcpStream::connect(&listen).unwrap();
+    let mut stalled = TcpStream::connect(listen).unwrap();
     stalled
         .write_all(
             format!(
@@ -131,7 +131,7 @@ fn a_client_that_stalls_its_body_never_delays_another_worker() {
     std::thread::sleep(Duration::from_millis(200));
     for (method, path) in [("POST", "/register"), ("GET", "/status")] {
         let started = Instant::now();
-        let (status, body) = http(&listen, method, path, &[], "");
+        let (status, body) = http(listen, method, path, &[], "");
         let took = started.elapsed();
         assert_eq!(status, 200, "{method} {path}: {body}");
         assert!(
@@ -323,7 +323,7 @@ fn a_step_result_over_the_report_limit_is_cut_to_fit_and_the_loop_goes_on() {
 fn a_loopy_loop_worker_gets_413_naming_both_sizes() {
     let Served { listen, .. } = &served(&[]);
     let big = format!("{{\"text\": \"{}\"}}", "x".repeat(1_500_000));
-    let (status, body) = http(&listen, "POST", "/finished", &[], &big);
+    let (status, body) = http(listen, "POST", "/finished", &[], &big);
     assert_eq!(status, 413, "{body}");
     assert_eq!(body["limit_bytes"], 1_048_576);
     assert_eq!(body["size_bytes"], big.len());
@@ -441,7 +441,7 @@ fn a_report_of_a_superseded_attempt_is_refused_and_recorded() {
     let Served { dir, listen, .. } = &served(&["--lease-secs", "1"]);
     let me = json!({"hostname": "elsewhere.example", "pid": 4242, "starttime": "linux:b:1"});
     let (_, first) = http(
-        &listen,
+        listen,
         "POST",
         "/register",
         &[],
@@ -462,7 +462,7 @@ fn a_report_of_a_superseded_attempt_is_refused_and_recorded() {
         .join(session)
         .join("state.json");
     let before = std::fs::read(&state_file).unwrap();
-    let (status, answer) = http(&listen, "POST", "/finished", &[], &report("ffffffffffff"));
+    let (status, answer) = http(listen, "POST", "/finished", &[], &report("ffffffffffff"));
     assert_eq!(
         (status, answer["stop_reason"].clone()),
         (200, json!("stale_report"))
@@ -491,7 +491,7 @@ fn a_report_of_a_superseded_attempt_is_refused_and_recorded() {
     assert_eq!(events[0]["worker"], me);
     assert_eq!(events[1]["report"]["attempt_id"], "ffffffffffff");
     // The attempt that was handed out is taken.
-    let (status, next) = http(&listen, "POST", "/finished", &[], &report(&attempt));
+    let (status, next) = http(listen, "POST", "/finished", &[], &report(&attempt));
     assert_eq!(status, 200);
     assert_eq!(next["iteration"], 2, "{next}");
     assert_ne!(next["attempt_id"], attempt.as_str());
