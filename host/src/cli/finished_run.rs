@@ -263,23 +263,15 @@ pub fn lock_run(run: &Path, command: &str) -> Result<sandloop_core::dir_lock::Di
 
 /// Open the run's log `path` (`replays.jsonl`, `counterfactuals.jsonl`)
 /// for appending, what it already holds, and refuse (exit 2) a symbolic
-/// link: a command writes inside its run directory only.
+/// link or anything but a regular file (a FIFO is never waited on): a
+/// command writes inside its run directory only
+/// ([`sandloop_core::harness::atomic::open_regular`]).
 pub fn open_run_log(path: &Path) -> Result<(std::fs::File, ReplaysFile), CliError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|error| {
-            let why = if error.raw_os_error() == Some(libc::ELOOP) {
-                "it is a symbolic link, and results are written inside the run directory only"
-                    .to_string()
-            } else {
-                error.to_string()
-            };
-            input(format!("cannot write {}: {why}", path.display()))
-        })?;
+    let file = sandloop_core::harness::atomic::open_regular(
+        std::fs::OpenOptions::new().create(true).append(true),
+        path,
+    )
+    .map_err(|error| input(error.to_string()))?;
     Ok((file, ReplaysFile::read(path)))
 }
 

@@ -5,13 +5,13 @@
 //! generated from the same definition by a test of this module, which
 //! fails when the file is stale and names the command that rewrites it.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, CommandFactory, ValueEnum};
 
-use super::CliError;
 use super::args::Cli;
+use super::{CliError, write_stdout};
+use sandloop_core::harness::atomic::write_output_file;
 
 /// A shell `sandloop completions` writes a script for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -66,10 +66,13 @@ pub fn man_page() -> std::io::Result<Vec<u8>> {
 }
 
 /// Write `sandloop.1` and one page per (visible) subcommand at any depth
-/// into `dir`, creating it; returns the paths written, parents first.
+/// into `dir`, creating it; returns the paths written, parents first. Each
+/// page replaces a regular file only, never writing through a link
+/// ([`write_output_file`]).
 ///
 /// # Errors
-/// The directory or a page that could not be written, naming its path.
+/// The directory or a page that could not be written, or a page's path
+/// that is a link or not a regular file (bad input), naming its path.
 pub fn write_man_pages(dir: &Path) -> Result<Vec<PathBuf>, CliError> {
     std::fs::create_dir_all(dir)
         .map_err(|error| CliError::Input(format!("cannot create {}: {error}", dir.display())))?;
@@ -94,8 +97,10 @@ fn write_pages(
         .collect();
     let man = clap_mangen::Man::new(command);
     let path = dir.join(man.get_filename());
-    man.generate_to(dir)
-        .map_err(|error| CliError::Failed(format!("cannot write {}: {error}", path.display())))?;
+    let mut page = Vec::new();
+    man.render(&mut page)
+        .map_err(|error| CliError::Failed(format!("cannot render {}: {error}", path.display())))?;
+    write_output_file(&path, &page, None)?;
     written.push(path);
     for sub in subcommands {
         write_pages(sub, dir, written)?;
@@ -106,9 +111,10 @@ fn write_pages(
 /// `sandloop completions SHELL`: print the script to stdout.
 ///
 /// # Errors
-/// None in practice; a closed stdout ends the process quietly.
+/// None: a failed write to stdout ends the process (exit 0 on a closed
+/// pipe, 1 otherwise).
 pub fn completions(args: &CompletionsArgs) -> Result<(), CliError> {
-    print_bytes(&completion_script(args.shell));
+    write_stdout(&completion_script(args.shell));
     Ok(())
 }
 
@@ -116,13 +122,14 @@ pub fn completions(args: &CompletionsArgs) -> Result<(), CliError> {
 /// every page into DIR and print each path written.
 ///
 /// # Errors
-/// [`CliError::Input`] when DIR cannot be created, [`CliError::Failed`]
-/// when a page cannot be written.
+/// [`CliError::Input`] when DIR cannot be created or a page's path is a
+/// link or not a regular file, [`CliError::Failed`] when a page cannot be
+/// written.
 pub fn man(args: &ManArgs) -> Result<(), CliError> {
     match &args.out {
         None => {
             let page = man_page().map_err(|error| CliError::Failed(error.to_string()))?;
-            print_bytes(&page);
+            write_stdout(&page);
         }
         Some(dir) => {
             for path in write_man_pages(dir)? {
@@ -131,19 +138,6 @@ pub fn man(args: &ManArgs) -> Result<(), CliError> {
         }
     }
     Ok(())
-}
-
-/// Write `bytes` to stdout; a closed pipe ends the process quietly, as
-/// [`super::say`] does.
-fn print_bytes(bytes: &[u8]) {
-    let mut stdout = std::io::stdout().lock();
-    if stdout
-        .write_all(bytes)
-        .and_then(|()| stdout.flush())
-        .is_err()
-    {
-        std::process::exit(0);
-    }
 }
 
 #[cfg(test)]

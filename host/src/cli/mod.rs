@@ -50,22 +50,54 @@ impl From<LoadError> for CliError {
     }
 }
 
-/// Write `text` and a newline to stdout, with control characters escaped
-/// ([`sandloop_core::terminal::for_terminal`]: what the CLI prints may
-/// hold adapter, plugin, model or coordinator text); a closed pipe
-/// (`| head`) ends the process quietly instead of panicking.
-pub(crate) fn say(text: &str) {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    if writeln!(stdout, "{}", for_terminal(text)).is_err() {
-        std::process::exit(0);
+impl From<sandloop_core::harness::atomic::OutputFileError> for CliError {
+    /// A path refused for what it is (a link, a FIFO) is bad input; a file
+    /// that could not be written fails the command.
+    fn from(error: sandloop_core::harness::atomic::OutputFileError) -> Self {
+        if error.is_refusal() {
+            CliError::Input(error.to_string())
+        } else {
+            CliError::Failed(error.to_string())
+        }
     }
 }
 
+/// Write `text` and a newline to stdout through [`write_stdout`], with
+/// control characters escaped ([`sandloop_core::terminal::for_terminal`]:
+/// what the CLI prints may hold adapter, plugin, model or coordinator text).
+pub(crate) fn say(text: &str) {
+    write_stdout(format!("{}\n", for_terminal(text)).as_bytes());
+}
+
+/// Write `bytes` to stdout and flush: every write of the CLI to stdout
+/// goes through here. A closed pipe (`EPIPE`: `| head`) ends the process
+/// quietly with exit code 0; any other failure (`> /dev/full`) ends it with
+/// exit code 1 and `error: cannot write to stdout: …` on stderr, so output
+/// is never lost silently.
+pub(crate) fn write_stdout(bytes: &[u8]) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(error) = stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        stdout_failed(&error);
+    }
+}
+
+/// End the process after a failed write to stdout, as [`write_stdout`]
+/// says: quietly with 0 on a closed pipe, else 1 with the error on stderr.
+fn stdout_failed(error: &std::io::Error) -> ! {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    complain("error: ", &format!("cannot write to stdout: {error}"));
+    std::process::exit(1);
+}
+
 /// Write `error: MESSAGE` (or another `prefix`) to stderr, with control
-/// characters escaped as [`say`] escapes them.
+/// characters escaped as [`say`] escapes them. A stderr that cannot be
+/// written (a closed pipe) is ignored: there is nowhere left to say so.
 pub(crate) fn complain(prefix: &str, message: &str) {
-    eprintln!("{prefix}{}", for_terminal(message));
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{prefix}{}", for_terminal(message));
 }
 
 /// Start the engine for `config`.
@@ -105,10 +137,17 @@ fn raise_open_file_limit() {
 pub fn main() -> i32 {
     let cli = match args::Cli::try_parse() {
         Ok(cli) => cli,
-        Err(error) => {
-            let code = if error.use_stderr() { 2 } else { 0 };
+        Err(error) if error.use_stderr() => {
             let _ = error.print();
-            return code;
+            return 2;
+        }
+        // --help, --version: to stdout, checked as every other write.
+        Err(error) => {
+            if let Err(failure) = error.print() {
+                stdout_failed(&failure);
+            }
+            write_stdout(&[]);
+            return 0;
         }
     };
     diagnostics::init();
@@ -126,6 +165,8 @@ pub fn main() -> i32 {
         args::Command::Man(args) => manual::man(&args),
         args::Command::Worker(args) => worker::worker(args),
     };
+    // The final flush: what is still buffered is checked too.
+    write_stdout(&[]);
     match result {
         Ok(()) => 0,
         Err(CliError::Input(message)) => {

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use super::args::{AdapterLang, NewAdapterArgs, NewCommand};
 use super::{CliError, say};
 use crate::sandbox::component::WIT_SOURCE;
+use sandloop_core::harness::atomic::write_output_file;
 
 /// One file of a template: its path inside the project, and its contents
 /// (with placeholders).
@@ -276,21 +277,8 @@ fn new_adapter(args: NewAdapterArgs) -> Result<(), CliError> {
                 CliError::Failed(format!("cannot create {}: {error}", parent.display()))
             })?;
         }
-        std::fs::write(&path, contents).map_err(|error| {
-            CliError::Failed(format!("cannot write {}: {error}", path.display()))
-        })?;
-        #[cfg(unix)]
-        if relative.ends_with(".sh") {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).map_err(
-                |error| {
-                    CliError::Failed(format!(
-                        "cannot make {} executable: {error}",
-                        path.display()
-                    ))
-                },
-            )?;
-        }
+        let executable = relative.ends_with(".sh").then_some(0o755);
+        write_output_file(&path, contents.as_bytes(), executable)?;
     }
 
     say(&format!(

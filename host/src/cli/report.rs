@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use super::args::ReportArgs;
 use super::{CliError, say};
 use crate::report::{RunReport, html};
+use sandloop_core::harness::atomic::write_output_file;
 
 /// The file the report goes to: `--out`, else `RUN_DIR/report.html` for
 /// one run and `./report.html` for several.
@@ -18,8 +19,10 @@ pub fn report_path(args: &ReportArgs) -> PathBuf {
 }
 
 /// Run `sandloop report`. A missing or damaged run file is bad input
-/// (exit 2), naming the file, line and field; a report that cannot be
-/// written fails the command (exit 1).
+/// (exit 2), naming the file, line and field; so is a report path that is
+/// a symbolic link or not a regular file (a FIFO, a directory), which is
+/// never written through. A report that cannot be written fails the
+/// command (exit 1).
 pub fn report(args: ReportArgs) -> Result<(), CliError> {
     let runs = args
         .runs
@@ -31,8 +34,7 @@ pub fn report(args: ReportArgs) -> Result<(), CliError> {
         runs => html::render_arms(runs),
     };
     let out = report_path(&args);
-    std::fs::write(&out, page.as_bytes())
-        .map_err(|error| CliError::Failed(format!("cannot write {}: {error}", out.display())))?;
+    write_output_file(&out, page.as_bytes(), None)?;
     say(&format!(
         "sandloop report: {} ({} bytes, {} run{})",
         out.display(),

@@ -565,8 +565,11 @@ fn interrupt_message(out: &Path, dispatcher: Option<&Arc<crate::distributed::Dis
     // Weak: the run's own stop drops the dispatcher, which withdraws then.
     let dispatcher = dispatcher.map(Arc::downgrade);
     let _ = ctrlc::set_handler(move || {
-        eprintln!(
-            "\ninterrupted: {out} keeps every finished epoch; continue with the same command and --resume"
+        super::complain(
+            "\ninterrupted: ",
+            &format!(
+                "{out} keeps every finished epoch; continue with the same command and --resume"
+            ),
         );
         if let Some(dispatcher) = dispatcher.as_ref().and_then(std::sync::Weak::upgrade) {
             dispatcher.withdraw_queued();

@@ -68,7 +68,10 @@ pub fn worker(args: WorkerArgs) -> Result<(), CliError> {
 fn stop_on_signal(scratch: std::path::PathBuf) {
     let _ = ctrlc::set_handler(move || {
         let _ = std::fs::remove_dir_all(&scratch);
-        eprintln!("\nworker stopped: the units it had not finished are delivered again");
+        super::complain(
+            "\n",
+            "worker stopped: the units it had not finished are delivered again",
+        );
         std::process::exit(130);
     });
 }

@@ -3,6 +3,7 @@
 
 mod children;
 mod cli_errors;
+mod cli_output;
 mod conformance;
 mod counterfactual;
 mod distributed;
