@@ -78,6 +78,10 @@ pub struct PluginSpec {
     pub env: Vec<String>,
     /// Hosts the plugin may reach over outgoing HTTP; empty: none.
     pub http_hosts: Vec<String>,
+    /// Whether those hosts may be reached at loopback, private, link-local
+    /// or unique-local addresses (the workflow's `allow_private_addresses`);
+    /// false: only at public ones.
+    pub allow_private_addresses: bool,
 }
 
 /// Loads plugins. One executor serves every workflow of a coordinator and

@@ -41,6 +41,7 @@
 //! dirs = ["docs::/docs:ro"]       # default []; HOST relative to the repo root
 //! env = ["RUST_LOG"]              # default []
 //! http_hosts = ["api.example.com:443"]  # default []
+//! allow_private_addresses = false # default false: http_hosts at public addresses only
 //! max_memory_mib = 256            # default: the sandbox default
 //! call_timeout_secs = 120.0       # default: the sandbox default
 //!

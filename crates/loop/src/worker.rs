@@ -166,6 +166,7 @@ impl StepRunner {
                 .map_err(|error| error.to_string())?,
             env: workflow.config.env.clone(),
             http_hosts: workflow.config.http_hosts.clone(),
+            allow_private_addresses: workflow.config.allow_private_addresses,
         };
         let plugin = self.executor.load(&spec)?;
         self.plugins

@@ -3,25 +3,32 @@
 //!
 //! A plugin reaches a host only when an entry allows it: `host` allows
 //! HTTPS on port 443, `host:port` exactly that port (HTTP or HTTPS). Names
-//! compare case-insensitively and are never resolved before the check, so a
-//! grant for `api.example.com` does not open whatever else shares its
-//! address (and a granted name that resolves to a private address is
-//! reached: grant names you trust). Authorities with userinfo and IPv6
-//! literals are refused. Anything else is answered with the `wasi:http`
-//! error `HTTP-request-denied` and remembered, so a failed step can say
-//! which destination was refused.
+//! compare case-insensitively before any resolution, so a grant for
+//! `api.example.com` does not open whatever else shares its address.
+//! Authorities with userinfo and IPv6 literals are refused. Anything else
+//! is answered with the `wasi:http` error `HTTP-request-denied` and
+//! remembered, so a failed step can say which destination was refused.
 //!
-//! Requests are sent by wasmtime-wasi-http's client (hyper; HTTPS through
-//! rustls with the webpki roots). While the guest waits on a response the
+//! A granted name is then resolved once and connected to at an address
+//! that was checked ([`super::http_connect`]): one that resolves only to
+//! loopback, private, link-local or unique-local addresses (or is re-bound
+//! to one) is refused with `destination-IP-prohibited` unless the workflow
+//! sets `allow_private_addresses = true`, and remembered the same way.
+//!
+//! Requests are sent as wasmtime-wasi-http's client sends them (hyper;
+//! HTTPS through rustls with the webpki roots). While the guest waits on a response the
 //! host is blocked outside the guest, where the epoch deadline cannot fire,
 //! so every timeout of a request (connect, first byte, between bytes) is
 //! capped at the plugin's call deadline, and so is the whole exchange up to
 //! the response head (the TLS handshake has no timeout of its own).
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::uri::Scheme;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
+
+use super::http_connect::{Refusal, checked_address, send_to};
 
 /// One `http_hosts` entry: a lowercase name and, optionally, the one port.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,22 +38,47 @@ struct AllowedHost {
 }
 
 /// The outgoing-HTTP grant of one plugin instance: the hosts it may reach,
-/// the cap on each request's timeouts, and the destinations it was refused.
-#[derive(Clone, Debug, Default)]
+/// whether they may be reached at private addresses, the cap on each
+/// request's timeouts, and the destinations it was refused. A clone starts
+/// with no refusals (each step's grant is a clone of its plugin's).
+#[derive(Debug, Default)]
 pub struct HttpGrant {
     hosts: Vec<AllowedHost>,
+    allow_private: bool,
     timeout_cap: Option<Duration>,
     /// `host:port` of every refused request of the current step, in order,
     /// without repeats.
     pub denied: Vec<String>,
+    /// Every granted destination of the current step refused because it
+    /// resolves only to addresses that are not public, as
+    /// `host:port (resolves to ADDRESSES)`, in order, without repeats
+    /// (shared with the requests in flight, which find it out).
+    private: Arc<Mutex<Vec<String>>>,
+}
+
+impl Clone for HttpGrant {
+    fn clone(&self) -> Self {
+        Self {
+            hosts: self.hosts.clone(),
+            allow_private: self.allow_private,
+            timeout_cap: self.timeout_cap,
+            denied: self.denied.clone(),
+            private: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
 }
 
 impl HttpGrant {
     /// A grant for `entries` (`host` or `host:port`, as checked by the
     /// workflow config) with every request timeout capped at
-    /// `call_timeout_secs`. Errors name the entry that is not `host` or
+    /// `call_timeout_secs`, reaching private addresses only with
+    /// `allow_private`. Errors name the entry that is not `host` or
     /// `host:port` with a port from 1 to 65535.
-    pub fn new(entries: &[String], call_timeout_secs: f64) -> Result<Self, String> {
+    pub fn new(
+        entries: &[String],
+        call_timeout_secs: f64,
+        allow_private: bool,
+    ) -> Result<Self, String> {
         let hosts = entries
             .iter()
             .map(|entry| {
@@ -72,10 +104,21 @@ impl HttpGrant {
             .collect::<Result<Vec<_>, String>>()?;
         Ok(Self {
             hosts,
+            allow_private,
             timeout_cap: (call_timeout_secs.is_finite() && call_timeout_secs > 0.0)
                 .then(|| Duration::from_secs_f64(call_timeout_secs)),
             denied: Vec::new(),
+            private: Arc::default(),
         })
+    }
+
+    /// The granted destinations of this step refused for resolving only to
+    /// addresses that are not public (see [`HttpGrant::private`]'s field).
+    pub fn refused_private(&self) -> Vec<String> {
+        self.private
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// Whether a request to `host` on `port` (`None`: the scheme's default)
@@ -156,21 +199,34 @@ impl WasiHttpHooks for HttpGrant {
         }
         let options = self.capped(options);
         let cap = self.timeout_cap;
+        let allow_private = self.allow_private;
+        let private = Arc::clone(&self.private);
+        let authority = uri.authority().expect("allowed above");
+        let host = authority.host().to_string();
+        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
         Box::new(async move {
-            use http_body_util::BodyExt;
-            let send = wasmtime_wasi_http::default_send_request(request, options);
-            // The TLS handshake has no timeout of its own: the whole send,
-            // up to the response head, gets the call deadline too.
-            let (response, io) = match cap {
-                Some(cap) => tokio::time::timeout(cap, send)
-                    .await
-                    .map_err(|_| Error::ConnectionTimeout)??,
-                None => send.await?,
+            // The look-up, the TLS handshake and the exchange up to the
+            // response head get the call deadline as a whole.
+            let whole = cap.unwrap_or(Duration::from_secs(600));
+            let sending = async {
+                let address = match checked_address(&host, port, allow_private, whole).await {
+                    Ok(address) => address,
+                    Err(Refusal::Lookup(error)) => return Err(error),
+                    Err(Refusal::Private(refused)) => {
+                        let shown = refused.to_string();
+                        let mut private = private.lock().unwrap_or_else(|p| p.into_inner());
+                        if !private.contains(&shown) {
+                            private.push(shown);
+                        }
+                        return Err(Error::DestinationIpProhibited);
+                    }
+                };
+                send_to(request, options, address, &host).await
             };
-            Ok((
-                response.map(BodyExt::boxed_unsync),
-                Box::new(io) as Box<dyn Future<Output = Result<(), Error>> + Send>,
-            ))
+            let (response, io) = tokio::time::timeout(whole, sending)
+                .await
+                .map_err(|_| Error::ConnectionTimeout)??;
+            Ok((response, io))
         })
     }
 }
@@ -201,7 +257,7 @@ mod tests {
 
     fn grant(entries: &[&str]) -> HttpGrant {
         let entries: Vec<String> = entries.iter().map(|entry| entry.to_string()).collect();
-        HttpGrant::new(&entries, 30.0).unwrap()
+        HttpGrant::new(&entries, 30.0, false).unwrap()
     }
 
     #[test]
@@ -246,9 +302,9 @@ mod tests {
 
     #[test]
     fn bad_entries_are_named() {
-        let error = HttpGrant::new(&["h:0".to_string()], 1.0).unwrap_err();
+        let error = HttpGrant::new(&["h:0".to_string()], 1.0, false).unwrap_err();
         assert!(error.contains("\"h:0\""), "{error}");
-        assert!(HttpGrant::new(&[":80".to_string()], 1.0).is_err());
+        assert!(HttpGrant::new(&[":80".to_string()], 1.0, false).is_err());
     }
 
     #[test]
@@ -277,5 +333,79 @@ mod tests {
             assert!(denied(&mut grant, "https://other.example/v1/chat"));
         }
         assert_eq!(grant.denied, vec!["other.example:443".to_string()]);
+    }
+}
+
+#[cfg(test)]
+mod private_address_tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    fn send(grant: &mut HttpGrant, uri: &str) -> Result<u16, Error> {
+        let request = http::Request::builder()
+            .uri(uri)
+            .body(
+                http_body_util::Empty::<bytes::Bytes>::new()
+                    .map_err(|never| match never {})
+                    .boxed_unsync(),
+            )
+            .unwrap();
+        let future = grant.send_request(request, None, Box::new(async { Ok(()) }));
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async move {
+                let (response, io) = Box::into_pin(future).await?;
+                tokio::spawn(Box::into_pin(io));
+                Ok(response.status().as_u16())
+            })
+    }
+
+    /// A server on loopback that answers every request 204.
+    fn loopback_server() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            for stream in listener.incoming().flatten().take(4) {
+                let mut stream = stream;
+                let mut buffer = [0u8; 4096];
+                let _ = stream.read(&mut buffer);
+                let _ = stream.write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+            }
+        });
+        port
+    }
+
+    #[test]
+    fn a_granted_name_at_a_loopback_address_is_refused_unless_allowed() {
+        let port = loopback_server();
+        for host in ["127.0.0.1", "localhost"] {
+            let entry = format!("{host}:{port}");
+            let mut grant = HttpGrant::new(std::slice::from_ref(&entry), 10.0, false).unwrap();
+            let refused = send(&mut grant, &format!("http://{entry}/v1"));
+            assert!(
+                matches!(refused, Err(Error::DestinationIpProhibited)),
+                "{refused:?}"
+            );
+            let noted = grant.refused_private();
+            assert_eq!(noted.len(), 1, "{noted:?}");
+            assert!(
+                noted[0].starts_with(&format!("{entry} (resolves to ")),
+                "{noted:?}"
+            );
+            assert!(
+                grant.clone().refused_private().is_empty(),
+                "a clone starts clean"
+            );
+
+            let mut allowed = HttpGrant::new(&[entry.clone()], 10.0, true).unwrap();
+            assert_eq!(
+                send(&mut allowed, &format!("http://{entry}/v1")).unwrap(),
+                204
+            );
+            assert!(allowed.refused_private().is_empty());
+        }
     }
 }

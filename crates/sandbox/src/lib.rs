@@ -19,6 +19,7 @@ pub mod engine;
 pub mod function_cache;
 pub mod guarded_open;
 pub mod host_state;
+pub mod http_connect;
 pub mod http_grant;
 pub mod output;
 pub mod snapshot;

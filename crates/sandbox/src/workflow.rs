@@ -228,6 +228,15 @@ impl WorkflowPlugin {
                 denied.join(", ")
             ));
         }
+        let private = store.data().http.refused_private();
+        if !outcome.success && !private.is_empty() {
+            let error = outcome.error.take().unwrap_or_else(|| "step failed".into());
+            outcome.error = Some(format!(
+                "{error} (outgoing HTTP refused to a private address: {}; set \
+                 allow_private_addresses = true in the workflow's workflow.toml to allow it)",
+                private.join(", ")
+            ));
+        }
         outcome
     }
 }
@@ -286,8 +295,12 @@ impl StepExecutor for WorkflowSteps {
             pool_instances: 0,
             ..defaults
         };
-        let http = HttpGrant::new(&spec.http_hosts, config.call_timeout_secs)
-            .map_err(|error| format!("http_hosts: {error}"))?;
+        let http = HttpGrant::new(
+            &spec.http_hosts,
+            config.call_timeout_secs,
+            spec.allow_private_addresses,
+        )
+        .map_err(|error| format!("http_hosts: {error}"))?;
         let engine = self.engine(&config)?;
         let plugin = WorkflowPlugin::load(&spec.plugin_path, engine, Arc::new(config), http)?;
         Ok(Arc::new(plugin))

@@ -128,6 +128,7 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
             dirs: Vec::new(),
             env: Vec::new(),
             http_hosts: Vec::new(),
+            allow_private_addresses: false,
         })
         .map_err(|error| CliError::Input(format!("--plugin: {error}; nothing was written")))?;
     let repo = &args.repo;
@@ -154,9 +155,7 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
                     CliError::Failed(format!("cannot create {}: {error}", parent.display()))
                 })?;
             }
-            std::fs::write(&path, content).map_err(|error| {
-                CliError::Failed(format!("cannot write {}: {error}", path.display()))
-            })?;
+            sandloop_core::harness::atomic::write_output_file(&path, content, None)?;
             created.push(relative.to_string());
             Ok(())
         };
@@ -413,8 +412,9 @@ fn serve(args: LoopServeArgs) -> Result<(), CliError> {
             if asked.swap(true, std::sync::atomic::Ordering::SeqCst) {
                 std::process::exit(130);
             }
-            eprintln!(
-                "\nsandloop loop: stopping: finishing the requests in progress (again to stop at once)"
+            super::complain(
+                "\n",
+                "sandloop loop: stopping: finishing the requests in progress (again to stop at once)",
             );
             shutdown.trigger();
         });

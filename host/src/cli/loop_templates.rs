@@ -31,7 +31,9 @@ pub const TEMPLATES: &[LoopTemplate] = &[
         plugin_file: "llm_steps.wasm",
         files: openai,
         next_steps: "export OPENAI_API_KEY (and OPENAI_BASE_URL / OPENAI_MODEL for another server; \
-                     its host:port goes in http_hosts of each workflow.toml), then: sandloop loop run",
+                     its host:port goes in http_hosts of each workflow.toml, with \
+                     allow_private_addresses = true for one on this machine or a private network), \
+                     then: sandloop loop run",
     },
 ];
 
@@ -128,8 +130,10 @@ fn openai(plugin: &str) -> Vec<(String, String)> {
              dirs = [\"notes::/notes\"]\n\
              # The endpoint is $OPENAI_BASE_URL (default https://api.openai.com/v1).\n\
              # For another OpenAI-compatible server, e.g. one on http://127.0.0.1:8080/v1,\n\
-             # export OPENAI_BASE_URL and put its host:port here instead.\n\
+             # export OPENAI_BASE_URL and put its host:port here instead, and set\n\
+             # allow_private_addresses = true (a private address is refused otherwise).\n\
              http_hosts = [\"api.openai.com\"]\n\
+             allow_private_addresses = false\n\
              env = [\"OPENAI_BASE_URL\", \"OPENAI_API_KEY\", \"OPENAI_MODEL\"]\n\
              call_timeout_secs = 120\n\
              {extra}"

@@ -136,7 +136,13 @@ pub(crate) fn init_openai(repo: &Path, http_host: Option<&str>) {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains("http_hosts = [\"api.openai.com\"]"), "{text}");
         if let Some(host) = http_host {
-            let text = text.replace("\"api.openai.com\"", &format!("\"{host}\""));
+            // A server on loopback is a private address: allowed here.
+            let text = text
+                .replace("\"api.openai.com\"", &format!("\"{host}\""))
+                .replace(
+                    "allow_private_addresses = false",
+                    "allow_private_addresses = true",
+                );
             std::fs::write(&path, text).unwrap();
         }
     }
@@ -284,4 +290,47 @@ fn silent_server_costs_one_deadline(scheme: &str) {
         "{scheme}: the 1 s deadline bounds the wait, took {elapsed:?}"
     );
     drop(held);
+}
+
+#[test]
+fn a_granted_host_at_a_private_address_is_refused_unless_the_workflow_allows_it() {
+    let model = FakeModel::start();
+    let repo = tempfile::tempdir().unwrap();
+    init_openai(repo.path(), Some(&format!("localhost:{}", model.port)));
+    let workflows = repo.path().join(".sandloop/workflow_sets/main/workflows");
+    for workflow in ["draft", "goal_check"] {
+        let path = workflows.join(workflow).join("workflow.toml");
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace(
+                "allow_private_addresses = true",
+                "allow_private_addresses = false",
+            );
+        std::fs::write(&path, text).unwrap();
+    }
+    let toml = repo.path().join("sandloop-loop.toml");
+    let text = std::fs::read_to_string(&toml)
+        .unwrap()
+        .replace("max_turns = 10", "max_turns = 1");
+    std::fs::write(&toml, text).unwrap();
+    let output = sandloop()
+        .args(["loop", "run", "--repo", s(repo.path()), "--json"])
+        .env(
+            "OPENAI_BASE_URL",
+            format!("http://localhost:{}/v1", model.port),
+        )
+        .env("OPENAI_API_KEY", "sk-test")
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 1, "out of turns: {}", stderr(&output));
+    let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let error = report["state"]["history"][0]["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!(
+            "refused to a private address: localhost:{} (resolves to ",
+            model.port
+        )) && error.contains("allow_private_addresses = true"),
+        "{error}"
+    );
+    assert!(model.requests().is_empty(), "nothing reached the server");
 }

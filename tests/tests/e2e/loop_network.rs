@@ -609,3 +609,59 @@ fn sigterm_stops_the_coordinator_cleanly() {
         .unwrap();
     assert_eq!(code(&output), 0, "{}", stderr(&output));
 }
+
+#[test]
+fn loop_init_can_write_the_token_and_a_token_needs_a_loop_or_a_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(&["loop", "token", "--repo", s(dir.path())]);
+    assert_eq!(code(&output), 2, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("has no loop"),
+        "{}",
+        stderr(&output)
+    );
+    let elsewhere = dir.path().join("my.token");
+    let output = run(&["loop", "token", "--out", s(&elsewhere)]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(
+        std::fs::read_to_string(&elsewhere).unwrap().trim().len(),
+        64
+    );
+
+    let output = run(&[
+        "loop",
+        "init",
+        "--repo",
+        s(dir.path()),
+        "--plugin",
+        sandloop_tests::LOOP_STEPS,
+        "--token",
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let token = dir.path().join(".sandloop/token");
+    assert!(
+        stdout(&output).contains(&format!("token written to {}", token.display())),
+        "{}",
+        stdout(&output)
+    );
+    assert_eq!(std::fs::read_to_string(&token).unwrap().trim().len(), 64);
+    // A token file others can read is used, with a warning.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let logs = tempfile::tempdir().unwrap();
+        let listen = free_listen();
+        drop(serve(
+            dir.path(),
+            &listen,
+            &["--token-file", s(&token)],
+            logs.path(),
+        ));
+        let said = std::fs::read_to_string(logs.path().join("serve.err")).unwrap();
+        assert!(
+            said.contains("can be read by other users (mode 644)"),
+            "{said}"
+        );
+    }
+}

@@ -81,6 +81,13 @@ pub struct WorkflowConfig {
     /// `sandloop_sandbox::http_grant`). Default none.
     #[serde(default)]
     pub http_hosts: Vec<String>,
+    /// Whether `http_hosts` may be reached at a loopback, private (RFC
+    /// 1918), shared, link-local or unique-local address, e.g. a model
+    /// server on this machine; default false: a granted name that resolves
+    /// only to such addresses is refused, and the connection goes to the
+    /// address that was checked.
+    #[serde(default)]
+    pub allow_private_addresses: bool,
     /// Linear-memory limit of the plugin instance in MiB (at least 1);
     /// default: the sandbox's.
     #[serde(default)]
