@@ -22,7 +22,8 @@
 //! A `finished` for another task or attempt than the active one is
 //! answered [`TaskResponse::stale_report`] and never moves the lease.
 
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -84,17 +85,31 @@ pub struct Endpoints {
     /// The leased task; held across each `register` and `finished` so two
     /// workers never both take the same task back.
     out: Mutex<Option<Lease>>,
+    /// The active session's state file, as of the last `register` or
+    /// `finished` (the only calls that switch sessions), for `/status`.
+    state_file: RwLock<Option<PathBuf>>,
 }
 
 impl Endpoints {
     /// The endpoints of `coordinator`; a handed-out task is leased for
     /// `lease`.
     pub fn new(coordinator: Arc<Coordinator>, lease: Duration) -> Self {
+        let state_file = RwLock::new(coordinator.state_path());
         Self {
             coordinator,
             lease,
             out: Mutex::new(None),
+            state_file,
         }
+    }
+
+    /// Note the state file the coordinator uses now.
+    fn follow_state_file(&self) {
+        let path = self.coordinator.state_path();
+        *self
+            .state_file
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = path;
     }
 
     fn out(&self) -> std::sync::MutexGuard<'_, Option<Lease>> {
@@ -145,13 +160,15 @@ impl Endpoints {
                 }
             );
         }
-        match self.coordinator.register_as(caller) {
+        let reply = match self.coordinator.register_as(caller) {
             Ok(task) => {
                 *out = lease_of(&task, caller);
                 Reply::json(200, &task)
             }
             Err(error) => Reply::error(500, error.to_string()),
-        }
+        };
+        self.follow_state_file();
+        reply
     }
 
     /// `POST /finished` with a [`FinishedRequest`] as `body`. Its
@@ -168,7 +185,7 @@ impl Endpoints {
             return Reply::error(400, error.to_string());
         }
         let mut out = self.out();
-        match self.coordinator.finished(&request) {
+        let reply = match self.coordinator.finished(&request) {
             // A stale report hands nothing out: the lease stays with the
             // worker that holds the active task.
             Ok(task) if task.is_stale_report() => Reply::json(200, &task),
@@ -177,15 +194,43 @@ impl Endpoints {
                 Reply::json(200, &task)
             }
             Err(error) => Reply::error(500, error.to_string()),
-        }
+        };
+        self.follow_state_file();
+        reply
     }
 
-    /// `GET /status`: `{"state": LoopState | null}`.
+    /// `GET /status`: `{"state": LoopState | null}`, the active session's
+    /// `state.json` as on disk. It is read without the state lock (the
+    /// file is always replaced whole), so a status never waits for a
+    /// `register` or `finished` writing it.
     pub fn status(&self) -> Reply {
-        match self.coordinator.state() {
-            Ok(state) => Reply::json(200, &json!({ "state": state })),
-            Err(error) => Reply::error(500, error.to_string()),
+        let path = self
+            .state_file
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        let state = match path.map(std::fs::read) {
+            None => None,
+            Some(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => None,
+            Some(Err(error)) => {
+                return Reply::error(500, format!("cannot read the state: {error}"));
+            }
+            Some(Ok(bytes)) => Some(bytes),
+        };
+        // Checked for syntax only (no values built): a damaged file is a
+        // 500 naming it, never a broken answer.
+        if let Some(bytes) = &state
+            && let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+        {
+            return Reply::error(500, format!("the loop's state.json is damaged: {error}"));
         }
+        let mut body = b"{\"state\":".to_vec();
+        match state {
+            Some(bytes) => body.extend_from_slice(bytes.trim_ascii()),
+            None => body.extend_from_slice(b"null"),
+        }
+        body.push(b'}');
+        Reply { status: 200, body }
     }
 }
 

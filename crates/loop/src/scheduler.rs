@@ -236,6 +236,7 @@ mod tests {
                 dirs: Vec::new(),
                 env: Vec::new(),
                 http_hosts: Vec::new(),
+                allow_private_addresses: false,
                 max_memory_mib: None,
                 call_timeout_secs: None,
             },

@@ -205,6 +205,13 @@ impl Coordinator {
         Ok(self.lock().store.read_state()?)
     }
 
+    /// The active session's state file (it changes when a child session
+    /// starts or ends, in `register` and `finished`). The file is replaced
+    /// atomically, so it can be read whole without the state lock.
+    pub fn state_path(&self) -> Option<PathBuf> {
+        self.lock().store.state_path()
+    }
+
     fn prepare_state(&self, resume: bool) -> Result<Start, CoordinatorError> {
         let mut inner = self.lock();
         let existing = inner.store.read_state()?;

@@ -300,12 +300,10 @@ fn a_granted_host_at_a_private_address_is_refused_unless_the_workflow_allows_it(
     let workflows = repo.path().join(".sandloop/workflow_sets/main/workflows");
     for workflow in ["draft", "goal_check"] {
         let path = workflows.join(workflow).join("workflow.toml");
-        let text = std::fs::read_to_string(&path)
-            .unwrap()
-            .replace(
-                "allow_private_addresses = true",
-                "allow_private_addresses = false",
-            );
+        let text = std::fs::read_to_string(&path).unwrap().replace(
+            "allow_private_addresses = true",
+            "allow_private_addresses = false",
+        );
         std::fs::write(&path, text).unwrap();
     }
     let toml = repo.path().join("sandloop-loop.toml");
