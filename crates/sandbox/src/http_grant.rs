@@ -231,6 +231,20 @@ impl WasiHttpHooks for HttpGrant {
     }
 }
 
+/// An empty GET of `uri`, as a guest would send it.
+#[cfg(test)]
+fn empty_request(uri: &str) -> http::Request<WasiBody> {
+    use http_body_util::BodyExt;
+    http::Request::builder()
+        .uri(uri)
+        .body(
+            http_body_util::Empty::<bytes::Bytes>::new()
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+        )
+        .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,16 +252,7 @@ mod tests {
     /// Whether an empty request to `uri` through `grant`'s hook is
     /// answered `HTTP-request-denied`.
     fn denied(grant: &mut HttpGrant, uri: &str) -> bool {
-        use http_body_util::BodyExt;
-        let request = http::Request::builder()
-            .uri(uri)
-            .body(
-                http_body_util::Empty::<bytes::Bytes>::new()
-                    .map_err(|never| match never {})
-                    .boxed_unsync(),
-            )
-            .unwrap();
-        let future = grant.send_request(request, None, Box::new(async { Ok(()) }));
+        let future = grant.send_request(empty_request(uri), None, Box::new(async { Ok(()) }));
         let result = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap()
@@ -339,18 +344,9 @@ mod tests {
 #[cfg(test)]
 mod private_address_tests {
     use super::*;
-    use http_body_util::BodyExt;
 
     fn send(grant: &mut HttpGrant, uri: &str) -> Result<u16, Error> {
-        let request = http::Request::builder()
-            .uri(uri)
-            .body(
-                http_body_util::Empty::<bytes::Bytes>::new()
-                    .map_err(|never| match never {})
-                    .boxed_unsync(),
-            )
-            .unwrap();
-        let future = grant.send_request(request, None, Box::new(async { Ok(()) }));
+        let future = grant.send_request(empty_request(uri), None, Box::new(async { Ok(()) }));
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -400,7 +396,7 @@ mod private_address_tests {
                 "a clone starts clean"
             );
 
-            let mut allowed = HttpGrant::new(&[entry.clone()], 10.0, true).unwrap();
+            let mut allowed = HttpGrant::new(std::slice::from_ref(&entry), 10.0, true).unwrap();
             assert_eq!(
                 send(&mut allowed, &format!("http://{entry}/v1")).unwrap(),
                 204
