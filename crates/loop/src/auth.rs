@@ -79,10 +79,15 @@ impl Token {
             path: path.to_path_buf(),
             why,
         };
-        let file = std::fs::File::open(path).map_err(read)?;
-        if !file.metadata().map_err(read)?.is_file() {
-            return Err(invalid("is not a regular file".into()));
-        }
+        // Never through a link, never waiting on a FIFO.
+        let file = sandloop_core::harness::atomic::open_regular(
+            std::fs::OpenOptions::new().read(true),
+            path,
+        )
+        .map_err(|error| match error {
+            sandloop_core::harness::atomic::OutputFileError::Io { source, .. } => read(source),
+            refused => invalid(format!("cannot be used: {refused}")),
+        })?;
         let mut bytes = Vec::new();
         file.take(MAX_TOKEN_FILE_BYTES + 1)
             .read_to_end(&mut bytes)
@@ -229,7 +234,23 @@ mod tests {
         let error = Token::from_file(&dir.path().join("missing")).unwrap_err();
         assert!(matches!(error, TokenError::Read { .. }), "{error}");
         let error = Token::from_file(dir.path()).unwrap_err().to_string();
-        assert!(error.contains("is not a regular file"), "{error}");
+        assert!(error.contains("not a regular file"), "{error}");
+        #[cfg(unix)]
+        {
+            // A FIFO is refused at once, not waited on.
+            let fifo = dir.path().join("fifo");
+            let made = std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap();
+            assert!(made.success());
+            let error = Token::from_file(&fifo).unwrap_err().to_string();
+            assert!(error.contains("not a regular file"), "{error}");
+            let link = dir.path().join("link");
+            std::os::unix::fs::symlink(dir.path().join("token"), &link).unwrap();
+            let error = Token::from_file(&link).unwrap_err().to_string();
+            assert!(error.contains("symbolic link"), "{error}");
+        }
     }
 
     #[test]

@@ -51,8 +51,9 @@ pub struct ServeOptions {
     /// Longest time to read a request's body once its head arrived.
     /// Default 30 s.
     pub body_timeout: Duration,
-    /// Connections served at once; more wait in the listen backlog.
-    /// Default 256.
+    /// Connections served at once; more wait in the listen backlog until
+    /// one ends (an idle or stalled one ends at its header or body
+    /// deadline). Default 1024.
     pub max_connections: usize,
     /// Largest request body read, bytes. Default [`MAX_REPORT_BYTES`], the
     /// limit a `loop worker` fits its reports to.
@@ -69,7 +70,7 @@ impl Default for ServeOptions {
             tls: None,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
-            max_connections: 256,
+            max_connections: 1024,
             max_body_bytes: MAX_REPORT_BYTES,
             drain_timeout: Duration::from_secs(30),
         }

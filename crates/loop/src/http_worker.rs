@@ -159,6 +159,7 @@ impl Client {
                         )
                     })
                     .unwrap_or(status_text);
+                let reason = shortened(reason);
                 return Err(match status {
                     409 => TransportError::Busy {
                         url,
@@ -182,12 +183,45 @@ impl Client {
                 });
             }
         };
-        response
-            .into_json::<TaskResponse>()
-            .map_err(|error| TransportError::Coordinator {
-                url,
-                message: format!("unreadable answer: {error}"),
-            })
+        read_answer(response.into_reader(), MAX_ANSWER_BYTES)
+            .map_err(|message| TransportError::Coordinator { url, message })
+    }
+}
+
+/// Largest answer a worker reads from a coordinator, bytes (a task is a few
+/// KiB: its ids and the session's config snapshot).
+pub const MAX_ANSWER_BYTES: u64 = 8 << 20;
+/// Longest reason of a coordinator's refusal a worker shows, characters.
+const MAX_REASON_CHARS: usize = 2000;
+
+/// A coordinator's answer read as a [`TaskResponse`], at most `limit`
+/// bytes of it; the error says what is wrong.
+fn read_answer(answer: impl std::io::Read, limit: u64) -> Result<TaskResponse, String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    answer
+        .take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|error| format!("unreadable answer: {error}"))?;
+    if bytes.len() as u64 > limit {
+        return Err(format!(
+            "the answer is larger than {limit} bytes; a task is a few KiB, so this is not a \
+             sandloop coordinator's answer"
+        ));
+    }
+    serde_json::from_slice(&bytes).map_err(|error| format!("unreadable answer: {error}"))
+}
+
+/// `reason` cut to [`MAX_REASON_CHARS`] characters, saying how much more
+/// there was.
+fn shortened(reason: String) -> String {
+    match reason.char_indices().nth(MAX_REASON_CHARS) {
+        None => reason,
+        Some((cut, _)) => format!(
+            "{}… ({} more bytes not shown)",
+            &reason[..cut],
+            reason.len() - cut
+        ),
     }
 }
 
@@ -406,6 +440,22 @@ mod tests {
             attempt_id: Some("0123456789ab".into()),
             worker: None,
         }
+    }
+
+    #[test]
+    fn an_answer_too_large_for_a_task_is_refused_and_a_long_reason_cut() {
+        let huge = format!("{{\"action\": \"stop\", \"pad\": \"{}\"}}", "x".repeat(100));
+        assert!(read_answer(huge.as_bytes(), 1 << 20).is_ok());
+        let error = read_answer(huge.as_bytes(), 64).unwrap_err();
+        assert!(error.contains("larger than 64 bytes"), "{error}");
+        assert!(
+            read_answer(&b"not json"[..], 64)
+                .unwrap_err()
+                .starts_with("unreadable answer")
+        );
+        let reason = shortened("é".repeat(3000));
+        assert!(reason.ends_with("(2000 more bytes not shown)"), "{reason}");
+        assert_eq!(shortened("short".into()), "short");
     }
 
     #[test]

@@ -503,12 +503,19 @@ impl Coordinator {
             let was_terminal = current.status.is_terminal();
             let now = utc_now();
             let Some(active) = current.current_task.clone() else {
+                // A report for another session hands nothing out (the
+                // reference dispatches for any report when no task is out,
+                // which gives the next task to whoever sends one).
+                if request.session_id != current.active_session_id {
+                    events.push(self.late_report(request, None, &current.active_session_id));
+                    return Ok((current, Dispatch::Respond(TaskResponse::stale_report())));
+                }
                 let response = self.dispatch(inner, &mut current, &now, caller, &mut events)?;
                 events.extend(stopped_event(was_terminal, &current));
                 return Ok::<_, CoordinatorError>((current, response));
             };
             if !request.matches_task(&active) {
-                events.push(self.late_report(request, &active));
+                events.push(self.late_report(request, Some(&active), &active.session_id));
                 return Ok((current, Dispatch::Respond(TaskResponse::stale_report())));
             }
             let finished = self.record_finished_task(inner, &mut current, &active, request, &now);
@@ -551,31 +558,43 @@ impl Coordinator {
     }
 
     /// Say on stderr that a report for another task or attempt than
-    /// `active` was ignored; the late-report event for the session's log.
+    /// `active` (none: no task is out) was ignored; the late-report event
+    /// for the log of `session_id`.
     fn late_report(
         &self,
         request: &FinishedRequest,
-        active: &CurrentTask,
+        active: Option<&CurrentTask>,
+        session_id: &str,
     ) -> (String, SessionEvent) {
-        let attempt = match (&request.attempt_id, &active.attempt_id) {
+        let attempt = match (
+            &request.attempt_id,
+            active.and_then(|a| a.attempt_id.as_ref()),
+        ) {
             (Some(sent), Some(issued)) if sent != issued => {
                 format!(" (attempt {sent}; the active attempt is {issued})")
             }
             (None, Some(issued)) => format!(" (no attempt id; the active attempt is {issued})"),
             _ => String::new(),
         };
+        let instead = active.map_or_else(
+            || format!("no task is out in session {session_id}"),
+            |active| {
+                format!(
+                    "iteration {} ({}) is the active task",
+                    active.iteration, active.workflow_id
+                )
+            },
+        );
         tracing::warn!(
             "sandloop loop: a late report for iteration {} ({}) of session {}{attempt} was \
-             ignored: iteration {} ({}) is the active task",
+             ignored: {instead}",
             request.iteration,
             request.workflow_id,
             request.session_id,
-            active.iteration,
-            active.workflow_id
         );
         (
-            active.session_id.clone(),
-            SessionEvent::late_report(request, Some(active)),
+            session_id.to_string(),
+            SessionEvent::late_report(request, active),
         )
     }
 

@@ -657,6 +657,30 @@ fn finished_without_an_active_task_dispatches_like_register() {
 }
 
 #[test]
+fn finished_for_another_session_without_an_active_task_hands_nothing_out() {
+    let repo = Repo::plain(20);
+    let coordinator = repo.open();
+    let session = session_of(&coordinator);
+    let before = std::fs::read(repo.state_file(&session)).unwrap();
+    let bogus = FinishedRequest {
+        workflow_id: "work".into(),
+        session_id: "no-such-session".into(),
+        iteration: 1,
+        success: true,
+        ..FinishedRequest::default()
+    };
+    assert_eq!(
+        coordinator.finished(&bogus).unwrap(),
+        TaskResponse::stale_report()
+    );
+    assert_eq!(std::fs::read(repo.state_file(&session)).unwrap(), before);
+    let late = events_named(repo.root(), &session, "late_report");
+    assert_eq!(late.len(), 1, "{late:#?}");
+    assert_eq!(late[0]["report"]["session_id"], "no-such-session");
+    assert_eq!(late[0]["active_task"], Value::Null);
+}
+
+#[test]
 fn a_mismatched_finished_is_answered_stale_changes_nothing_and_is_logged() {
     let repo = Repo::plain(20);
     let coordinator = repo.open();

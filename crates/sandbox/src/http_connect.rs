@@ -184,7 +184,8 @@ pub type Sent = (
     Box<dyn Future<Output = Result<(), Error>> + Send>,
 );
 
-/// A boxed [`TimedBody`].
+/// A response body whose frames must each arrive within the request's
+/// between-bytes timeout, boxed.
 pub type TimedBodyBox = http_body_util::combinators::UnsyncBoxBody<Bytes, Error>;
 
 trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Sync + Unpin + 'static {}

@@ -113,7 +113,8 @@ impl HttpGrant {
     }
 
     /// The granted destinations of this step refused for resolving only to
-    /// addresses that are not public (see [`HttpGrant::private`]'s field).
+    /// addresses that are not public, each as `host:port (resolves to
+    /// ADDRESSES)`, in order, without repeats.
     pub fn refused_private(&self) -> Vec<String> {
         self.private
             .lock()

@@ -344,12 +344,18 @@ fn history_line(
 /// Refuse to serve a non-loopback address without a token (exit 2, saying
 /// how to make one).
 fn check_exposure(listen: &str, token: Option<&Token>, repo: &Path) -> Result<(), CliError> {
+    use std::net::ToSocketAddrs;
+    if let Err(error) = listen.to_socket_addrs() {
+        return Err(CliError::Input(format!(
+            "--listen {listen:?}: {error} (expected HOST:PORT, e.g. 127.0.0.1:8080)"
+        )));
+    }
     if token.is_some() || http_server::is_loopback(listen) {
         return Ok(());
     }
     Err(CliError::Input(format!(
         "refusing to serve on {listen} without a token: anyone who can reach it could register \
-         as a worker and read the goal, prompts and config. Create one with `sandloop loop token \
+         as a worker, read the goal, config and history, and report results. Create one with `sandloop loop token \
          --repo {repo}` and serve with `--token-file {path}` (workers pass the same file), or \
          listen on 127.0.0.1",
         repo = repo.display(),

@@ -359,6 +359,22 @@ fn an_address_beyond_loopback_needs_a_token() {
         !dir.path().join(".sandloop/sessions").exists(),
         "nothing was started"
     );
+    // An address that is not HOST:PORT is named as such, not as a token matter.
+    let output = run(&[
+        "loop",
+        "serve",
+        "--repo",
+        s(dir.path()),
+        "--listen",
+        "nonsense",
+    ]);
+    assert_eq!(code(&output), 2, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("--listen \"nonsense\"")
+            && stderr(&output).contains("expected HOST:PORT"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
