@@ -30,6 +30,14 @@ pub fn nats_server_binary() -> Option<PathBuf> {
         })
 }
 
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
 impl NatsServer {
     /// Starts one; panics naming the install command when `nats-server` is
     /// missing, or when it does not listen within 10 s.
@@ -39,16 +47,17 @@ impl NatsServer {
 
     /// [`NatsServer::start`] with `extra` server flags (`--user U --pass P`).
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_on(free_port(), extra)
+    }
+
+    /// [`NatsServer::start_with`] on loopback port `port`.
+    pub fn start_on(port: u16, extra: &[&str]) -> Self {
         let binary = nats_server_binary().unwrap_or_else(|| {
             panic!(
                 "nats-server is not installed; distributed runs need it: \
                  apt-get install -y nats-server"
             )
         });
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free loopback port")
-            .port();
         let store = tempfile::tempdir().expect("temp dir");
         let process = Command::new(&binary)
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])

@@ -177,14 +177,68 @@ fn url_credentials(url: &str) -> Option<UrlCredentials> {
     })
 }
 
-/// Connects to `target` as `name`.
+async fn connect_client(
+    options: async_nats::ConnectOptions,
+    name: &str,
+    url: &str,
+) -> Result<async_nats::Client, async_nats::ConnectError> {
+    options
+        .name(name)
+        .connection_timeout(Duration::from_secs(10))
+        .connect(url)
+        .await
+}
+
+/// First pause before a worker tries a server again; doubled after each
+/// try, up to [`CONNECT_RETRY_MAX`].
+pub const CONNECT_RETRY_FIRST: Duration = Duration::from_millis(500);
+/// Longest pause between two tries to reach a server.
+pub const CONNECT_RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// Connects to `target` as `name` as [`connect`] does, trying again with
+/// back-off (from [`CONNECT_RETRY_FIRST`] to [`CONNECT_RETRY_MAX`]) while
+/// the server cannot be reached — not up yet, restarting, a network that
+/// is not there yet — for up to `patience`, and saying on stderr each time
+/// it will try again. Credentials that are refused or unreadable fail at
+/// once; so does everything with a zero `patience` after one try.
 ///
 /// # Errors
-/// An unreadable credentials file, or a server that cannot be reached or
-/// refuses the credentials.
-pub async fn connect(target: &NatsTarget, name: &str) -> Result<Connection, TransportError> {
-    let shown = shown_url(&target.url);
-    let options = match (&target.creds, url_credentials(&target.url)) {
+/// As [`connect`]; the last error once `patience` has run out.
+pub async fn connect_patiently(
+    target: &NatsTarget,
+    name: &str,
+    patience: Duration,
+) -> Result<Connection, TransportError> {
+    let started = std::time::Instant::now();
+    let mut pause = CONNECT_RETRY_FIRST;
+    loop {
+        match try_connect(target, name).await {
+            Ok(connection) => return Ok(connection),
+            Err((error, unreachable)) => {
+                let waited = started.elapsed();
+                if !unreachable || waited + pause > patience {
+                    return Err(error);
+                }
+                tracing::info!(
+                    "{error}; trying again in {:.1}s (waited {}s of at most {}s, --connect-timeout)",
+                    pause.as_secs_f64(),
+                    waited.as_secs(),
+                    patience.as_secs()
+                );
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(CONNECT_RETRY_MAX);
+            }
+        }
+    }
+}
+
+/// The client options for `target` (`shown`: its URL without secrets):
+/// credentials from `--nats-creds` or the URL.
+async fn connect_options(
+    target: &NatsTarget,
+    shown: &str,
+) -> Result<async_nats::ConnectOptions, TransportError> {
+    Ok(match (&target.creds, url_credentials(&target.url)) {
         (Some(path), None) => async_nats::ConnectOptions::with_credentials_file(path)
             .await
             .map_err(|error| {
@@ -201,13 +255,42 @@ pub async fn connect(target: &NatsTarget, name: &str) -> Result<Connection, Tran
         }
         (None, Some(UrlCredentials::Token(token))) => async_nats::ConnectOptions::with_token(token),
         (None, None) => async_nats::ConnectOptions::new(),
-    };
-    let client = options
-        .name(name)
-        .connection_timeout(Duration::from_secs(10))
-        .connect(target.url.as_str())
+    })
+}
+
+/// Connects to `target` as `name`.
+///
+/// # Errors
+/// An unreadable credentials file, or a server that cannot be reached or
+/// refuses the credentials.
+pub async fn connect(target: &NatsTarget, name: &str) -> Result<Connection, TransportError> {
+    try_connect(target, name).await.map_err(|(error, _)| error)
+}
+
+/// [`connect`], telling apart a server that could not be reached (`true`:
+/// a later try may work) from one that refused us or settings that are
+/// wrong.
+async fn try_connect(
+    target: &NatsTarget,
+    name: &str,
+) -> Result<Connection, (TransportError, bool)> {
+    use async_nats::ConnectErrorKind as Kind;
+    let shown = shown_url(&target.url);
+    let options = connect_options(target, &shown)
         .await
-        .map_err(|error| TransportError::new(format!("connecting to {shown}"), error))?;
+        .map_err(|error| (error, false))?;
+    let client = connect_client(options, name, &target.url)
+        .await
+        .map_err(|error| {
+            let unreachable = matches!(
+                error.kind(),
+                Kind::Io | Kind::TimedOut | Kind::Dns | Kind::MaxReconnects
+            );
+            (
+                TransportError::new(format!("connecting to {shown}"), error),
+                unreachable,
+            )
+        })?;
     let jetstream = jetstream::new(client.clone());
     Ok(Connection {
         client,

@@ -26,7 +26,7 @@ use crate::lock;
 use crate::points::LaneReplay;
 use crate::transport::{
     ACK_WAIT, ComponentError, Connection, HAND_BACK_DELAY, NatsTarget, ROLL_CALL_SUBJECT, Runtime,
-    connect,
+    connect_patiently,
 };
 use crate::wire::{
     GuestNeed, Outcome, ReplayShipment, UnitMessage, UnitResult, WIRE_VERSION, WorkerHello, decode,
@@ -53,6 +53,9 @@ pub struct WorkerConfig {
     /// result ships them: a [`crate::scratch::Scratch`] directory, which
     /// the caller removes.
     pub scratch_dir: PathBuf,
+    /// How long to keep trying to reach the server at start
+    /// ([`crate::transport::connect_patiently`]); zero tries once.
+    pub connect_timeout: std::time::Duration,
 }
 
 /// Runs the worker until the process is stopped.
@@ -62,9 +65,10 @@ pub struct WorkerConfig {
 pub fn run_worker(config: WorkerConfig) -> Result<(), String> {
     let runtime = Runtime::start().map_err(|error| format!("starting the NATS client: {error}"))?;
     let connection = runtime
-        .block_on(connect(
+        .block_on(connect_patiently(
             &config.target,
             &format!("sandloop worker {}", config.name),
+            config.connect_timeout,
         ))
         .map_err(|error| error.to_string())?;
     let consumer = runtime

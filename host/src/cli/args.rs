@@ -95,6 +95,10 @@ pub struct WorkerArgs {
     /// process id).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// How long to keep trying to reach the NATS server at start (not up
+    /// yet, restarting), seconds; each try is said on stderr. 0 tries once.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub connect_timeout: u64,
 }
 
 /// `sandloop new` commands.

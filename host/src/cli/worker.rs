@@ -59,6 +59,7 @@ pub fn worker(args: WorkerArgs) -> Result<(), CliError> {
         env: args.env,
         cache_dir,
         scratch_dir: scratch.path().to_owned(),
+        connect_timeout: std::time::Duration::from_secs(args.connect_timeout),
     })
     .map_err(CliError::Failed)
 }

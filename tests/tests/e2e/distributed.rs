@@ -400,6 +400,68 @@ fn worker_flags_are_checked_before_connecting() {
 }
 
 #[test]
+fn a_worker_started_before_its_server_waits_for_it_and_then_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = nats_server::free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let log = dir.path().join("w.log");
+    let child = sandloop()
+        .args(["worker", "--nats", &url, "--name", "early"])
+        .args(["--connect-timeout", "120"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut early = KillOnDrop(child);
+    wait_for_log(&log, "trying again in", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        early.0.try_wait().unwrap().is_none(),
+        "the worker gave up: {}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("--connect-timeout"), "{said}");
+    let _nats = NatsServer::start_on(port, &[]);
+    wait_for_log(&log, "ready on", Duration::from_secs(60));
+    let items = vec![
+        serde_json::json!({"item_id": "a", "family": "a", "text": "x",
+                                        "attack": "read_env"}),
+    ];
+    let items = crate::support::write_items(dir.path(), "items.jsonl", &items);
+    let out = dir.path().join("run");
+    let output = hostile_run(&items, &out, "10", &["--nats", &url])
+        .output()
+        .unwrap();
+    assert_eq!(
+        code(&output),
+        0,
+        "{}",
+        diagnostics(&output, std::slice::from_ref(&log))
+    );
+    let records = records(&out);
+    assert!(
+        records.iter().any(|record| record["item_id"] == "a"),
+        "{records:?}"
+    );
+
+    // With no patience, an unreachable server ends the worker at once.
+    let gone = format!("nats://127.0.0.1:{}", nats_server::free_port());
+    let started = std::time::Instant::now();
+    let output = sandloop()
+        .args(["worker", "--nats", &gone, "--connect-timeout", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    assert!(
+        !stderr(&output).contains("trying again"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
 fn results_and_units_too_large_for_the_server_become_error_records() {
     let nats = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
