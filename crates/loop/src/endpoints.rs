@@ -45,14 +45,16 @@ pub struct Reply {
 }
 
 impl Reply {
-    fn json<T: Serialize>(status: u16, body: &T) -> Self {
+    /// `body` as JSON with `status`.
+    pub(crate) fn json<T: Serialize>(status: u16, body: &T) -> Self {
         Self {
             status,
             body: serde_json::to_vec(body).unwrap_or_default(),
         }
     }
 
-    fn error(status: u16, message: impl Into<String>) -> Self {
+    /// `{"error": message}` with `status`.
+    pub(crate) fn error(status: u16, message: impl Into<String>) -> Self {
         Self::json(status, &json!({ "error": message.into() }))
     }
 }

@@ -20,7 +20,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -142,33 +142,43 @@ pub fn bind(listen: &str) -> Result<std::net::TcpListener, ServeError> {
 
 /// Whether every address `listen` resolves to is a loopback address
 /// (`127.0.0.0/8`, `::1`, `localhost`): only there may `loop serve` run
-/// without a token. An address that does not resolve is not loopback.
-pub fn is_loopback(listen: &str) -> bool {
+/// without a token.
+///
+/// # Errors
+/// `listen` is not `HOST:PORT`, or its host does not resolve.
+pub fn is_loopback(listen: &str) -> std::io::Result<bool> {
     use std::net::ToSocketAddrs;
-    match listen.to_socket_addrs() {
-        Ok(addresses) => {
-            let addresses: Vec<SocketAddr> = addresses.collect();
-            !addresses.is_empty() && addresses.iter().all(|a| a.ip().is_loopback())
-        }
-        Err(_) => false,
+    let addresses: Vec<SocketAddr> = listen.to_socket_addrs()?.collect();
+    Ok(!addresses.is_empty() && addresses.iter().all(|a| a.ip().is_loopback()))
+}
+
+/// The PEM certificates in `path`, at least one: a server's chain
+/// (`--tls-cert`) or what a worker trusts (`--ca-file`). The error says
+/// what is wrong, without the path.
+pub(crate) fn pem_certificates(
+    path: &Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect())
+        .map_err(|error| error.to_string())?;
+    if certificates.is_empty() {
+        return Err("holds no PEM certificate".into());
     }
+    Ok(certificates)
 }
 
 /// The TLS configuration of a server with the certificate chain in
 /// `cert` and the private key in `key` (PEM files, e.g. from certbot or
 /// `openssl req -x509`). Errors name the file.
 pub fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, ServeError> {
+    use rustls::pki_types::PrivateKeyDer;
     use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let named = |path: &Path, what: &str, error: &dyn std::fmt::Display| {
         ServeError::Tls(format!("{} ({what}): {error}", path.display()))
     };
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<Result<_, _>>())
-        .map_err(|error| named(cert, "--tls-cert", &error))?;
-    if chain.is_empty() {
-        return Err(named(cert, "--tls-cert", &"holds no PEM certificate"));
-    }
+    let chain = pem_certificates(cert).map_err(|error| named(cert, "--tls-cert", &error))?;
     let key_der =
         PrivateKeyDer::from_pem_file(key).map_err(|error| named(key, "--tls-key", &error))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -318,25 +328,19 @@ where
     }
 }
 
-fn json_response(status: u16, body: Vec<u8>) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+/// `reply` as an HTTP response (its body is JSON).
+fn response(reply: Reply) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(reply.body)));
+    *response.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 
-fn reply_response(reply: Reply) -> Response<Full<Bytes>> {
-    json_response(reply.status, reply.body)
-}
-
-fn error_response(status: u16, message: &str, extra: serde_json::Value) -> Response<Full<Bytes>> {
-    let mut body = serde_json::json!({ "error": message });
-    if let (Some(body), serde_json::Value::Object(extra)) = (body.as_object_mut(), extra) {
-        body.extend(extra);
-    }
-    json_response(status, serde_json::to_vec(&body).unwrap_or_default())
+/// [`Reply::error`] as an HTTP response.
+fn error_response(status: u16, message: &str) -> Response<Full<Bytes>> {
+    response(Reply::error(status, message))
 }
 
 /// 413 for a body of `size` bytes (`None`: it kept coming past the limit).
@@ -345,14 +349,14 @@ fn too_large(size: Option<u64>, limit: usize) -> Response<Full<Bytes>> {
         || format!("more than {limit} bytes"),
         |size| format!("{size} bytes"),
     );
-    error_response(
+    let error = format!(
+        "the request body is {size_text}; this coordinator reads at most {limit} bytes \
+         (a sandloop loop worker cuts its step text to fit)"
+    );
+    response(Reply::json(
         413,
-        &format!(
-            "the request body is {size_text}; this coordinator reads at most {limit} bytes \
-             (a sandloop loop worker cuts its step text to fit)"
-        ),
-        serde_json::json!({"size_bytes": size, "limit_bytes": limit}),
-    )
+        &serde_json::json!({"error": error, "size_bytes": size, "limit_bytes": limit}),
+    ))
 }
 
 async fn answer(request: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
@@ -367,7 +371,6 @@ async fn answer(request: Request<Incoming>, shared: &Shared) -> Response<Full<By
                 401,
                 "this coordinator requires `Authorization: Bearer TOKEN` with its token \
                  (sandloop loop worker --token-file FILE)",
-                serde_json::Value::Null,
             );
             response
                 .headers_mut()
@@ -381,11 +384,7 @@ async fn answer(request: Request<Incoming>, shared: &Shared) -> Response<Full<By
         (&Method::GET, "/status") => Endpoint::Status,
         (_, path @ ("/register" | "/finished" | "/status")) => {
             let allowed = if path == "/status" { "GET" } else { "POST" };
-            let mut response = error_response(
-                405,
-                &format!("{path} takes {allowed}"),
-                serde_json::Value::Null,
-            );
+            let mut response = error_response(405, &format!("{path} takes {allowed}"));
             response
                 .headers_mut()
                 .insert("allow", HeaderValue::from_static(allowed));
@@ -397,7 +396,6 @@ async fn answer(request: Request<Incoming>, shared: &Shared) -> Response<Full<By
                 &format!(
                     "no such endpoint {path}; use POST /register, POST /finished or GET /status"
                 ),
-                serde_json::Value::Null,
             );
         }
     };
@@ -419,7 +417,6 @@ async fn answer(request: Request<Incoming>, shared: &Shared) -> Response<Full<By
                     "the request body did not arrive within {}s",
                     options.body_timeout.as_secs()
                 ),
-                serde_json::Value::Null,
             );
         }
         Ok(Err(error)) => {
@@ -429,11 +426,7 @@ async fn answer(request: Request<Incoming>, shared: &Shared) -> Response<Full<By
             {
                 return too_large(None, limit);
             }
-            return error_response(
-                400,
-                &format!("the request body could not be read: {error}"),
-                serde_json::Value::Null,
-            );
+            return error_response(400, &format!("the request body could not be read: {error}"));
         }
         Ok(Ok(collected)) => collected.to_bytes(),
     };
@@ -445,12 +438,8 @@ async fn answer(request: Request<Incoming>, shared: &Shared) -> Response<Full<By
     })
     .await;
     match reply {
-        Ok(reply) => reply_response(reply),
-        Err(error) => error_response(
-            500,
-            &format!("the coordinator failed: {error}"),
-            serde_json::Value::Null,
-        ),
+        Ok(reply) => response(reply),
+        Err(error) => error_response(500, &format!("the coordinator failed: {error}")),
     }
 }
 
@@ -459,14 +448,4 @@ enum Endpoint {
     Register,
     Finished,
     Status,
-}
-
-/// The certificate and key files of `--tls-cert` / `--tls-key`, both or
-/// neither.
-#[derive(Clone, Debug)]
-pub struct TlsFiles {
-    /// PEM certificate chain.
-    pub cert: PathBuf,
-    /// PEM private key.
-    pub key: PathBuf,
 }

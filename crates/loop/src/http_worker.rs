@@ -21,6 +21,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::auth::Token;
+use super::http_server::pem_certificates;
 use super::identity;
 use super::models::{FinishedRequest, MAX_REPORT_BYTES, RegisterRequest, TaskResponse};
 use super::worker::{StepRunner, WorkerError};
@@ -147,9 +148,9 @@ impl Client {
             Ok(response) => response,
             Err(ureq::Error::Status(status, response)) => {
                 let status_text = response.status_text().to_string();
-                let reason = response
-                    .into_json::<serde_json::Value>()
+                let reason = read_limited(response.into_reader(), MAX_ANSWER_BYTES)
                     .ok()
+                    .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
                     .and_then(|body| {
                         body.get("error").or_else(|| body.get("detail")).map(
                             |reason| match reason {
@@ -194,9 +195,9 @@ pub const MAX_ANSWER_BYTES: u64 = 8 << 20;
 /// Longest reason of a coordinator's refusal a worker shows, characters.
 const MAX_REASON_CHARS: usize = 2000;
 
-/// A coordinator's answer read as a [`TaskResponse`], at most `limit`
-/// bytes of it; the error says what is wrong.
-fn read_answer(answer: impl std::io::Read, limit: u64) -> Result<TaskResponse, String> {
+/// At most `limit` bytes of a coordinator's answer (a task or an error);
+/// the error says what is wrong.
+fn read_limited(answer: impl std::io::Read, limit: u64) -> Result<Vec<u8>, String> {
     use std::io::Read;
     let mut bytes = Vec::new();
     answer
@@ -209,6 +210,13 @@ fn read_answer(answer: impl std::io::Read, limit: u64) -> Result<TaskResponse, S
              sandloop coordinator's answer"
         ));
     }
+    Ok(bytes)
+}
+
+/// A coordinator's answer read as a [`TaskResponse`], at most `limit`
+/// bytes of it; the error says what is wrong.
+fn read_answer(answer: impl std::io::Read, limit: u64) -> Result<TaskResponse, String> {
+    let bytes = read_limited(answer, limit)?;
     serde_json::from_slice(&bytes).map_err(|error| format!("unreadable answer: {error}"))
 }
 
@@ -228,20 +236,12 @@ fn shortened(reason: String) -> String {
 /// The client TLS configuration that trusts the certificates in `path`
 /// (and nothing else).
 fn client_tls(path: &Path) -> Result<Arc<rustls::ClientConfig>, TransportError> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
     let bad = |message: String| TransportError::CaFile {
         path: path.display().to_string(),
         message,
     };
     let mut roots = rustls::RootCertStore::empty();
-    let certificates = CertificateDer::pem_file_iter(path)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|error| bad(error.to_string()))?;
-    if certificates.is_empty() {
-        return Err(bad("holds no PEM certificate".into()));
-    }
-    for certificate in certificates {
+    for certificate in pem_certificates(path).map_err(bad)? {
         roots
             .add(certificate)
             .map_err(|error| bad(error.to_string()))?;

@@ -45,17 +45,28 @@ pub fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
+/// What `/proc/PID/stat` says of process `pid`: its state letter (`Z`
+/// for a zombie) and its start time in loopy-loop's form,
+/// `linux:<boot_id>:<start ticks>`. `Err(())` when `/proc` cannot tell
+/// (no boot id), `Ok(None)` when there is no such process.
+fn proc_stat(pid: u32) -> Result<Option<(String, String)>, ()> {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map_err(|_| ())?;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Ok(None);
+    };
+    // The command name (field 2) is in parentheses and may hold spaces:
+    // count fields after its closing parenthesis. Field 3 is the state,
+    // field 22 the start time (the 20th after the parenthesis).
+    let mut fields = stat[stat.rfind(')').ok_or(())? + 1..].split_whitespace();
+    let state = fields.next().ok_or(())?.to_string();
+    let ticks = fields.nth(18).ok_or(())?;
+    Ok(Some((state, format!("linux:{}:{ticks}", boot_id.trim()))))
+}
+
 /// The start time of process `pid` in loopy-loop's form,
 /// `linux:<boot_id>:<start ticks>`; `None` where `/proc` cannot tell.
 pub fn process_starttime(pid: u32) -> Option<String> {
-    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces:
-    // count fields after its closing parenthesis. Field 22 is the start
-    // time, the 20th after that parenthesis.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let ticks = after_name.split_whitespace().nth(19)?;
-    Some(format!("linux:{}:{ticks}", boot_id.trim()))
+    proc_stat(pid).ok().flatten().map(|(_, started)| started)
 }
 
 /// This process's identity.
@@ -80,19 +91,13 @@ pub fn is_gone(worker: &WorkerIdentity) -> bool {
     if worker.hostname != hostname() || !started.starts_with("linux:") {
         return false;
     }
-    if process_starttime(worker.pid).as_ref() != Some(started) {
-        return true;
+    match proc_stat(worker.pid) {
+        // This host cannot tell.
+        Err(()) => false,
+        Ok(None) => true,
+        // Another process now has the pid, or ours is a zombie.
+        Ok(Some((state, now))) => now != *started || state == "Z",
     }
-    std::fs::read_to_string(format!("/proc/{}/stat", worker.pid))
-        .ok()
-        .and_then(|stat| {
-            let after_name = stat[stat.rfind(')')? + 1..].to_string();
-            after_name
-                .split_whitespace()
-                .next()
-                .map(|state| state == "Z")
-        })
-        .unwrap_or(false)
 }
 
 #[cfg(test)]

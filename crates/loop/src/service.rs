@@ -330,12 +330,9 @@ impl Coordinator {
         caller: Option<&WorkerIdentity>,
     ) -> Result<TaskResponse, CoordinatorError> {
         let mut inner = self.lock();
-        inner.events.clear();
-        let response = self.register_locked(&mut inner, caller);
-        let response = match response {
-            Ok(response) => self.resume_parent_if_stopped(&mut inner, response, caller),
-            Err(error) => Err(error),
-        };
+        let response = self
+            .register_locked(&mut inner, caller)
+            .and_then(|response| self.resume_parent_if_stopped(&mut inner, response, caller));
         self.flush_events(&mut inner);
         response
     }
@@ -359,7 +356,6 @@ impl Coordinator {
         let mut events = Vec::new();
         let store = std::mem::replace(&mut inner.store, StateStore::new(&self.repo_root));
         let response = store.try_mutate(|state: Option<LoopState>| {
-            events.clear();
             let mut current = require_state(state)?;
             let was_terminal = current.status.is_terminal();
             let now = utc_now();
@@ -483,7 +479,6 @@ impl Coordinator {
     /// the next task goes to the reporting worker (`request.worker`).
     pub fn finished(&self, request: &FinishedRequest) -> Result<TaskResponse, CoordinatorError> {
         let mut inner = self.lock();
-        inner.events.clear();
         let response = self.finished_locked(&mut inner, request);
         self.flush_events(&mut inner);
         response
@@ -498,7 +493,6 @@ impl Coordinator {
         let mut events = Vec::new();
         let store = std::mem::replace(&mut inner.store, StateStore::new(&self.repo_root));
         let dispatch = store.try_mutate(|state: Option<LoopState>| {
-            events.clear();
             let mut current = require_state(state)?;
             let was_terminal = current.status.is_terminal();
             let now = utc_now();

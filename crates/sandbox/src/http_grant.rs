@@ -169,6 +169,13 @@ type SendFuture = Box<
         > + Send,
 >;
 
+/// Add `entry` to `list` unless it is there already.
+fn note_once(list: &mut Vec<String>, entry: String) {
+    if !list.contains(&entry) {
+        list.push(entry);
+    }
+}
+
 impl WasiHttpHooks for HttpGrant {
     fn send_request(
         &mut self,
@@ -179,55 +186,40 @@ impl WasiHttpHooks for HttpGrant {
         drop(fut);
         let uri = request.uri();
         let https = uri.scheme() == Some(&Scheme::HTTPS);
+        let Some(authority) = uri.authority() else {
+            note_once(&mut self.denied, "(no host)".into());
+            return Box::new(async { Err(Error::HttpRequestDenied) });
+        };
+        let host = authority.host().to_string();
+        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
         // Userinfo (`user@host`) is refused outright: the connection would
         // be made to the whole authority, not to the host checked here.
-        let allowed = uri.authority().is_some_and(|authority| {
-            !authority.as_str().contains('@')
-                && self.allows(authority.host(), authority.port_u16(), https)
-        });
-        if !allowed {
-            let shown = uri.authority().map_or_else(
-                || "(no host)".to_string(),
-                |authority| {
-                    let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
-                    format!("{}:{port}", authority.host())
-                },
-            );
-            if !self.denied.contains(&shown) {
-                self.denied.push(shown);
-            }
+        if authority.as_str().contains('@') || !self.allows(&host, authority.port_u16(), https) {
+            note_once(&mut self.denied, format!("{host}:{port}"));
             return Box::new(async { Err(Error::HttpRequestDenied) });
         }
         let options = self.capped(options);
-        let cap = self.timeout_cap;
+        let whole = self.timeout_cap.unwrap_or(Duration::from_secs(600));
         let allow_private = self.allow_private;
         let private = Arc::clone(&self.private);
-        let authority = uri.authority().expect("allowed above");
-        let host = authority.host().to_string();
-        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
         Box::new(async move {
             // The look-up, the TLS handshake and the exchange up to the
             // response head get the call deadline as a whole.
-            let whole = cap.unwrap_or(Duration::from_secs(600));
             let sending = async {
                 let address = match checked_address(&host, port, allow_private, whole).await {
                     Ok(address) => address,
                     Err(Refusal::Lookup(error)) => return Err(error),
                     Err(Refusal::Private(refused)) => {
-                        let shown = refused.to_string();
                         let mut private = private.lock().unwrap_or_else(|p| p.into_inner());
-                        if !private.contains(&shown) {
-                            private.push(shown);
-                        }
+                        note_once(&mut private, refused.to_string());
                         return Err(Error::DestinationIpProhibited);
                     }
                 };
                 send_to(request, options, address, &host).await
             };
-            let (response, io) = tokio::time::timeout(whole, sending)
+            tokio::time::timeout(whole, sending)
                 .await
-                .map_err(|_| Error::ConnectionTimeout)??;
-            Ok((response, io))
+                .map_err(|_| Error::ConnectionTimeout)?
         })
     }
 }

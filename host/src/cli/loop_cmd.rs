@@ -344,13 +344,12 @@ fn history_line(
 /// Refuse to serve a non-loopback address without a token (exit 2, saying
 /// how to make one).
 fn check_exposure(listen: &str, token: Option<&Token>, repo: &Path) -> Result<(), CliError> {
-    use std::net::ToSocketAddrs;
-    if let Err(error) = listen.to_socket_addrs() {
-        return Err(CliError::Input(format!(
+    let loopback = http_server::is_loopback(listen).map_err(|error| {
+        CliError::Input(format!(
             "--listen {listen:?}: {error} (expected HOST:PORT, e.g. 127.0.0.1:8080)"
-        )));
-    }
-    if token.is_some() || http_server::is_loopback(listen) {
+        ))
+    })?;
+    if token.is_some() || loopback {
         return Ok(());
     }
     Err(CliError::Input(format!(

@@ -72,6 +72,16 @@ fn worker(repo: &Path, url: &str, args: &[&str]) -> std::process::Command {
     command
 }
 
+/// Asserts that a `loop worker` drove the loop to its goal (exit 0).
+fn assert_reached_goal(output: &std::process::Output) {
+    assert_eq!(code(output), 0, "{}", stderr(output));
+    assert!(
+        stdout(output).contains("said stop (goal_met)"),
+        "{}",
+        stdout(output)
+    );
+}
+
 /// One HTTP/1.1 request on a fresh connection; the status and the JSON
 /// body (`Null` when it is not JSON).
 fn http(listen: &str, method: &str, path: &str, headers: &[&str], body: &str) -> (u16, Value) {
@@ -295,12 +305,7 @@ fn a_step_result_over_the_report_limit_is_cut_to_fit_and_the_loop_goes_on() {
         .output()
         .unwrap();
     let complaint = stderr(&output);
-    assert_eq!(code(&output), 0, "{complaint}");
-    assert!(
-        stdout(&output).contains("said stop (goal_met)"),
-        "{}",
-        stdout(&output)
-    );
+    assert_reached_goal(&output);
     assert!(
         complaint.contains("over the coordinator's limit of 1048576 bytes")
             && complaint.contains("its text was cut to fit"),
@@ -440,12 +445,7 @@ fn a_token_guards_every_endpoint_and_a_worker_with_it_drives_the_loop() {
     let output = worker(dir.path(), &url, &["--token-file", s(&token_file)])
         .output()
         .unwrap();
-    assert_eq!(code(&output), 0, "{}", stderr(&output));
-    assert!(
-        stdout(&output).contains("said stop (goal_met)"),
-        "{}",
-        stdout(&output)
-    );
+    assert_reached_goal(&output);
     let bearer = format!("Authorization: Bearer {token}");
     let (status, body) = http(&local, "GET", "/status", &[&bearer], "");
     assert_eq!(status, 200);
@@ -567,8 +567,7 @@ fn over_tls_a_worker_trusting_the_certificate_drives_the_loop() {
     let output = worker(dir.path(), &url, &["--ca-file", s(&cert)])
         .output()
         .unwrap();
-    assert_eq!(code(&output), 0, "{}", stderr(&output));
-    assert!(stdout(&output).contains("said stop (goal_met)"));
+    assert_reached_goal(&output);
     // Plain HTTP to the TLS port gets no answer it can read.
     let output = worker(dir.path(), &format!("http://{listen}"), &[])
         .output()

@@ -231,11 +231,7 @@ mod tests {
             serde_json::from_str::<serde_json::Value>(&text).unwrap(),
             json!({"a": 2})
         );
-        let names: Vec<String> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(names, vec!["summary.json"]);
+        assert_eq!(names(dir.path()), vec!["summary.json"]);
     }
 
     /// The names in `dir`, sorted.
