@@ -8,7 +8,9 @@
 //! [`ServeOptions::body_timeout`], or the connection is closed (a body that
 //! stalls is answered 408 first). A body longer than
 //! [`ServeOptions::max_body_bytes`] is answered 413 with a JSON reason
-//! naming both sizes. With a [`Token`], every request must carry
+//! naming both sizes; up to [`DISCARD_BYTES`] of it are read and thrown
+//! away first (within the body deadline), so a client still sending gets
+//! the answer rather than a reset connection. With a [`Token`], every request must carry
 //! `Authorization: Bearer TOKEN` (401 otherwise, before its body is read).
 //! With TLS, the handshake counts against the header deadline.
 //!
@@ -24,7 +26,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
@@ -406,10 +408,13 @@ async fn answer(request: Request<Incoming>, shared: &Shared) -> Response<Full<By
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
     if declared.is_some_and(|size| size > limit as u64) {
+        discard(request.into_body(), options.body_timeout).await;
         return too_large(declared, limit);
     }
-    let body = Limited::new(request.into_body(), limit);
-    let body = match tokio::time::timeout(options.body_timeout, body.collect()).await {
+    let mut incoming = request.into_body();
+    let body = match tokio::time::timeout(options.body_timeout, read_body(&mut incoming, limit))
+        .await
+    {
         Err(_) => {
             return error_response(
                 408,
@@ -419,16 +424,14 @@ async fn answer(request: Request<Incoming>, shared: &Shared) -> Response<Full<By
                 ),
             );
         }
-        Ok(Err(error)) => {
-            if error
-                .downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                return too_large(None, limit);
-            }
+        Ok(Err(BodyError::TooLong)) => {
+            discard(incoming, options.body_timeout).await;
+            return too_large(None, limit);
+        }
+        Ok(Err(BodyError::Read(error))) => {
             return error_response(400, &format!("the request body could not be read: {error}"));
         }
-        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Ok(body)) => body,
     };
     let endpoints = Arc::clone(&shared.endpoints);
     let reply = tokio::task::spawn_blocking(move || match endpoint {
@@ -441,6 +444,50 @@ async fn answer(request: Request<Incoming>, shared: &Shared) -> Response<Full<By
         Ok(reply) => response(reply),
         Err(error) => error_response(500, &format!("the coordinator failed: {error}")),
     }
+}
+
+/// Why a request body was not read whole.
+enum BodyError {
+    /// It went past the limit.
+    TooLong,
+    /// The connection failed mid-body.
+    Read(hyper::Error),
+}
+
+/// The whole of `body`, at most `limit` bytes of it.
+async fn read_body(body: &mut Incoming, limit: usize) -> Result<Bytes, BodyError> {
+    let mut collected = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(BodyError::Read)?;
+        if let Some(data) = frame.data_ref() {
+            if collected.len() + data.len() > limit {
+                return Err(BodyError::TooLong);
+            }
+            collected.extend_from_slice(data);
+        }
+    }
+    Ok(Bytes::from(collected))
+}
+
+/// How much of a refused body is read and thrown away before the 413, so
+/// that a client still sending it reads the answer instead of a reset
+/// (closing a socket with unread input resets it). Beyond this the
+/// connection is closed at once.
+pub const DISCARD_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Reads and drops what is left of `body`: to its end, [`DISCARD_BYTES`],
+/// the first error or `deadline`, whichever comes first.
+async fn discard(mut body: Incoming, deadline: Duration) {
+    let drain = async {
+        let mut read = 0u64;
+        while let Some(Ok(frame)) = body.frame().await {
+            read += frame.data_ref().map_or(0, |data| data.len() as u64);
+            if read > DISCARD_BYTES {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(deadline, drain).await;
 }
 
 #[derive(Clone, Copy)]

@@ -85,6 +85,19 @@ fn assert_reached_goal(output: &std::process::Output) {
 /// One HTTP/1.1 request on a fresh connection; the status and the JSON
 /// body (`Null` when it is not JSON).
 fn http(listen: &str, method: &str, path: &str, headers: &[&str], body: &str) -> (u16, Value) {
+    http_paused(listen, method, path, headers, body, Duration::ZERO)
+}
+
+/// [`http`], with `pause` between the request head and its body (the whole
+/// body must then still be taken: a write error fails the test).
+fn http_paused(
+    listen: &str,
+    method: &str,
+    path: &str,
+    headers: &[&str],
+    body: &str,
+    pause: Duration,
+) -> (u16, Value) {
     let mut stream = TcpStream::connect(listen).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -98,8 +111,9 @@ fn http(listen: &str, method: &str, path: &str, headers: &[&str], body: &str) ->
         request.push_str("\r\n");
     }
     request.push_str("\r\n");
-    request.push_str(body);
     stream.write_all(request.as_bytes()).unwrap();
+    std::thread::sleep(pause);
+    stream.write_all(body.as_bytes()).unwrap();
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
     let answer = String::from_utf8_lossy(&answer).into_owned();
@@ -328,7 +342,16 @@ fn a_step_result_over_the_report_limit_is_cut_to_fit_and_the_loop_goes_on() {
 fn a_loopy_loop_worker_gets_413_naming_both_sizes() {
     let Served { listen, .. } = &served(&[]);
     let big = format!("{{\"text\": \"{}\"}}", "x".repeat(1_500_000));
-    let (status, body) = http(listen, "POST", "/finished", &[], &big);
+    // The answer is ready before the body is sent; the body is still taken
+    // (not reset), so a client that sends it whole reads the answer.
+    let (status, body) = http_paused(
+        listen,
+        "POST",
+        "/finished",
+        &[],
+        &big,
+        Duration::from_millis(300),
+    );
     assert_eq!(status, 413, "{body}");
     assert_eq!(body["limit_bytes"], 1_048_576);
     assert_eq!(body["size_bytes"], big.len());
