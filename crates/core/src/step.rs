@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::dir_grant::DirGrant;
+use crate::limits::SandboxLimits;
 
 /// The task of one step (WIT `step.task`; the reference renders the same
 /// fields into its prompt, `worker.py` `_render_prompt`).
@@ -62,15 +63,15 @@ pub struct StepOutcome {
 }
 
 /// A workflow's plugin and everything it runs with, read from its
-/// `workflow.toml`. `None` limits mean "the executor's default".
+/// `workflow.toml`.
 #[derive(Clone, Debug)]
 pub struct PluginSpec {
     /// The plugin's file.
     pub plugin_path: PathBuf,
-    /// Linear-memory limit of one instance, MiB.
-    pub max_memory_mib: Option<u64>,
-    /// Deadline of one step, seconds.
-    pub call_timeout_secs: Option<f64>,
+    /// The plugin instance's limits: the sandbox's defaults with the
+    /// workflow's `max_memory_mib` and `call_timeout_secs` (the deadline of
+    /// one step) over them.
+    pub limits: SandboxLimits,
     /// Directories granted to the plugin, already resolved beneath the
     /// repository (see [`crate::dir_grant`]).
     pub dirs: Vec<DirGrant>,

@@ -27,8 +27,8 @@ use crate::transport::{
     UNITS_PREFIX, connect,
 };
 use crate::wire::{
-    GuestNeed, Limits, Outcome, ReplaySettings, UnitBody, UnitMessage, UnitResult, WIRE_VERSION,
-    WorkerHello, decode, shown_offers,
+    GuestNeed, Outcome, ReplaySettings, SandboxLimits, UnitBody, UnitMessage, UnitResult,
+    WIRE_VERSION, WorkerHello, decode, shown_offers,
 };
 
 /// What a distributed run sends with every unit, and how long it waits for
@@ -40,7 +40,7 @@ pub struct RunSpec {
     /// The component's bytes (stored once, by sha256).
     pub component: Vec<u8>,
     /// The sandbox limits.
-    pub limits: Limits,
+    pub limits: SandboxLimits,
     /// The guest paths every unit needs.
     pub needs: Vec<GuestNeed>,
     /// The environment variables every unit needs (names).

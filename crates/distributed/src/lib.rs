@@ -26,7 +26,7 @@ pub use ledger::DistributedSummary;
 pub use points::RemoteReplay;
 pub use scratch::Scratch;
 pub use transport::NatsTarget;
-pub use wire::{GuestNeed, Limits, ReplaySettings};
+pub use wire::{GuestNeed, ReplaySettings, SandboxLimits};
 pub use worker::{WorkerConfig, run_worker};
 
 /// Locks `mutex`, taking over a poisoned one (a panicked lane's state is

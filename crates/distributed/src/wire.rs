@@ -17,22 +17,9 @@ use serde::{Deserialize, Serialize};
 pub const WIRE_VERSION: u32 = 3;
 
 /// The sandbox limits a run sets for every instance (the run's flags of
-/// the same names); a worker runs the unit under exactly these.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Limits {
-    /// Linear-memory limit per instance, MiB (`--max-memory`).
-    pub max_memory_mib: u64,
-    /// Per-call deadline, seconds (`--call-timeout`).
-    pub call_timeout_secs: f64,
-    /// Fuel per call (`--fuel`); `None` when not metered.
-    pub fuel: Option<u64>,
-    /// Largest JSON text accepted from one call, bytes (`--max-output`).
-    pub max_output_bytes: usize,
-    /// Guest stdout + stderr + log bytes kept per call.
-    pub max_guest_output_bytes: usize,
-    /// Descriptors one instance may hold open (`--max-open-files`).
-    pub max_open_files: usize,
-}
+/// the same names); a worker runs the unit under exactly these, once they
+/// pass [`SandboxLimits::validate`].
+pub use sandloop_core::limits::SandboxLimits;
 
 /// How a unit of a run with replay points runs its groups (the run's
 /// flags of the same names): the worker captures each group's point, runs
@@ -186,7 +173,7 @@ pub struct UnitMessage {
     /// The component's sha256 (lowercase hex), its object-store key.
     pub component_sha256: String,
     /// The sandbox limits.
-    pub limits: Limits,
+    pub limits: SandboxLimits,
     /// Guest paths the unit needs from the worker's own grants.
     pub needs: Vec<GuestNeed>,
     /// Environment variables the unit needs from the worker's own
@@ -462,9 +449,9 @@ mod tests {
             unit_id: "r1.e1.u0".into(),
             results_subject: "sandloop.results.r1".into(),
             component_sha256: "ab".repeat(32),
-            limits: Limits {
+            limits: SandboxLimits {
                 max_memory_mib: 64,
-                call_timeout_secs: 2.5,
+                call_timeout: std::time::Duration::from_millis(2500),
                 fuel: Some(1_000_000),
                 max_output_bytes: 1 << 20,
                 max_guest_output_bytes: 64 << 10,

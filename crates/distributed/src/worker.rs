@@ -170,16 +170,14 @@ impl Components {
             return Ok(Arc::clone(loaded));
         }
         let path = self.fetch(shared, &unit.component_sha256)?;
+        unit.limits.validate().map_err(|error| {
+            Unusable::Never(format!("the run's limits are out of bounds: {error}"))
+        })?;
         let config = SandboxConfig {
-            max_memory_mib: unit.limits.max_memory_mib,
-            call_timeout_secs: unit.limits.call_timeout_secs,
-            fuel: unit.limits.fuel,
+            limits: unit.limits.clone(),
             dirs: grants_for(&shared.config.offers, &unit.needs),
             // Checked by `handle`: each is one this worker offers.
             env: unit.env.clone(),
-            max_open_files: unit.limits.max_open_files,
-            max_output_bytes: unit.limits.max_output_bytes,
-            max_guest_output_bytes: unit.limits.max_guest_output_bytes,
             cache_dir: Some(self.dir.clone()),
             pool_instances: 0,
             incremental_compilation: false,

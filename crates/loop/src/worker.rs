@@ -159,8 +159,10 @@ impl StepRunner {
         }
         let spec = PluginSpec {
             plugin_path: workflow.plugin_path.clone(),
-            max_memory_mib: workflow.config.max_memory_mib,
-            call_timeout_secs: workflow.config.call_timeout_secs,
+            limits: workflow
+                .config
+                .limits()
+                .map_err(|error| format!("{}: {error}", workflow.id))?,
             dirs: workflow
                 .dir_grants(&self.repo_root)
                 .map_err(|error| error.to_string())?,

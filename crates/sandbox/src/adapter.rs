@@ -180,7 +180,7 @@ impl WasmAdapter {
     /// 1/[`SNAPSHOT_GROWTH_FRACTION`] of the limit. Called between groups,
     /// when no binding or group of the instance is alive.
     fn recycle_after_snapshots(&mut self) {
-        let limit = self.loaded.config.max_memory_mib << 20;
+        let limit = self.loaded.config.limits.max_memory_mib << 20;
         if let Some(live) = &self.live
             && live.snapshot_growth > 0
             && (live.snapshot_growth >= limit / SNAPSHOT_GROWTH_FRACTION
@@ -238,7 +238,11 @@ impl WasmAdapter {
         // The start function runs under one call's budget (store::new_store).
         let mut store = new_store(&loaded.engine, &loaded.config, state).map_err(fail)?;
         let instance = loaded.pre.instantiate(&mut store).map_err(|error| {
-            let classified = classify_call(&error, &mut store, loaded.config.call_timeout_secs);
+            let classified = classify_call(
+                &error,
+                &mut store,
+                loaded.config.limits.call_timeout.as_secs_f64(),
+            );
             // A plain trap while starting is the instantiation failure it is;
             // a deadline or a limit keeps its class.
             let mut failed = match classified.error_type {
@@ -281,7 +285,7 @@ impl WasmAdapter {
         {
             return (Err(error), trace);
         }
-        let timeout = self.loaded.config.call_timeout_secs;
+        let timeout = self.loaded.config.limits.call_timeout.as_secs_f64();
         if let Err(error) = self.bind_for(name) {
             return (Err(error), trace);
         }
@@ -485,7 +489,7 @@ impl WasmAdapter {
     }
 
     fn max_output(&self) -> usize {
-        self.loaded.config.max_output_bytes
+        self.loaded.config.limits.max_output_bytes
     }
 }
 

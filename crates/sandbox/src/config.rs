@@ -3,30 +3,21 @@
 use std::path::PathBuf;
 
 pub use sandloop_core::dir_grant::DirGrant;
+pub use sandloop_core::limits::SandboxLimits;
 
 /// Limits and grants applied to every instance of an adapter.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct SandboxConfig {
-    /// Linear-memory limit per instance, in MiB (`--max-memory`, default 512).
-    pub max_memory_mib: u64,
-    /// Per-call deadline in seconds, enforced by epoch interruption
-    /// (`--call-timeout`, default 60).
-    pub call_timeout_secs: f64,
-    /// Fuel per call (`--fuel`); `None` disables fuel metering.
-    pub fuel: Option<u64>,
+    /// The limits of every instance (`--max-memory`, `--call-timeout`,
+    /// `--fuel`, `--max-output`, `--max-open-files`), checked by
+    /// [`SandboxLimits::validate`] where they enter.
+    #[serde(flatten)]
+    pub limits: SandboxLimits,
     /// Directories granted to the guest; none by default.
     pub dirs: Vec<DirGrant>,
     /// Host environment variable names passed through (`--env NAME`);
     /// none by default. Names that are unset on the host are skipped.
     pub env: Vec<String>,
-    /// Descriptors one instance may hold open through its grants
-    /// (`--max-open-files`, default 256); one more open is refused by WASI.
-    pub max_open_files: usize,
-    /// Largest JSON text accepted from one call, in bytes (default 8 MiB).
-    pub max_output_bytes: usize,
-    /// Guest stdout + stderr + log bytes kept per call; the rest is counted
-    /// and dropped (default 64 KiB).
-    pub max_guest_output_bytes: usize,
     /// Where compiled components are cached; `None` disables the cache.
     #[serde(skip)]
     pub cache_dir: Option<PathBuf>,
@@ -42,14 +33,9 @@ pub struct SandboxConfig {
 impl Default for SandboxConfig {
     fn default() -> Self {
         Self {
-            max_memory_mib: 512,
-            call_timeout_secs: 60.0,
-            fuel: None,
+            limits: SandboxLimits::default(),
             dirs: Vec::new(),
             env: Vec::new(),
-            max_open_files: super::guarded_open::DEFAULT_MAX_OPEN_FILES,
-            max_output_bytes: 8 << 20,
-            max_guest_output_bytes: 64 << 10,
             cache_dir: default_cache_dir(),
             pool_instances: 64,
             incremental_compilation: false,

@@ -30,11 +30,11 @@ impl SandboxEngine {
     /// Build an engine for `config`. Errors when wasmtime refuses the
     /// configuration (e.g. the pooling allocator cannot reserve its slots).
     pub fn new(config: &SandboxConfig) -> wasmtime::Result<Self> {
-        let memory_bytes = (config.max_memory_mib as usize).saturating_mul(1 << 20);
+        let memory_bytes = (config.limits.max_memory_mib as usize).saturating_mul(1 << 20);
         let mut wasm = Config::new();
         wasm.wasm_component_model(true)
             .epoch_interruption(true)
-            .consume_fuel(config.fuel.is_some())
+            .consume_fuel(config.limits.fuel.is_some())
             .max_wasm_stack(1 << 20);
         if config.pool_instances > 0 {
             let slots = config.pool_instances;

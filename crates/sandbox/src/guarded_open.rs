@@ -43,7 +43,7 @@ use super::host_state::HostState;
 const FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
 
 /// Descriptors an instance may hold open by default (`--max-open-files`).
-pub const DEFAULT_MAX_OPEN_FILES: usize = 256;
+pub use sandloop_core::limits::DEFAULT_MAX_OPEN_FILES;
 
 /// Entries an instance's resource table may hold for a limit of
 /// `max_open_files` descriptors: room for a stream and a pollable per file,

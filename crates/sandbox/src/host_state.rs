@@ -147,7 +147,7 @@ impl HostState {
     /// A fresh state for one instance under `config`. Errors when a granted
     /// directory cannot be opened.
     pub fn new(config: &SandboxConfig) -> wasmtime::Result<Self> {
-        let capture = Capture::new(config.max_guest_output_bytes);
+        let capture = Capture::new(config.limits.max_guest_output_bytes);
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(capture.stream("stdout"))
             .stderr(capture.stream("stderr"))
@@ -178,12 +178,12 @@ impl HostState {
             }
         }
         let mut table = ResourceTable::new();
-        table.set_max_capacity(resource_table_capacity(config.max_open_files));
+        table.set_max_capacity(resource_table_capacity(config.limits.max_open_files));
         Ok(Self {
             wasi: wasi.build(),
             table,
-            open_files: OpenFiles::new(config.max_open_files),
-            limiter: Limiter::new((config.max_memory_mib as usize).saturating_mul(1 << 20)),
+            open_files: OpenFiles::new(config.limits.max_open_files),
+            limiter: Limiter::new((config.limits.max_memory_mib as usize).saturating_mul(1 << 20)),
             capture,
             trace: None,
             trace_refusals: 0,

@@ -71,12 +71,12 @@ impl Clone for HttpGrant {
 impl HttpGrant {
     /// A grant for `entries` (`host` or `host:port`, as checked by the
     /// workflow config) with every request timeout capped at
-    /// `call_timeout_secs`, reaching private addresses only with
+    /// `call_timeout`, reaching private addresses only with
     /// `allow_private`. Errors name the entry that is not `host` or
     /// `host:port` with a port from 1 to 65535.
     pub fn new(
         entries: &[String],
-        call_timeout_secs: f64,
+        call_timeout: Duration,
         allow_private: bool,
     ) -> Result<Self, String> {
         let hosts = entries
@@ -105,8 +105,7 @@ impl HttpGrant {
         Ok(Self {
             hosts,
             allow_private,
-            timeout_cap: (call_timeout_secs.is_finite() && call_timeout_secs > 0.0)
-                .then(|| Duration::from_secs_f64(call_timeout_secs)),
+            timeout_cap: Some(call_timeout),
             denied: Vec::new(),
             private: Arc::default(),
         })
@@ -255,7 +254,7 @@ mod tests {
 
     fn grant(entries: &[&str]) -> HttpGrant {
         let entries: Vec<String> = entries.iter().map(|entry| entry.to_string()).collect();
-        HttpGrant::new(&entries, 30.0, false).unwrap()
+        HttpGrant::new(&entries, Duration::from_secs(30), false).unwrap()
     }
 
     #[test]
@@ -300,9 +299,10 @@ mod tests {
 
     #[test]
     fn bad_entries_are_named() {
-        let error = HttpGrant::new(&["h:0".to_string()], 1.0, false).unwrap_err();
+        let error =
+            HttpGrant::new(&["h:0".to_string()], Duration::from_secs(1), false).unwrap_err();
         assert!(error.contains("\"h:0\""), "{error}");
-        assert!(HttpGrant::new(&[":80".to_string()], 1.0, false).is_err());
+        assert!(HttpGrant::new(&[":80".to_string()], Duration::from_secs(1), false).is_err());
     }
 
     #[test]
@@ -372,7 +372,9 @@ mod private_address_tests {
         let port = loopback_server();
         for host in ["127.0.0.1", "localhost"] {
             let entry = format!("{host}:{port}");
-            let mut grant = HttpGrant::new(std::slice::from_ref(&entry), 10.0, false).unwrap();
+            let mut grant =
+                HttpGrant::new(std::slice::from_ref(&entry), Duration::from_secs(10), false)
+                    .unwrap();
             let refused = send(&mut grant, &format!("http://{entry}/v1"));
             assert!(
                 matches!(refused, Err(Error::DestinationIpProhibited)),
@@ -389,7 +391,9 @@ mod private_address_tests {
                 "a clone starts clean"
             );
 
-            let mut allowed = HttpGrant::new(std::slice::from_ref(&entry), 10.0, true).unwrap();
+            let mut allowed =
+                HttpGrant::new(std::slice::from_ref(&entry), Duration::from_secs(10), true)
+                    .unwrap();
             assert_eq!(
                 send(&mut allowed, &format!("http://{entry}/v1")).unwrap(),
                 204

@@ -33,5 +33,5 @@ pub use sandloop_core::dir_grant;
 pub use adapter::{BindingHandle, CallObserver, CallReport, ReplayOptions, WasmAdapter};
 pub use call_log::{CallLines, CallLog};
 pub use component::{ComponentInfo, LoadError, LoadedAdapter, load};
-pub use config::{DirGrant, SandboxConfig};
+pub use config::{DirGrant, SandboxConfig, SandboxLimits};
 pub use engine::SandboxEngine;

@@ -7,7 +7,7 @@
 //! WASI clock deadline, fuel and memory limit as any export, so a start
 //! function that spins or sleeps is stopped as `deadline`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use wasmtime::Store;
 
@@ -30,6 +30,7 @@ const HOSTCALL_FUEL_HEADROOM: usize = 1 << 20;
 pub fn hostcall_fuel(config: &SandboxConfig) -> usize {
     DEFAULT_HOSTCALL_FUEL.max(
         config
+            .limits
             .max_output_bytes
             .saturating_add(HOSTCALL_FUEL_HEADROOM),
     )
@@ -61,12 +62,12 @@ pub fn new_store(
 ///
 /// Errors: only when fuel cannot be set.
 pub fn arm_call(store: &mut Store<HostState>, config: &SandboxConfig) -> wasmtime::Result<()> {
-    let timeout = config.call_timeout_secs;
-    store.set_epoch_deadline(SandboxEngine::deadline_ticks(timeout));
+    let timeout = config.limits.call_timeout;
+    store.set_epoch_deadline(SandboxEngine::deadline_ticks(timeout.as_secs_f64()));
     let state = store.data_mut();
-    state.call_deadline = Some(Instant::now() + Duration::from_secs_f64(timeout));
+    state.call_deadline = Some(Instant::now() + timeout);
     state.limiter.take_denial();
-    if let Some(fuel) = config.fuel {
+    if let Some(fuel) = config.limits.fuel {
         store.set_fuel(fuel)?;
     }
     Ok(())
@@ -80,9 +81,9 @@ mod tests {
     fn the_hostcall_budget_covers_max_output() {
         let mut config = SandboxConfig::default();
         assert_eq!(hostcall_fuel(&config), DEFAULT_HOSTCALL_FUEL);
-        config.max_output_bytes = 1 << 30;
+        config.limits.max_output_bytes = 1 << 30;
         assert_eq!(hostcall_fuel(&config), (1 << 30) + (1 << 20));
-        config.max_output_bytes = usize::MAX;
+        config.limits.max_output_bytes = usize::MAX;
         assert_eq!(hostcall_fuel(&config), usize::MAX);
     }
 }

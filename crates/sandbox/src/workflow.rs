@@ -148,8 +148,12 @@ impl WorkflowPlugin {
             config.cache_dir.as_deref(),
         )
         .map_err(|error| {
-            super::component::compile_error(&shown.to_string(), &error, config.max_memory_mib)
-                .to_string()
+            super::component::compile_error(
+                &shown.to_string(),
+                &error,
+                config.limits.max_memory_mib,
+            )
+            .to_string()
         })?;
         let mut linker: Linker<HostState> = Linker::new(engine.engine());
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
@@ -212,7 +216,11 @@ impl WorkflowPlugin {
                 error: outcome.error,
             },
             Err(error) => {
-                let classified = classify_call(&error, &mut store, self.config.call_timeout_secs);
+                let classified = classify_call(
+                    &error,
+                    &mut store,
+                    self.config.limits.call_timeout.as_secs_f64(),
+                );
                 failed(format!(
                     "{}: {}",
                     classified.error_type.as_str(),
@@ -285,19 +293,20 @@ impl WorkflowSteps {
 
 impl StepExecutor for WorkflowSteps {
     fn load(&self, spec: &PluginSpec) -> Result<Arc<dyn StepPlugin>, String> {
-        let defaults = SandboxConfig::default();
+        spec.limits
+            .validate()
+            .map_err(|error| format!("workflow limits: {error}"))?;
         let config = SandboxConfig {
-            max_memory_mib: spec.max_memory_mib.unwrap_or(defaults.max_memory_mib),
-            call_timeout_secs: spec.call_timeout_secs.unwrap_or(defaults.call_timeout_secs),
+            limits: spec.limits.clone(),
             dirs: spec.dirs.clone(),
             env: spec.env.clone(),
             cache_dir: self.cache_dir.clone(),
             pool_instances: 0,
-            ..defaults
+            ..SandboxConfig::default()
         };
         let http = HttpGrant::new(
             &spec.http_hosts,
-            config.call_timeout_secs,
+            config.limits.call_timeout,
             spec.allow_private_addresses,
         )
         .map_err(|error| format!("http_hosts: {error}"))?;

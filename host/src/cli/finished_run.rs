@@ -16,11 +16,11 @@ use crate::harness::run_files::MANIFEST_FILE;
 use crate::replay::durable::{DurableKind, PointLine, read_durable_state};
 use crate::replay::offline::{ReplaysFile, RunSource, as_run_saw_it};
 use crate::replay::{MemoryAgentStateStore, ReplayError, ReplayPoint, ReplayPointRegistry};
+use crate::sandbox::SandboxLimits;
 use crate::sandbox::adapter::{
     BindingHandle, SnapshotCompileCost, adopt_durable_point, adopt_snapshot_point,
     snapshot_replay_adapter,
 };
-use crate::sandbox::guarded_open::DEFAULT_MAX_OPEN_FILES;
 use crate::sandbox::snapshot::CompiledSnapshot;
 use crate::sandbox::{LoadedAdapter, WasmAdapter, load};
 
@@ -49,10 +49,13 @@ pub(super) fn sandbox_args(
             })
             .unwrap_or_default()
     };
+    // The limits are read by [`limits_from_manifest`], which names the
+    // manifest when one is out of bounds; these are only their defaults.
+    let limits = SandboxLimits::default();
     SandboxArgs {
-        max_memory: option("max_memory_mib").as_u64().unwrap_or(512),
-        call_timeout: option("call_timeout_secs").as_f64().unwrap_or(60.0),
-        fuel: option("fuel").as_u64(),
+        max_memory: limits.max_memory_mib,
+        call_timeout: limits.call_timeout.as_secs_f64(),
+        fuel: None,
         dirs: strings("dirs")
             .into_iter()
             .map(|spec| match spec.split_once("::") {
@@ -63,13 +66,53 @@ pub(super) fn sandbox_args(
             })
             .collect(),
         env: strings("env"),
-        max_output: option("max_output_bytes").as_u64().unwrap_or(8 << 20) as usize,
-        max_open_files: option("max_open_files")
-            .as_u64()
-            .map_or(DEFAULT_MAX_OPEN_FILES, |n| n as usize),
+        max_output: limits.max_output_bytes,
+        max_open_files: limits.max_open_files,
         cache_dir,
         no_cache,
     }
+}
+
+/// The limits the run recorded in `manifest` (its options
+/// `max_memory_mib`, `call_timeout_secs`, `fuel`, `max_output_bytes`,
+/// `max_open_files`; one missing or `null` takes its default), checked as
+/// `sandloop run` checked them.
+///
+/// # Errors
+/// A value of the wrong type or out of its bounds, naming the manifest and
+/// the option.
+pub(super) fn limits_from_manifest(
+    options: &Map<String, Value>,
+    manifest: &Path,
+) -> Result<SandboxLimits, CliError> {
+    const KEYS: [&str; 5] = [
+        "max_memory_mib",
+        "call_timeout_secs",
+        "fuel",
+        "max_output_bytes",
+        "max_open_files",
+    ];
+    let recorded: Map<String, Value> = KEYS
+        .iter()
+        .filter_map(|key| {
+            options
+                .get(*key)
+                .filter(|value| !value.is_null())
+                .map(|value| ((*key).to_string(), value.clone()))
+        })
+        .collect();
+    let named = |problem: String| {
+        input(format!(
+            "{}: the run's recorded limits: {problem}",
+            manifest.display()
+        ))
+    };
+    let limits: SandboxLimits = serde_path_to_error::deserialize(Value::Object(recorded))
+        .map_err(|error| named(format!("options.{}: {}", error.path(), error.inner())))?;
+    limits
+        .validate()
+        .map_err(|error| named(format!("options.{error}")))?;
+    Ok(limits)
 }
 
 /// Where a command takes the run's component from, and where it compiles
@@ -114,6 +157,7 @@ pub fn load_run_adapter(
         from.component.no_cache,
     );
     let mut config = sandbox_config(&sandbox, from.instances)?;
+    config.limits = limits_from_manifest(&source.options, &from.run.join(MANIFEST_FILE))?;
     // As in the run that wrote it: a snapshot is compiled beside the
     // instrumented component, whose functions it reuses.
     config.incremental_compilation = kind == DurableKind::Snapshot;
@@ -296,11 +340,47 @@ mod tests {
     #[test]
     fn a_manifest_without_some_options_falls_back_to_the_defaults() {
         let sandbox = sandbox_args(&Map::new(), None, None, false);
-        assert_eq!(sandbox.max_memory, 512);
-        assert_eq!(sandbox.call_timeout, 60.0);
-        assert_eq!(sandbox.fuel, None);
         assert!(sandbox.dirs.is_empty() && sandbox.env.is_empty());
-        assert_eq!(sandbox.max_output, 8 << 20);
+        let manifest = Path::new("run/manifest.json");
+        let limits = limits_from_manifest(&Map::new(), manifest).unwrap();
+        assert_eq!(limits, SandboxLimits::default());
+        let Value::Object(options) = json!({"fuel": 5000, "max_memory_mib": null}) else {
+            unreachable!()
+        };
+        let limits = limits_from_manifest(&options, manifest).unwrap();
+        assert_eq!((limits.fuel, limits.max_memory_mib), (Some(5000), 512));
+    }
+
+    #[test]
+    fn recorded_limits_out_of_bounds_name_the_manifest_and_the_option() {
+        let manifest = Path::new("run/manifest.json");
+        for (options, named) in [
+            (
+                json!({"call_timeout_secs": 1e20}),
+                "options.call_timeout_secs: 1e20 is not a number of seconds",
+            ),
+            (
+                json!({"call_timeout_secs": 1e-300}),
+                "options.call_timeout_secs: must be between 0.01",
+            ),
+            (
+                json!({"max_memory_mib": 0}),
+                "options.max_memory_mib: must be between 1 and 65536 MiB",
+            ),
+            (json!({"fuel": "lots"}), "options.fuel: invalid type"),
+        ] {
+            let Value::Object(options) = options else {
+                unreachable!()
+            };
+            let Err(CliError::Input(message)) = limits_from_manifest(&options, manifest) else {
+                panic!("{options:?} was accepted");
+            };
+            assert!(
+                message.starts_with("run/manifest.json: the run's recorded limits: ")
+                    && message.contains(named),
+                "{message}"
+            );
+        }
     }
 
     proptest! {
@@ -330,6 +410,11 @@ mod tests {
             match run_source(dir.path()) {
                 Ok(found) => {
                     let _ = sandbox_args(&found.options, found.cwd.as_deref(), None, true);
+                    if let Err(CliError::Input(message)) =
+                        limits_from_manifest(&found.options, &dir.path().join("manifest.json"))
+                    {
+                        prop_assert!(message.contains(&dir.path().display().to_string()), "{}", message);
+                    }
                 }
                 Err(message) => {
                     prop_assert!(message.contains(&dir.path().display().to_string()), "{}", message);

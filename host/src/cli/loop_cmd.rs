@@ -123,8 +123,7 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
     steps
         .load(&PluginSpec {
             plugin_path: args.plugin.clone(),
-            max_memory_mib: None,
-            call_timeout_secs: None,
+            limits: Default::default(),
             dirs: Vec::new(),
             env: Vec::new(),
             http_hosts: Vec::new(),

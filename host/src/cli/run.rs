@@ -34,40 +34,11 @@ use crate::sandbox::snapshot::{ForkKind, Instrumented, choose_fork};
 use crate::sandbox::{
     CallLog, CallObserver, DirGrant, LoadedAdapter, ReplayOptions, SandboxConfig, WasmAdapter, load,
 };
-
-/// The longest `--call-timeout` accepted, seconds.
-const MAX_CALL_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
+use sandloop_core::limits::{LimitError, SandboxLimits};
 
 /// Build the sandbox configuration from the flags (exit 2 on bad values).
 pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxConfig, CliError> {
-    if args.max_memory == 0 {
-        return Err(CliError::Input(
-            "--max-memory must be at least 1 MiB".into(),
-        ));
-    }
-    if !(args.call_timeout.is_finite() && args.call_timeout > 0.0) {
-        return Err(CliError::Input(
-            "--call-timeout must be a positive number of seconds".into(),
-        ));
-    }
-    if args.call_timeout > MAX_CALL_TIMEOUT_SECS {
-        return Err(CliError::Input(format!(
-            "--call-timeout must be at most {MAX_CALL_TIMEOUT_SECS} seconds (one year)"
-        )));
-    }
-    if args.fuel == Some(0) {
-        return Err(CliError::Input("--fuel must be positive".into()));
-    }
-    if args.max_output < 2 {
-        return Err(CliError::Input(
-            "--max-output must be at least 2 bytes (`{}`)".into(),
-        ));
-    }
-    if args.max_open_files == 0 {
-        return Err(CliError::Input(
-            "--max-open-files must be at least 1".into(),
-        ));
-    }
+    let limits = limits_from_flags(args)?;
     check_env_names(&args.env)?;
     for name in &args.env {
         if std::env::var_os(name).is_none() {
@@ -78,9 +49,7 @@ pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxCo
     }
     let dirs = DirGrant::parse_all(&args.dirs).map_err(CliError::Input)?;
     let mut config = SandboxConfig {
-        max_memory_mib: args.max_memory,
-        call_timeout_secs: args.call_timeout,
-        fuel: args.fuel,
+        limits,
         dirs,
         env: {
             let mut names: Vec<String> = Vec::new();
@@ -91,8 +60,6 @@ pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxCo
             }
             names
         },
-        max_output_bytes: args.max_output,
-        max_open_files: args.max_open_files,
         pool_instances: slots,
         ..SandboxConfig::default()
     };
@@ -102,6 +69,33 @@ pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxCo
         config.cache_dir = Some(dir.clone());
     }
     Ok(config)
+}
+
+/// The limits `--max-memory`, `--call-timeout`, `--fuel`, `--max-output`
+/// and `--max-open-files` give, checked by [`SandboxLimits::validate`];
+/// an error names the flag and its bound.
+fn limits_from_flags(args: &SandboxArgs) -> Result<SandboxLimits, CliError> {
+    let flag = |error: LimitError| {
+        let flag = match error.key {
+            "max_memory_mib" => "--max-memory",
+            "call_timeout_secs" => "--call-timeout",
+            "fuel" => "--fuel",
+            "max_output_bytes" => "--max-output",
+            "max_open_files" => "--max-open-files",
+            other => other,
+        };
+        CliError::Input(format!("{flag} {}", error.problem))
+    };
+    let limits = SandboxLimits {
+        max_memory_mib: args.max_memory,
+        call_timeout: SandboxLimits::call_timeout_from_secs(args.call_timeout).map_err(flag)?,
+        fuel: args.fuel,
+        max_output_bytes: args.max_output,
+        max_open_files: args.max_open_files,
+        ..SandboxLimits::default()
+    };
+    limits.validate().map_err(flag)?;
+    Ok(limits)
 }
 
 fn arm_error(error: ArmError) -> CliError {

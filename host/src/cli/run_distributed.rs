@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::CliError;
 use super::args::RunArgs;
 use crate::distributed::{
-    Dispatcher, DistributedSummary, GuestNeed, Limits, NatsTarget, RemoteLane, RemoteReplay,
+    Dispatcher, DistributedSummary, GuestNeed, NatsTarget, RemoteLane, RemoteReplay,
     ReplaySettings, RunSpec,
 };
 use crate::episode::adapter::{CallContext, Protocols};
@@ -87,7 +87,7 @@ pub(super) fn open_dispatcher(
             creds: args.nats_creds.clone(),
         },
         component,
-        limits: limits(loaded.config()),
+        limits: loaded.config().limits.clone(),
         needs: needs(loaded.config()),
         env: loaded.config().env.clone(),
         worker_wait: Duration::from_secs(args.nats_wait),
@@ -117,18 +117,6 @@ pub(super) fn remote_replay(options: &ReplayOptions) -> Option<RemoteReplay> {
         store: options.store.clone()?,
         metrics: Arc::clone(&options.metrics),
     })
-}
-
-/// The limits every unit runs under.
-fn limits(config: &SandboxConfig) -> Limits {
-    Limits {
-        max_memory_mib: config.max_memory_mib,
-        call_timeout_secs: config.call_timeout_secs,
-        fuel: config.fuel,
-        max_output_bytes: config.max_output_bytes,
-        max_guest_output_bytes: config.max_guest_output_bytes,
-        max_open_files: config.max_open_files,
-    }
 }
 
 /// The guest paths (and access) of the run's `--dir` grants.

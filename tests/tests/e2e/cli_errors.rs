@@ -324,3 +324,69 @@ fn a_memory_limit_below_the_components_own_memory_is_named_as_such() {
     );
     assert!(!out.exists(), "nothing is written");
 }
+
+#[test]
+fn limits_out_of_bounds_are_named_with_their_bound_at_every_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "items.jsonl",
+        &[json!({"item_id": "a", "family": "f", "text": "hello"})],
+    );
+    for (flag, value, says) in [
+        (
+            "--call-timeout",
+            "1e-300",
+            "--call-timeout must be between 0.01 seconds (one epoch tick) and 31536000 seconds (one year), got 1e-300",
+        ),
+        (
+            "--call-timeout",
+            "1e20",
+            "--call-timeout must be between 0.01 seconds",
+        ),
+        ("--call-timeout", "NaN", "got NaN"),
+        (
+            "--max-memory",
+            "0",
+            "--max-memory must be between 1 and 65536 MiB, got 0",
+        ),
+        (
+            "--max-memory",
+            "100000",
+            "--max-memory must be between 1 and 65536 MiB, got 100000",
+        ),
+        ("--fuel", "0", "--fuel must be at least 1"),
+        (
+            "--max-output",
+            "1",
+            "--max-output must be between 2 and 1073741824 bytes, got 1",
+        ),
+        (
+            "--max-open-files",
+            "0",
+            "--max-open-files must be between 1 and 65536, got 0",
+        ),
+    ] {
+        let out = dir
+            .path()
+            .join(format!("run{}{value}", flag.trim_start_matches('-')));
+        let output = run(&[
+            "run",
+            "--adapter",
+            HELLO_ADAPTER,
+            "--items",
+            s(&items),
+            "--out",
+            s(&out),
+            flag,
+            value,
+        ]);
+        assert_exit(&output, 2, &[says]);
+        assert!(
+            stderr(&output).lines().count() <= 3,
+            "{flag} {value}: one short message: {}",
+            stderr(&output)
+        );
+        assert!(!out.exists(), "{flag} {value}: nothing written");
+    }
+}

@@ -704,3 +704,35 @@ fn loop_serve_answers_validate_against_the_loopy_loop_models() {
         "{stdout}"
     );
 }
+
+#[test]
+fn workflow_limits_out_of_bounds_are_named_and_never_panic() {
+    for (line, says) in [
+        (
+            "call_timeout_secs = 1e20",
+            "work/workflow.toml: call_timeout_secs: must be between 0.01 seconds (one epoch tick) and 31536000 seconds (one year), got 1e20",
+        ),
+        (
+            "call_timeout_secs = 0.001",
+            "work/workflow.toml: call_timeout_secs: must be between 0.01 seconds",
+        ),
+        (
+            "max_memory_mib = 1000000",
+            "work/workflow.toml: max_memory_mib: must be between 1 and 65536 MiB, got 1000000",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        init(dir.path(), "Write 2 lines.\n");
+        let work = dir
+            .path()
+            .join(".sandloop/workflow_sets/main/workflows/work/workflow.toml");
+        let text = std::fs::read_to_string(&work).unwrap();
+        std::fs::write(&work, format!("{text}{line}\n")).unwrap();
+        let output = run(&["loop", "run", "--repo", s(dir.path())]);
+        assert_exit(&output, 2, &[says]);
+        assert!(
+            !dir.path().join(".sandloop/sessions").exists(),
+            "{line}: nothing was started"
+        );
+    }
+}

@@ -11,6 +11,7 @@ use super::{
     workflow_file_shown,
 };
 use sandloop_core::dir_grant::{DirGrant, GrantRoot};
+use sandloop_core::limits::{LimitError, SandboxLimits};
 
 /// Cadence rule: the workflow becomes eligible once `workflow_id` has
 /// succeeded `every` more times since this workflow last succeeded
@@ -88,17 +89,35 @@ pub struct WorkflowConfig {
     /// address that was checked.
     #[serde(default)]
     pub allow_private_addresses: bool,
-    /// Linear-memory limit of the plugin instance in MiB (at least 1);
+    /// Linear-memory limit of the plugin instance in MiB (1 to 65,536);
     /// default: the sandbox's.
     #[serde(default)]
     pub max_memory_mib: Option<u64>,
-    /// Deadline of one call into the plugin in seconds (finite, above 0);
-    /// default: the sandbox's.
+    /// Deadline of one call into the plugin in seconds (0.01, one epoch
+    /// tick, to 31,536,000, one year); default: the sandbox's.
     #[serde(default)]
     pub call_timeout_secs: Option<f64>,
 }
 
 impl WorkflowConfig {
+    /// The plugin's limits: the sandbox's defaults with this workflow's
+    /// `max_memory_mib` and `call_timeout_secs` over them.
+    ///
+    /// # Errors
+    /// A value out of its bounds (which [`Self::problems`] reports when the
+    /// file is read).
+    pub fn limits(&self) -> Result<SandboxLimits, LimitError> {
+        let mut limits = SandboxLimits::default();
+        if let Some(max_memory_mib) = self.max_memory_mib {
+            limits.max_memory_mib = max_memory_mib;
+        }
+        if let Some(secs) = self.call_timeout_secs {
+            limits.call_timeout = SandboxLimits::call_timeout_from_secs(secs)?;
+        }
+        limits.validate()?;
+        Ok(limits)
+    }
+
     /// Every value rule the types do not enforce, as `(field, message)`
     /// pairs; empty when the config is valid.
     pub(super) fn problems(&self) -> Vec<(String, String)> {
@@ -141,16 +160,19 @@ impl WorkflowConfig {
                 problem(format!("http_hosts[{index}]"), message);
             }
         }
-        if self.max_memory_mib == Some(0) {
-            problem("max_memory_mib".into(), "must be at least 1".into());
+        if let Some(max_memory_mib) = self.max_memory_mib
+            && let Err(error) = (SandboxLimits {
+                max_memory_mib,
+                ..SandboxLimits::default()
+            })
+            .validate()
+        {
+            problem(error.key.into(), error.problem);
         }
         if let Some(secs) = self.call_timeout_secs
-            && !(secs.is_finite() && secs > 0.0)
+            && let Err(error) = SandboxLimits::call_timeout_from_secs(secs)
         {
-            problem(
-                "call_timeout_secs".into(),
-                format!("must be a finite number of seconds above 0, got {secs}"),
-            );
+            problem(error.key.into(), error.problem);
         }
         problems
     }

@@ -313,7 +313,7 @@ pub fn examine(
         &sha256,
         config.cache_dir.as_deref(),
     )
-    .map_err(|error| compile_error(&shown, &error, config.max_memory_mib))?;
+    .map_err(|error| compile_error(&shown, &error, config.limits.max_memory_mib))?;
     let compile_ms = started.elapsed().as_secs_f64() * 1000.0;
 
     let ty = component.component_type();
