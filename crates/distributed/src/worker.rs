@@ -71,11 +71,11 @@ pub fn run_worker(config: WorkerConfig) -> Result<(), String> {
             config.connect_timeout,
         ))
         .map_err(|error| error.to_string())?;
+    runtime
+        .block_on(connection.prepare_storage())
+        .map_err(|error| error.to_string())?;
     let consumer = runtime
         .block_on(connection.workers_consumer())
-        .map_err(|error| error.to_string())?;
-    runtime
-        .block_on(connection.results_stream())
         .map_err(|error| error.to_string())?;
     let hello = WorkerHello {
         version: WIRE_VERSION,
@@ -88,6 +88,7 @@ pub fn run_worker(config: WorkerConfig) -> Result<(), String> {
             .collect(),
         env: config.env.clone(),
     };
+    refuse_taken_name(&runtime, &connection, &config.name)?;
     runtime
         .block_on(answer_roll_calls(&connection, &hello))
         .map_err(|error| format!("answering roll calls on {}: {error}", connection.url))?;
@@ -115,6 +116,25 @@ pub fn run_worker(config: WorkerConfig) -> Result<(), String> {
             scope.spawn(move || Lane::new(shared, lane).run());
         }
     });
+    Ok(())
+}
+
+/// Refuses `name` when a worker of that name already answers roll calls
+/// on `connection`'s server: two workers of one name would be counted as
+/// one in every run's summary.
+///
+/// # Errors
+/// The name is taken (the message says what to do), or the roll call
+/// cannot be sent.
+fn refuse_taken_name(runtime: &Runtime, connection: &Connection, name: &str) -> Result<(), String> {
+    let hellos = runtime.block_on(crate::coordinator::gather_hellos(connection))?;
+    if hellos.iter().any(|hello| hello.worker == name) {
+        return Err(format!(
+            "a worker named {name} already serves on {}; give each worker its own --name (or \
+             leave --name out: the default is the host name and process id)",
+            connection.url
+        ));
+    }
     Ok(())
 }
 
@@ -274,6 +294,18 @@ fn encode_within(mut result: UnitResult, max_payload: usize) -> Vec<u8> {
     serde_json::to_vec(&result).expect("a result serialises")
 }
 
+/// Headers naming a message about `unit_id`'s delivery `attempt`
+/// (`kind`: `started` or `result`), so that one tried again after a lost
+/// ack is stored once.
+fn message_id(unit_id: &str, attempt: u64, kind: &str) -> async_nats::HeaderMap {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(
+        async_nats::header::NATS_MESSAGE_ID,
+        format!("{unit_id}.{attempt}.{kind}").as_str(),
+    );
+    headers
+}
+
 /// Collects the call lines of one lane's adapter, per unit.
 #[derive(Default)]
 struct Collector(Mutex<Vec<CallLines>>);
@@ -409,11 +441,18 @@ impl<'a> Lane<'a> {
         let stored = runtime.block_on(async {
             self.shared
                 .connection
-                .jetstream
-                .publish(unit.results_subject.clone(), payload.into())
-                .await?
-                .await?;
-            message.double_ack().await
+                .publish_stored(
+                    &unit.results_subject,
+                    message_id(&unit.unit_id, attempt, "result"),
+                    payload.into(),
+                    &format!("publishing the result of unit {}", unit.unit_id),
+                )
+                .await
+                .map_err(|error| error.to_string())?;
+            message
+                .double_ack()
+                .await
+                .map_err(|error| format!("acking the unit: {error}"))
         });
         match stored {
             Ok(()) => tracing::debug!("unit {} done (delivery {attempt})", unit.unit_id),
@@ -446,16 +485,17 @@ impl<'a> Lane<'a> {
     fn publish_started(&self, unit: &UnitMessage, attempt: u64) {
         let started = self.result(unit, attempt, Outcome::Started, Vec::new());
         let payload = serde_json::to_vec(&started).expect("a result serialises");
-        let stored = self.shared.runtime.block_on(async {
-            self.shared
-                .connection
-                .jetstream
-                .publish(unit.results_subject.clone(), payload.into())
-                .await?
-                .await
-        });
+        let stored = self
+            .shared
+            .runtime
+            .block_on(self.shared.connection.publish_stored(
+                &unit.results_subject,
+                message_id(&unit.unit_id, attempt, "started"),
+                payload.into(),
+                &format!("telling that unit {} starts", unit.unit_id),
+            ));
         if let Err(error) = stored {
-            tracing::warn!("unit {}: telling that it starts: {error}", unit.unit_id);
+            tracing::warn!("{error}");
         }
     }
 
@@ -488,7 +528,7 @@ impl<'a> Lane<'a> {
                 },
                 Some(settings) => {
                     let (replay, options) =
-                        LaneReplay::new(settings, &self.shared.config.scratch_dir)
+                        LaneReplay::new(&unit.run_id, settings, &self.shared.config.scratch_dir)
                             .map_err(|error| format!("a directory for replay points: {error}"))?;
                     LaneAdapter {
                         adapter: adapter.with_replay(options),
