@@ -10,8 +10,9 @@
 //!   read by the one durable pull consumer [`WORKERS_CONSUMER`] every
 //!   worker shares: each unit goes to one worker, and is redelivered after
 //!   [`ACK_WAIT`] without an ack (a worker sends progress while it runs a
-//!   unit) or [`HAND_BACK_DELAY`] after a worker lacking its grants handed
-//!   it back; the coordinator bounds how often a unit may start
+//!   unit), at once after a worker lacking its grants handed it back (that
+//!   worker then pulls again only after a pause), or [`HAND_BACK_DELAY`]
+//!   after one that could not fetch the component; the coordinator bounds how often a unit may start
 //!   ([`crate::ledger::MAX_STARTS`]);
 //! - stream [`RESULTS_STREAM`] on `sandloop.results.<run id>`: what workers
 //!   send back, purged by the coordinator once a run finished and wrote its
@@ -54,9 +55,9 @@ pub const ROLL_CALL_SUBJECT: &str = "sandloop.workers.roll-call";
 /// is delivered again (a worker sends progress every third of it while a
 /// unit runs, so only a dead or stuck worker's unit goes elsewhere).
 pub const ACK_WAIT: Duration = Duration::from_secs(10);
-/// How long a unit handed back by a worker lacking its grants waits
-/// before it is offered again. Hand-backs are not bounded: a unit waits as
-/// long as it takes a worker offering its guest paths to be free.
+/// How long a unit handed back by a worker that could not get ready for
+/// it just now (the component could not be fetched, its disk failed)
+/// waits before it is offered again. Hand-backs are not bounded.
 pub const HAND_BACK_DELAY: Duration = Duration::from_secs(1);
 /// How long results stay in [`RESULTS_STREAM`] (and replay states in
 /// [`STATES_BUCKET`]) when no finished run removed them.

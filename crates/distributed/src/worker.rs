@@ -320,6 +320,22 @@ impl CallObserver for Collector {
     }
 }
 
+/// The first pause of a lane before it pulls again after a unit needing
+/// guest paths or variables this worker does not offer; doubled after each
+/// such unit in a row, up to [`UNOFFERED_PAUSE_MAX`].
+const UNOFFERED_PAUSE_FIRST: Duration = Duration::from_millis(250);
+/// The longest such pause.
+const UNOFFERED_PAUSE_MAX: Duration = Duration::from_secs(5);
+
+/// What became of a unit a lane pulled.
+#[derive(Debug, PartialEq, Eq)]
+enum Handled {
+    /// Run (or refused, or handed back for a later try).
+    Done,
+    /// Handed back at once: it needs what this worker does not offer.
+    NotOffered,
+}
+
 /// One worker lane: its adapter lives for one run's epoch, as a local
 /// lane's does.
 struct Lane<'a> {
@@ -327,6 +343,8 @@ struct Lane<'a> {
     branch_id: String,
     collector: Arc<Collector>,
     adapter: Option<(String, LaneAdapter)>,
+    /// How long the lane last paused after a unit it cannot run.
+    pause: Duration,
 }
 
 /// A lane's adapter, and where its replay points go until they are sent.
@@ -342,6 +360,7 @@ impl<'a> Lane<'a> {
             branch_id: branch_id(lane),
             collector: Arc::new(Collector::default()),
             adapter: None,
+            pause: Duration::ZERO,
         }
     }
 
@@ -359,7 +378,17 @@ impl<'a> Lane<'a> {
                 batch.next().await.transpose()
             });
             match next {
-                Ok(Some(message)) => self.handle(message),
+                Ok(Some(message)) => {
+                    if self.handle(message) == Handled::NotOffered {
+                        // Leave the units this worker cannot run to those
+                        // that can, pulling again later and later.
+                        self.pause =
+                            (self.pause * 2).clamp(UNOFFERED_PAUSE_FIRST, UNOFFERED_PAUSE_MAX);
+                        std::thread::sleep(self.pause);
+                    } else {
+                        self.pause = Duration::ZERO;
+                    }
+                }
                 Ok(None) => {}
                 Err(error) => {
                     tracing::warn!("pulling units: {error}");
@@ -369,14 +398,15 @@ impl<'a> Lane<'a> {
         }
     }
 
-    fn handle(&mut self, message: async_nats::jetstream::Message) {
+    /// Runs or hands back the unit of `message`.
+    fn handle(&mut self, message: async_nats::jetstream::Message) -> Handled {
         let runtime = &self.shared.runtime;
         let unit: UnitMessage = match decode("a unit", &message.payload) {
             Ok(unit) => unit,
             Err(error) => {
                 tracing::warn!("{error}; dropping it");
                 let _ = runtime.block_on(message.ack_with(AckKind::Term));
-                return;
+                return Handled::Done;
             }
         };
         let attempt = message
@@ -391,9 +421,9 @@ impl<'a> Lane<'a> {
                  offer; handing it back",
                 unit.unit_id
             );
-            let nak = AckKind::Nak(Some(HAND_BACK_DELAY));
-            let _ = runtime.block_on(message.ack_with(nak));
-            return;
+            // At once: a worker that offers them may be waiting for it.
+            let _ = runtime.block_on(message.ack_with(AckKind::Nak(None)));
+            return Handled::NotOffered;
         }
         let heartbeat = {
             let message = message.clone();
@@ -428,7 +458,7 @@ impl<'a> Lane<'a> {
                 tracing::warn!("unit {}: {reason}; handing it back", unit.unit_id);
                 let nak = AckKind::Nak(Some(HAND_BACK_DELAY));
                 let _ = runtime.block_on(message.ack_with(nak));
-                return;
+                return Handled::Done;
             }
         };
         let calls = std::mem::take(&mut *lock(&self.collector.0));
@@ -459,6 +489,7 @@ impl<'a> Lane<'a> {
             // Not acked: the unit is delivered again after the ack deadline.
             Err(error) => tracing::warn!("unit {}: storing its result: {error}", unit.unit_id),
         }
+        Handled::Done
     }
 
     /// The result message of `unit`'s delivery `attempt`.

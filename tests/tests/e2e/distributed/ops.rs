@@ -289,3 +289,41 @@ fn a_second_worker_of_a_name_already_serving_is_refused() {
     // Another name serves beside it.
     let _other = worker(&nats, "other", &[], &dir.path().join("other.log"));
 }
+
+#[test]
+fn a_worker_without_the_runs_grants_hardly_slows_it() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let grant = docs_grant();
+    let logs = [dir.path().join("docs.log"), dir.path().join("bare.log")];
+    let _docs = worker(&nats, "docs", &["--dir", &grant], &logs[0]);
+    let flags = [
+        "--epochs",
+        "3",
+        "--workers",
+        "2",
+        "--no-replay",
+        "--nats",
+        &nats.url,
+    ];
+    let timed = |name: &str| {
+        let started = std::time::Instant::now();
+        let output = run_markdown_explorer(&dir.path().join(name), &flags, &[]);
+        assert_eq!(code(&output), 0, "{}", diagnostics(&output, &logs));
+        started.elapsed()
+    };
+    // The first run also fetches and compiles the component.
+    timed("warm-up");
+    let alone = timed("alone");
+    let _bare = worker(&nats, "bare", &["--lanes", "2"], &logs[1]);
+    let beside = timed("beside");
+    eprintln!("{alone:?} with the docs worker alone, {beside:?} beside a worker without /docs");
+    // Each hand-back used to cost the unit a second: 3.5 times slower here.
+    assert!(
+        beside < alone + alone / 2 + Duration::from_secs(1),
+        "{alone:?} with the docs worker alone, {beside:?} beside a worker without /docs"
+    );
+    let per_worker =
+        &json_file(&dir.path().join("beside/summary.json"))["distributed"]["units_per_worker"];
+    assert_eq!(per_worker.as_object().unwrap().len(), 1, "{per_worker}");
+}
