@@ -12,7 +12,9 @@ pub struct NatsServer {
     /// `nats://127.0.0.1:PORT`.
     pub url: String,
     process: Child,
-    _store: tempfile::TempDir,
+    port: u16,
+    extra: Vec<String>,
+    store: tempfile::TempDir,
 }
 
 /// The `nats-server` binary: Debian's package path, else on `PATH`.
@@ -59,29 +61,64 @@ impl NatsServer {
             )
         });
         let store = tempfile::tempdir().expect("temp dir");
-        let process = Command::new(&binary)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(store.path())
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|error| panic!("start {}: {error}", binary.display()));
+        let extra: Vec<String> = extra.iter().map(|flag| (*flag).to_owned()).collect();
+        let process = spawn(&binary, port, &store, &extra);
         let server = Self {
             url: format!("nats://127.0.0.1:{port}"),
             process,
-            _store: store,
+            port,
+            extra,
+            store,
         };
+        server.wait_listening();
+        server
+    }
+
+    #[allow(
+        dead_code,
+        reason = "the e2e tests restart a server; the bench does not"
+    )]
+    /// Kills the server (as `kill -9`), keeps it down for `outage`, and
+    /// starts it again on the same port with the same store directory, so
+    /// that its streams come back; returns once it listens.
+    pub fn restart_after(&mut self, outage: Duration) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+        std::thread::sleep(outage);
+        let binary = nats_server_binary().expect("nats-server ran before");
+        self.process = spawn(&binary, self.port, &self.store, &self.extra);
+        self.wait_listening();
+    }
+
+    /// Waits until the server listens, at most 10 s.
+    fn wait_listening(&self) {
         let started = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             assert!(
                 started.elapsed() < Duration::from_secs(10),
-                "nats-server did not listen on port {port} within 10 s"
+                "nats-server did not listen on port {} within 10 s",
+                self.port
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        server
     }
+}
+
+/// `nats-server -js` on loopback `port`, its store in `store`.
+fn spawn(
+    binary: &std::path::Path,
+    port: u16,
+    store: &tempfile::TempDir,
+    extra: &[String],
+) -> Child {
+    Command::new(binary)
+        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+        .arg(store.path())
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|error| panic!("start {}: {error}", binary.display()))
 }
 
 impl Drop for NatsServer {

@@ -107,7 +107,7 @@ impl Dispatcher {
         let connection = runtime
             .block_on(connect(&spec.target, &format!("sandloop run {run_id}")))
             .map_err(|error| error.to_string())?;
-        let ledger: SharedLedger = Arc::new(Mutex::new(Ledger::new(&connection.url)));
+        let ledger: SharedLedger = Arc::new(Mutex::new(Ledger::new(&connection.url, &run_id)));
         let failure = Arc::new(Mutex::new(None));
         let sha256 = runtime
             .block_on(prepare(
@@ -206,24 +206,20 @@ impl Dispatcher {
         let (sender, receiver) = channel();
         lock(&self.ledger).expect(&unit_id, sender);
         let bytes = payload.len() as u64;
-        let published = self.runtime.block_on(async {
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert(async_nats::header::NATS_MESSAGE_ID, unit_id.as_str());
-            self.connection
-                .jetstream
-                .publish_with_headers(self.units_subject(), headers, payload.into())
-                .await?
-                .await
-        });
+        let subject = self.units_subject();
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, unit_id.as_str());
+        let published = self.runtime.block_on(self.connection.publish_stored(
+            &subject,
+            headers,
+            payload.into(),
+            &format!("publishing unit {unit_id} to {subject}"),
+        ));
         match published {
             Ok(ack) => lock(&self.ledger).published(&unit_id, ack.sequence, bytes),
             Err(error) => {
                 lock(&self.ledger).forget(&unit_id);
-                return Err(UnitError::Remote(format!(
-                    "publishing unit {unit_id} to {} on {}: {error}",
-                    self.units_subject(),
-                    self.connection.url
-                )));
+                return Err(UnitError::Remote(error.to_string()));
             }
         }
         self.wait(&unit_id, &receiver)
@@ -303,6 +299,39 @@ impl Dispatcher {
     }
 }
 
+impl Dispatcher {
+    /// Removes what the run left on the server once it finished and wrote
+    /// its files: its results subject and its replay states (copied into
+    /// the run directory). Says on stderr what was removed; what cannot be
+    /// removed is a warning (the server drops it after
+    /// [`crate::transport::RESULTS_MAX_AGE`]).
+    pub fn finish(&self) {
+        let removed = self.runtime.block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                crate::storage::purge_run(&self.connection, &self.run_id),
+            )
+            .await
+        });
+        match removed {
+            Ok(Ok(removed)) => tracing::info!(
+                "run {} finished: removed {} from {}",
+                self.run_id,
+                removed.shown(),
+                self.connection.url
+            ),
+            Ok(Err(error)) => tracing::warn!("{error}"),
+            Err(_) => tracing::warn!(
+                "removing run {}'s results from {}: no answer within 30 s (they expire after \
+                 24 h; `sandloop nats purge --run {}` removes them)",
+                self.run_id,
+                self.connection.url,
+                self.run_id
+            ),
+        }
+    }
+}
+
 impl Drop for Dispatcher {
     fn drop(&mut self) {
         self.withdraw_queued();
@@ -367,6 +396,7 @@ impl UnitRunner for RemoteLane {
             replay.receive(
                 &dispatcher.runtime,
                 &dispatcher.connection,
+                &dispatcher.run_id,
                 &result.unit_id,
                 shipment,
                 |bytes| lock(&dispatcher.ledger).received(bytes),
@@ -448,6 +478,7 @@ async fn prepare(
     ledger: &SharedLedger,
     failure: &Arc<Mutex<Option<String>>>,
 ) -> Result<String, TransportError> {
+    connection.prepare_storage().await?;
     connection.workers_consumer().await?;
     let results = connection.results_stream().await?;
     let (sha256, sent) = connection.put_component(&spec.component).await?;
@@ -537,34 +568,8 @@ fn route(ledger: &SharedLedger, payload: &[u8]) -> Option<u64> {
 /// path the run needs, or [`RunSpec::worker_wait`] passes.
 async fn roll_call(connection: &Connection, spec: &RunSpec) -> Result<Vec<WorkerHello>, String> {
     let deadline = Instant::now() + spec.worker_wait;
-    let client = &connection.client;
     loop {
-        let inbox = client.new_inbox();
-        let mut answers = client
-            .subscribe(inbox.clone())
-            .await
-            .map_err(|error| format!("roll call on {}: {error}", connection.url))?;
-        client
-            .publish_with_reply(ROLL_CALL_SUBJECT, inbox, bytes::Bytes::new())
-            .await
-            .map_err(|error| format!("roll call on {}: {error}", connection.url))?;
-        let mut hellos: Vec<WorkerHello> = Vec::new();
-        let window = tokio::time::sleep(Duration::from_millis(700));
-        tokio::pin!(window);
-        loop {
-            tokio::select! {
-                _ = &mut window => break,
-                answer = answers.next() => match answer {
-                    // The server's "no responders" notice: nobody answered.
-                    Some(answer) if answer.payload.is_empty() => {}
-                    Some(answer) => match decode::<WorkerHello>("a worker's answer", &answer.payload) {
-                        Ok(hello) => hellos.push(hello),
-                        Err(error) => tracing::warn!("{error}"),
-                    },
-                    None => break,
-                },
-            }
-        }
+        let hellos = gather_hellos(connection).await?;
         if hellos
             .iter()
             .any(|hello| hello.meets(&spec.needs, &spec.env))
@@ -584,6 +589,42 @@ async fn roll_call(connection: &Connection, spec: &RunSpec) -> Result<Vec<Worker
             ));
         }
     }
+}
+
+/// One roll call: the answers of the workers connected to `connection`'s
+/// server within 0.7 s.
+///
+/// # Errors
+/// The call cannot be sent.
+pub(crate) async fn gather_hellos(connection: &Connection) -> Result<Vec<WorkerHello>, String> {
+    let client = &connection.client;
+    let inbox = client.new_inbox();
+    let mut answers = client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|error| format!("roll call on {}: {error}", connection.url))?;
+    client
+        .publish_with_reply(ROLL_CALL_SUBJECT, inbox, bytes::Bytes::new())
+        .await
+        .map_err(|error| format!("roll call on {}: {error}", connection.url))?;
+    let mut hellos: Vec<WorkerHello> = Vec::new();
+    let window = tokio::time::sleep(Duration::from_millis(700));
+    tokio::pin!(window);
+    loop {
+        tokio::select! {
+            _ = &mut window => break,
+            answer = answers.next() => match answer {
+                // The server's "no responders" notice: nobody answered.
+                Some(answer) if answer.payload.is_empty() => {}
+                Some(answer) => match decode::<WorkerHello>("a worker's answer", &answer.payload) {
+                    Ok(hello) => hellos.push(hello),
+                    Err(error) => tracing::warn!("{error}"),
+                },
+                None => break,
+            },
+        }
+    }
+    Ok(hellos)
 }
 
 /// Counts the workers that answered a roll call as seen.

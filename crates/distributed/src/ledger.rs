@@ -19,6 +19,10 @@ pub const MAX_STARTS: u64 = 3;
 pub struct DistributedSummary {
     /// The NATS server, password hidden.
     pub nats: String,
+    /// This coordinator's run id: its units and results travel on
+    /// `sandloop.units.<id>` and `sandloop.results.<id>` (a resumed run
+    /// has a new one).
+    pub run_id: String,
     /// Workers that answered the roll call or returned a result, by name.
     pub workers_seen: Vec<String>,
     /// Units whose result was recorded, by the worker that ran them.
@@ -59,7 +63,7 @@ pub struct Ledger<W> {
 
 impl<W> Ledger<W> {
     /// An empty ledger for a run on `nats` (shown in the summary).
-    pub fn new(nats: &str) -> Self {
+    pub fn new(nats: &str, run_id: &str) -> Self {
         Self {
             waiting: HashMap::new(),
             sequences: HashMap::new(),
@@ -67,6 +71,7 @@ impl<W> Ledger<W> {
             recorded: HashSet::new(),
             summary: DistributedSummary {
                 nats: nats.to_owned(),
+                run_id: run_id.to_owned(),
                 ..DistributedSummary::default()
             },
         }
@@ -167,7 +172,7 @@ mod tests {
 
     #[test]
     fn the_first_result_of_a_unit_is_recorded_once_and_later_ones_are_dropped() {
-        let mut ledger = Ledger::new("nats://h:4222");
+        let mut ledger = Ledger::new("nats://h:4222", "r");
         ledger.expect("r.e1.u0", 'a');
         ledger.expect("r.e1.u1", 'b');
         ledger.published("r.e1.u0", 7, 100);
@@ -202,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_unit_that_keeps_starting_without_a_result_is_given_up_once() {
-        let mut ledger = Ledger::new("n");
+        let mut ledger = Ledger::new("n", "r");
         ledger.expect("u0", 1);
         ledger.published("u0", 3, 0);
         for _ in 0..MAX_STARTS {
@@ -225,7 +230,7 @@ mod tests {
 
     #[test]
     fn the_summary_block_round_trips() {
-        let mut ledger = Ledger::<()>::new("n");
+        let mut ledger = Ledger::<()>::new("n", "r");
         ledger.saw_worker("w1");
         ledger.saw_worker("w1");
         ledger.sent(42);

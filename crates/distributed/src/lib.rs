@@ -9,14 +9,15 @@
 //! streams, the component's object store), [`ledger`] (units in flight,
 //! one result per unit, the summary's figures), [`lost`] (the records of
 //! a unit no worker could finish), [`points`] (replay points between the
-//! two ends), [`scratch`] (a worker's directory for them), [`coordinator`],
-//! [`worker`].
+//! two ends), [`scratch`] (a worker's directory for them), [`storage`] (what
+//! runs keep on the server, for operators), [`coordinator`], [`worker`].
 
 pub mod coordinator;
 pub mod ledger;
 pub mod lost;
 pub mod points;
 pub mod scratch;
+pub mod storage;
 pub mod transport;
 pub mod wire;
 pub mod worker;

@@ -2,7 +2,8 @@
 //! points of the units it runs (`LaneReplay`: lines and metrics in
 //! memory, durable states in a temporary directory) and ships them with
 //! each unit's result, the states by digest through the object store
-//! bucket [`STATES_BUCKET`]; the coordinator ([`RemoteReplay`]) fetches
+//! bucket [`STATES_BUCKET`] (named [`state_prefix`] and the digest, so
+//! that a finished run removes its own and no other's); the coordinator ([`RemoteReplay`]) fetches
 //! and checks them and writes them into its run directory as a local run
 //! would.
 
@@ -20,6 +21,8 @@ use crate::wire::{ReplaySettings, ReplayShipment};
 /// memory, their durable states in a temporary directory, until the unit's
 /// result carries them to the coordinator.
 pub(crate) struct LaneReplay {
+    /// The names of this run's objects start with it ([`state_prefix`]).
+    prefix: String,
     store: Arc<ReplayStore>,
     metrics: Arc<ReplayMetricLedger>,
     dir: tempfile::TempDir,
@@ -27,13 +30,14 @@ pub(crate) struct LaneReplay {
 
 impl LaneReplay {
     /// An empty lane's store, metrics and directory (made in the worker's
-    /// `scratch` directory, [`crate::scratch::Scratch`]) for units run
-    /// under `settings`, with the options its adapter runs with (children
-    /// forked by state).
+    /// `scratch` directory, [`crate::scratch::Scratch`]) for units of run
+    /// `run_id` run under `settings`, with the options its adapter runs
+    /// with (children forked by state).
     ///
     /// # Errors
     /// The directory cannot be made.
     pub(crate) fn new(
+        run_id: &str,
         settings: ReplaySettings,
         scratch: &std::path::Path,
     ) -> std::io::Result<(Self, ReplayOptions)> {
@@ -51,6 +55,7 @@ impl LaneReplay {
         };
         Ok((
             Self {
+                prefix: state_prefix(run_id),
                 store,
                 metrics,
                 dir,
@@ -82,7 +87,7 @@ impl LaneReplay {
                     let bytes = std::fs::read(&path)
                         .map_err(|error| format!("reading {}: {error}", path.display()))?;
                     runtime
-                        .block_on(connection.put_by_digest(STATES_BUCKET, &bytes))
+                        .block_on(connection.put_by_digest(STATES_BUCKET, &self.prefix, &bytes))
                         .map_err(|error| error.to_string())?;
                     let _ = std::fs::remove_file(&path);
                 }
@@ -121,6 +126,7 @@ impl RemoteReplay {
         &self,
         runtime: &Runtime,
         connection: &Connection,
+        run_id: &str,
         unit: &str,
         shipment: ReplayShipment,
         count_received: impl Fn(u64),
@@ -145,8 +151,9 @@ impl RemoteReplay {
             let files = match &line.durable_state {
                 None => Ok(None),
                 Some(durable) => runtime.block_on(async {
-                    let state = fetch_state(connection, &durable.sha256).await?;
-                    let items = fetch_state(connection, &durable.items_sha256).await?;
+                    let prefix = state_prefix(run_id);
+                    let state = fetch_state(connection, &prefix, &durable.sha256).await?;
+                    let items = fetch_state(connection, &prefix, &durable.items_sha256).await?;
                     Ok::<_, ComponentError>(Some((state, items)))
                 }),
             };
@@ -169,13 +176,26 @@ impl RemoteReplay {
     }
 }
 
-/// The object `sha256` of [`STATES_BUCKET`], tried up to three times while
+/// How the names of run `run_id`'s objects in [`STATES_BUCKET`] start:
+/// `<run id>.`, then the object's sha256.
+pub fn state_prefix(run_id: &str) -> String {
+    format!("{run_id}.")
+}
+
+/// The object `prefix` + `sha256` of [`STATES_BUCKET`], tried up to three times while
 /// it cannot be read (another worker storing the same bytes replaces the
 /// object's chunks under a reader); a tampered object is refused at once.
-async fn fetch_state(connection: &Connection, sha256: &str) -> Result<Vec<u8>, ComponentError> {
+async fn fetch_state(
+    connection: &Connection,
+    prefix: &str,
+    sha256: &str,
+) -> Result<Vec<u8>, ComponentError> {
     let mut tries = 0;
     loop {
-        match connection.get_by_digest(STATES_BUCKET, sha256).await {
+        match connection
+            .get_by_digest(STATES_BUCKET, prefix, sha256)
+            .await
+        {
             Err(ComponentError::Unavailable(_)) if tries < 2 => {
                 tries += 1;
                 tokio::time::sleep(Duration::from_millis(200 * tries)).await;

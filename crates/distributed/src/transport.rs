@@ -10,15 +10,20 @@
 //!   read by the one durable pull consumer [`WORKERS_CONSUMER`] every
 //!   worker shares: each unit goes to one worker, and is redelivered after
 //!   [`ACK_WAIT`] without an ack (a worker sends progress while it runs a
-//!   unit) or [`HAND_BACK_DELAY`] after a worker lacking its grants handed
-//!   it back; the coordinator bounds how often a unit may start
+//!   unit), at once after a worker lacking its grants handed it back (that
+//!   worker then pulls again only after a pause), or [`HAND_BACK_DELAY`]
+//!   after one that could not fetch the component; the coordinator bounds how often a unit may start
 //!   ([`crate::ledger::MAX_STARTS`]);
 //! - stream [`RESULTS_STREAM`] on `sandloop.results.<run id>`: what workers
-//!   send back, kept for [`RESULTS_MAX_AGE`];
-//! - object store bucket [`COMPONENTS_BUCKET`]: components by sha256;
+//!   send back, purged by the coordinator once a run finished and wrote its
+//!   files, else kept for [`RESULTS_MAX_AGE`] (the oldest dropped first past
+//!   [`RESULTS_MAX_BYTES`]);
+//! - object store bucket [`COMPONENTS_BUCKET`]: components by sha256 (at
+//!   most [`COMPONENTS_MAX_BYTES`]);
 //! - object store bucket [`STATES_BUCKET`]: the durable states (and items)
-//!   of replay points workers captured, by sha256, kept for
-//!   [`RESULTS_MAX_AGE`];
+//!   of replay points workers captured, named `<run id>.<sha256>`, deleted
+//!   by the coordinator once copied into a finished run's directory, else
+//!   kept for [`RESULTS_MAX_AGE`] (at most [`STATES_MAX_BYTES`]);
 //! - core subject [`ROLL_CALL_SUBJECT`]: workers answer who they are and
 //!   which guest paths they offer.
 
@@ -50,12 +55,30 @@ pub const ROLL_CALL_SUBJECT: &str = "sandloop.workers.roll-call";
 /// is delivered again (a worker sends progress every third of it while a
 /// unit runs, so only a dead or stuck worker's unit goes elsewhere).
 pub const ACK_WAIT: Duration = Duration::from_secs(10);
-/// How long a unit handed back by a worker lacking its grants waits
-/// before it is offered again. Hand-backs are not bounded: a unit waits as
-/// long as it takes a worker offering its guest paths to be free.
+/// How long a unit handed back by a worker that could not get ready for
+/// it just now (the component could not be fetched, its disk failed)
+/// waits before it is offered again. Hand-backs are not bounded.
 pub const HAND_BACK_DELAY: Duration = Duration::from_secs(1);
-/// How long results stay in [`RESULTS_STREAM`].
+/// How long results stay in [`RESULTS_STREAM`] (and replay states in
+/// [`STATES_BUCKET`]) when no finished run removed them.
 pub const RESULTS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+/// One GiB, in bytes.
+const GIB: i64 = 1 << 30;
+/// Most bytes [`UNITS_STREAM`] holds (1 GiB); past it a new unit is
+/// refused (the run stops saying so) rather than a queued one dropped.
+pub const UNITS_MAX_BYTES: i64 = GIB;
+/// Most bytes [`RESULTS_STREAM`] holds (4 GiB); past it the oldest results
+/// are dropped.
+pub const RESULTS_MAX_BYTES: i64 = 4 * GIB;
+/// Most bytes [`COMPONENTS_BUCKET`] holds (1 GiB); past it storing a new
+/// component fails, naming the bucket.
+pub const COMPONENTS_MAX_BYTES: i64 = GIB;
+/// Most bytes [`STATES_BUCKET`] holds (4 GiB); past it storing a state
+/// fails and its unit is handed back until room is made.
+pub const STATES_MAX_BYTES: i64 = 4 * GIB;
+/// The longest a publish whose ack does not come (a server restarting, a
+/// network gone for a while) is tried again before it fails.
+pub const PUBLISH_RETRY_LIMIT: Duration = Duration::from_secs(120);
 
 /// Where and how to connect: `--nats URL` (`nats://user:pass@host:4222`,
 /// `tls://host:4222`, several separated by commas) and `--nats-creds FILE`.
@@ -300,30 +323,72 @@ async fn try_connect(
 }
 
 impl Connection {
-    /// The units stream (created when missing).
+    /// The units stream (created when missing, bounded by
+    /// [`UNITS_MAX_BYTES`]; one made without a byte bound gets it, as
+    /// [`Connection::prepare_storage`] says).
     ///
     /// # Errors
     /// JetStream is not enabled on the server, or refuses the stream.
     pub async fn units_stream(&self) -> Result<stream::Stream, TransportError> {
-        self.jetstream
-            .get_or_create_stream(stream::Config {
-                name: UNITS_STREAM.into(),
-                subjects: vec![format!("{UNITS_PREFIX}.>")],
-                retention: stream::RetentionPolicy::WorkQueue,
-                storage: stream::StorageType::File,
-                duplicate_window: Duration::from_secs(120),
-                ..Default::default()
-            })
+        self.bounded_stream(stream::Config {
+            name: UNITS_STREAM.into(),
+            subjects: vec![format!("{UNITS_PREFIX}.>")],
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            duplicate_window: Duration::from_secs(120),
+            max_bytes: UNITS_MAX_BYTES,
+            discard: stream::DiscardPolicy::New,
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// The stream `wanted` names, created with `wanted` when missing. One
+    /// that exists without a byte bound (made by an earlier version) is
+    /// given `wanted`'s `max_bytes` and discard policy, saying so on
+    /// stderr; a bound an operator set is kept. A bound that cannot be set
+    /// is a warning naming the stream, not a failure.
+    ///
+    /// # Errors
+    /// JetStream is not enabled on the server, or refuses the stream.
+    async fn bounded_stream(
+        &self,
+        wanted: stream::Config,
+    ) -> Result<stream::Stream, TransportError> {
+        let name = wanted.name.clone();
+        let stream = self
+            .jetstream
+            .get_or_create_stream(wanted.clone())
             .await
             .map_err(|error| {
                 self.error(
                     format!(
-                        "creating stream {UNITS_STREAM} (is JetStream enabled? start the server \
-                         with `nats-server -js`)"
+                        "creating stream {name} (is JetStream enabled? start the server with \
+                         `nats-server -js`)"
                     ),
                     error,
                 )
-            })
+            })?;
+        let current = &stream.cached_info().config;
+        if current.max_bytes > 0 || wanted.max_bytes <= 0 {
+            return Ok(stream);
+        }
+        let mut bounded = current.clone();
+        bounded.max_bytes = wanted.max_bytes;
+        bounded.discard = wanted.discard;
+        match self.jetstream.update_stream(&bounded).await {
+            Ok(_) => tracing::info!(
+                "stream {name} on {} had no byte limit: it now keeps at most {} MiB",
+                self.url,
+                wanted.max_bytes >> 20
+            ),
+            Err(error) => tracing::warn!(
+                "stream {name} on {} has no byte limit and cannot be given one ({error}); set \
+                 one with `nats stream edit {name} --max-bytes SIZE`",
+                self.url
+            ),
+        }
+        Ok(stream)
     }
 
     /// Removes the units still queued on `subject` (a run that stopped
@@ -383,75 +448,170 @@ impl Connection {
             .map_err(|error| self.error(format!("creating consumer {WORKERS_CONSUMER}"), error))
     }
 
-    /// The results stream (created when missing).
+    /// The results stream (created when missing, bounded by
+    /// [`RESULTS_MAX_BYTES`], the oldest dropped first).
     ///
     /// # Errors
     /// As [`Connection::units_stream`].
     pub async fn results_stream(&self) -> Result<stream::Stream, TransportError> {
-        self.jetstream
-            .get_or_create_stream(stream::Config {
-                name: RESULTS_STREAM.into(),
-                subjects: vec![format!("{RESULTS_PREFIX}.>")],
-                storage: stream::StorageType::File,
-                max_age: RESULTS_MAX_AGE,
-                ..Default::default()
-            })
-            .await
-            .map_err(|error| self.error(format!("creating stream {RESULTS_STREAM}"), error))
+        self.bounded_stream(stream::Config {
+            name: RESULTS_STREAM.into(),
+            subjects: vec![format!("{RESULTS_PREFIX}.>")],
+            storage: stream::StorageType::File,
+            max_age: RESULTS_MAX_AGE,
+            max_bytes: RESULTS_MAX_BYTES,
+            duplicate_window: Duration::from_secs(120),
+            discard: stream::DiscardPolicy::Old,
+            ..Default::default()
+        })
+        .await
     }
 
-    /// The object store `bucket`, created on first use (the states bucket
-    /// with [`RESULTS_MAX_AGE`]).
+    /// The object store `bucket`, created on first use: the states bucket
+    /// with [`RESULTS_MAX_AGE`] and [`STATES_MAX_BYTES`], the components
+    /// bucket with [`COMPONENTS_MAX_BYTES`].
     async fn bucket(&self, bucket: &str) -> Result<object_store::ObjectStore, TransportError> {
         if let Ok(store) = self.jetstream.get_object_store(bucket).await {
             return Ok(store);
         }
-        let max_age = if bucket == STATES_BUCKET {
-            RESULTS_MAX_AGE
-        } else {
-            Duration::ZERO
-        };
+        let (max_age, max_bytes) = bucket_limits(bucket);
         self.jetstream
             .create_object_store(object_store::Config {
                 bucket: bucket.into(),
                 max_age,
+                max_bytes,
                 ..Default::default()
             })
             .await
             .map_err(|error| self.error(format!("creating object store {bucket}"), error))
     }
 
-    /// Stores `bytes` in `bucket` under their sha256 (lowercase hex,
-    /// returned) unless an object of that name with those bytes is there
-    /// already. Returns the digest and the bytes sent (0 when already
-    /// stored).
+    /// Creates the streams and buckets both ends use, and gives those that
+    /// exist without a byte bound (made by an earlier version) theirs,
+    /// saying so on stderr; a bound an operator set is kept, and one that
+    /// cannot be set is a warning naming the stream, not a failure.
     ///
     /// # Errors
-    /// The object store cannot be created or written.
+    /// JetStream is not enabled on the server, or refuses a stream or
+    /// bucket.
+    pub async fn prepare_storage(&self) -> Result<(), TransportError> {
+        self.units_stream().await?;
+        self.results_stream().await?;
+        for bucket in [COMPONENTS_BUCKET, STATES_BUCKET] {
+            self.bucket(bucket).await?;
+            let (max_age, max_bytes) = bucket_limits(bucket);
+            self.bounded_stream(stream::Config {
+                name: bucket_stream(bucket),
+                max_age,
+                max_bytes,
+                discard: stream::DiscardPolicy::New,
+                ..Default::default()
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Publishes `payload` on `subject` with `headers` and waits for
+    /// JetStream to store it. While the ack does not come or the server
+    /// cannot be reached (it restarts, the network is gone for a while),
+    /// the publish is tried again — with back-off from 0.5 s to 5 s and a
+    /// line on stderr each time — for up to [`PUBLISH_RETRY_LIMIT`]; give
+    /// `headers` a `Nats-Msg-Id` so that a message stored twice is kept
+    /// once. `what` names the message for those lines and the error.
+    ///
+    /// # Errors
+    /// The server refused the message (a full stream), or did not store it
+    /// within [`PUBLISH_RETRY_LIMIT`].
+    pub async fn publish_stored(
+        &self,
+        subject: &str,
+        headers: async_nats::HeaderMap,
+        payload: bytes::Bytes,
+        what: &str,
+    ) -> Result<jetstream::publish::PublishAck, TransportError> {
+        use jetstream::context::PublishErrorKind as Kind;
+        let started = std::time::Instant::now();
+        let mut pause = CONNECT_RETRY_FIRST;
+        loop {
+            let attempt = async {
+                self.jetstream
+                    .publish_with_headers(subject.to_owned(), headers.clone(), payload.clone())
+                    .await?
+                    .await
+            };
+            match attempt.await {
+                Ok(ack) => return Ok(ack),
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        Kind::TimedOut | Kind::BrokenPipe | Kind::StreamNotFound
+                    ) && started.elapsed() + pause <= PUBLISH_RETRY_LIMIT =>
+                {
+                    tracing::warn!(
+                        "{what} on {}: {error}; trying again in {:.1}s (for at most {} s while \
+                         the server cannot be reached)",
+                        self.url,
+                        pause.as_secs_f64(),
+                        PUBLISH_RETRY_LIMIT.as_secs()
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+                Err(error) => {
+                    let waited = started.elapsed().as_secs();
+                    let context = if waited > 0 {
+                        format!("{what} (tried for {waited} s)")
+                    } else {
+                        what.to_owned()
+                    };
+                    return Err(self.error(context, error));
+                }
+            }
+        }
+    }
+
+    /// Stores `bytes` in `bucket` as `prefix` followed by their sha256
+    /// (lowercase hex, returned) unless an object of that name with those
+    /// bytes is there already. Returns the digest and the bytes sent (0
+    /// when already stored).
+    ///
+    /// # Errors
+    /// The object store cannot be created or written (a full bucket among
+    /// others).
     pub async fn put_by_digest(
         &self,
         bucket: &str,
+        prefix: &str,
         bytes: &[u8],
     ) -> Result<(String, u64), TransportError> {
         let sha256 = sha256_hex(bytes);
+        let name = format!("{prefix}{sha256}");
         let store = self.bucket(bucket).await?;
-        if let Ok(info) = store.info(&sha256).await
+        if let Ok(info) = store.info(&name).await
             && info.size == bytes.len()
-            && let Ok(existing) = self.read_object(&store, bucket, &sha256).await
+            && let Ok(existing) = self.read_object(&store, bucket, &name).await
             && sha256_hex(&existing) == sha256
         {
             return Ok((sha256, 0));
         }
         let mut reader = bytes;
         store
-            .put(sha256.as_str(), &mut reader)
+            .put(name.as_str(), &mut reader)
             .await
-            .map_err(|error| self.error(format!("storing {sha256} in {bucket}"), error))?;
+            .map_err(|error| {
+                self.error(
+                    format!(
+                        "storing {name} in object store {bucket} (full? see `sandloop nats status`)"
+                    ),
+                    error,
+                )
+            })?;
         Ok((sha256, bytes.len() as u64))
     }
 
-    /// The object of `bucket` stored under `sha256`, refused unless its
-    /// bytes hash to that name.
+    /// The object of `bucket` stored as `prefix` followed by `sha256`,
+    /// refused unless its bytes hash to `sha256`.
     ///
     /// # Errors
     /// [`ComponentError::Unavailable`] when it is missing or cannot be read;
@@ -459,10 +619,12 @@ impl Connection {
     pub async fn get_by_digest(
         &self,
         bucket: &str,
+        prefix: &str,
         sha256: &str,
     ) -> Result<Vec<u8>, ComponentError> {
         let store = self.bucket(bucket).await?;
-        let bytes = self.read_object(&store, bucket, sha256).await?;
+        let name = format!("{prefix}{sha256}");
+        let bytes = self.read_object(&store, bucket, &name).await?;
         let found = sha256_hex(&bytes);
         if found != sha256 {
             let (kind, refusal) = if bucket == COMPONENTS_BUCKET {
@@ -484,7 +646,7 @@ impl Connection {
     /// # Errors
     /// The object store cannot be created or written.
     pub async fn put_component(&self, bytes: &[u8]) -> Result<(String, u64), TransportError> {
-        self.put_by_digest(COMPONENTS_BUCKET, bytes).await
+        self.put_by_digest(COMPONENTS_BUCKET, "", bytes).await
     }
 
     /// The component stored under `sha256`, refused unless its bytes hash
@@ -493,7 +655,7 @@ impl Connection {
     /// # Errors
     /// As [`Connection::get_by_digest`].
     pub async fn get_component(&self, sha256: &str) -> Result<Vec<u8>, ComponentError> {
-        self.get_by_digest(COMPONENTS_BUCKET, sha256).await
+        self.get_by_digest(COMPONENTS_BUCKET, "", sha256).await
     }
 
     async fn read_object(
@@ -518,6 +680,20 @@ impl Connection {
     fn error(&self, context: String, error: impl std::fmt::Display) -> TransportError {
         TransportError::new(format!("{} (on {})", context, self.url), error)
     }
+}
+
+/// The age and byte limits `bucket` is created with.
+fn bucket_limits(bucket: &str) -> (Duration, i64) {
+    if bucket == STATES_BUCKET {
+        (RESULTS_MAX_AGE, STATES_MAX_BYTES)
+    } else {
+        (Duration::ZERO, COMPONENTS_MAX_BYTES)
+    }
+}
+
+/// The stream that holds object store `bucket`'s objects.
+pub fn bucket_stream(bucket: &str) -> String {
+    format!("OBJ_{bucket}")
 }
 
 /// The lowercase hex sha256 of `bytes`.

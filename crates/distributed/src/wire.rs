@@ -14,7 +14,7 @@ use sandloop_sandbox::CallLines;
 use serde::{Deserialize, Serialize};
 
 /// The version of every message below; bumped on any incompatible change.
-pub const WIRE_VERSION: u32 = 3;
+pub const WIRE_VERSION: u32 = 4;
 
 /// The sandbox limits a run sets for every instance (the run's flags of
 /// the same names); a worker runs the unit under exactly these, once they
@@ -563,7 +563,7 @@ mod tests {
         assert!(error.contains("wire version 99"), "{error}");
         let error = decode::<UnitResult>("result", br#"{"version": 1}"#).unwrap_err();
         assert!(
-            error.contains("wire version 1 (this sandloop speaks 3)"),
+            error.contains("wire version 1 (this sandloop speaks 4)"),
             "{error}"
         );
         let shape = format!(r#"{{"version": {WIRE_VERSION}, "unit_id": 5}}"#);

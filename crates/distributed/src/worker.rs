@@ -71,11 +71,11 @@ pub fn run_worker(config: WorkerConfig) -> Result<(), String> {
             config.connect_timeout,
         ))
         .map_err(|error| error.to_string())?;
+    runtime
+        .block_on(connection.prepare_storage())
+        .map_err(|error| error.to_string())?;
     let consumer = runtime
         .block_on(connection.workers_consumer())
-        .map_err(|error| error.to_string())?;
-    runtime
-        .block_on(connection.results_stream())
         .map_err(|error| error.to_string())?;
     let hello = WorkerHello {
         version: WIRE_VERSION,
@@ -88,6 +88,7 @@ pub fn run_worker(config: WorkerConfig) -> Result<(), String> {
             .collect(),
         env: config.env.clone(),
     };
+    refuse_taken_name(&runtime, &connection, &config.name)?;
     runtime
         .block_on(answer_roll_calls(&connection, &hello))
         .map_err(|error| format!("answering roll calls on {}: {error}", connection.url))?;
@@ -115,6 +116,25 @@ pub fn run_worker(config: WorkerConfig) -> Result<(), String> {
             scope.spawn(move || Lane::new(shared, lane).run());
         }
     });
+    Ok(())
+}
+
+/// Refuses `name` when a worker of that name already answers roll calls
+/// on `connection`'s server: two workers of one name would be counted as
+/// one in every run's summary.
+///
+/// # Errors
+/// The name is taken (the message says what to do), or the roll call
+/// cannot be sent.
+fn refuse_taken_name(runtime: &Runtime, connection: &Connection, name: &str) -> Result<(), String> {
+    let hellos = runtime.block_on(crate::coordinator::gather_hellos(connection))?;
+    if hellos.iter().any(|hello| hello.worker == name) {
+        return Err(format!(
+            "a worker named {name} already serves on {}; give each worker its own --name (or \
+             leave --name out: the default is the host name and process id)",
+            connection.url
+        ));
+    }
     Ok(())
 }
 
@@ -272,6 +292,18 @@ fn encode_within(mut result: UnitResult, max_payload: usize) -> Vec<u8> {
     serde_json::to_vec(&result).expect("a result serialises")
 }
 
+/// Headers naming a message about `unit_id`'s delivery `attempt`
+/// (`kind`: `started` or `result`), so that one tried again after a lost
+/// ack is stored once.
+fn message_id(unit_id: &str, attempt: u64, kind: &str) -> async_nats::HeaderMap {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(
+        async_nats::header::NATS_MESSAGE_ID,
+        format!("{unit_id}.{attempt}.{kind}").as_str(),
+    );
+    headers
+}
+
 /// Collects the call lines of one lane's adapter, per unit.
 #[derive(Default)]
 struct Collector(Mutex<Vec<CallLines>>);
@@ -286,6 +318,22 @@ impl CallObserver for Collector {
     }
 }
 
+/// The first pause of a lane before it pulls again after a unit needing
+/// guest paths or variables this worker does not offer; doubled after each
+/// such unit in a row, up to [`UNOFFERED_PAUSE_MAX`].
+const UNOFFERED_PAUSE_FIRST: Duration = Duration::from_millis(250);
+/// The longest such pause.
+const UNOFFERED_PAUSE_MAX: Duration = Duration::from_secs(5);
+
+/// What became of a unit a lane pulled.
+#[derive(Debug, PartialEq, Eq)]
+enum Handled {
+    /// Run (or refused, or handed back for a later try).
+    Done,
+    /// Handed back at once: it needs what this worker does not offer.
+    NotOffered,
+}
+
 /// One worker lane: its adapter lives for one run's epoch, as a local
 /// lane's does.
 struct Lane<'a> {
@@ -293,6 +341,8 @@ struct Lane<'a> {
     branch_id: String,
     collector: Arc<Collector>,
     adapter: Option<(String, LaneAdapter)>,
+    /// How long the lane last paused after a unit it cannot run.
+    pause: Duration,
 }
 
 /// A lane's adapter, and where its replay points go until they are sent.
@@ -308,6 +358,7 @@ impl<'a> Lane<'a> {
             branch_id: branch_id(lane),
             collector: Arc::new(Collector::default()),
             adapter: None,
+            pause: Duration::ZERO,
         }
     }
 
@@ -325,7 +376,17 @@ impl<'a> Lane<'a> {
                 batch.next().await.transpose()
             });
             match next {
-                Ok(Some(message)) => self.handle(message),
+                Ok(Some(message)) => {
+                    if self.handle(message) == Handled::NotOffered {
+                        // Leave the units this worker cannot run to those
+                        // that can, pulling again later and later.
+                        self.pause =
+                            (self.pause * 2).clamp(UNOFFERED_PAUSE_FIRST, UNOFFERED_PAUSE_MAX);
+                        std::thread::sleep(self.pause);
+                    } else {
+                        self.pause = Duration::ZERO;
+                    }
+                }
                 Ok(None) => {}
                 Err(error) => {
                     tracing::warn!("pulling units: {error}");
@@ -335,14 +396,15 @@ impl<'a> Lane<'a> {
         }
     }
 
-    fn handle(&mut self, message: async_nats::jetstream::Message) {
+    /// Runs or hands back the unit of `message`.
+    fn handle(&mut self, message: async_nats::jetstream::Message) -> Handled {
         let runtime = &self.shared.runtime;
         let unit: UnitMessage = match decode("a unit", &message.payload) {
             Ok(unit) => unit,
             Err(error) => {
                 tracing::warn!("{error}; dropping it");
                 let _ = runtime.block_on(message.ack_with(AckKind::Term));
-                return;
+                return Handled::Done;
             }
         };
         let attempt = message
@@ -357,9 +419,9 @@ impl<'a> Lane<'a> {
                  offer; handing it back",
                 unit.unit_id
             );
-            let nak = AckKind::Nak(Some(HAND_BACK_DELAY));
-            let _ = runtime.block_on(message.ack_with(nak));
-            return;
+            // At once: a worker that offers them may be waiting for it.
+            let _ = runtime.block_on(message.ack_with(AckKind::Nak(None)));
+            return Handled::NotOffered;
         }
         let heartbeat = {
             let message = message.clone();
@@ -394,7 +456,7 @@ impl<'a> Lane<'a> {
                 tracing::warn!("unit {}: {reason}; handing it back", unit.unit_id);
                 let nak = AckKind::Nak(Some(HAND_BACK_DELAY));
                 let _ = runtime.block_on(message.ack_with(nak));
-                return;
+                return Handled::Done;
             }
         };
         let calls = std::mem::take(&mut *lock(&self.collector.0));
@@ -407,17 +469,25 @@ impl<'a> Lane<'a> {
         let stored = runtime.block_on(async {
             self.shared
                 .connection
-                .jetstream
-                .publish(unit.results_subject.clone(), payload.into())
-                .await?
-                .await?;
-            message.double_ack().await
+                .publish_stored(
+                    &unit.results_subject,
+                    message_id(&unit.unit_id, attempt, "result"),
+                    payload.into(),
+                    &format!("publishing the result of unit {}", unit.unit_id),
+                )
+                .await
+                .map_err(|error| error.to_string())?;
+            message
+                .double_ack()
+                .await
+                .map_err(|error| format!("acking the unit: {error}"))
         });
         match stored {
             Ok(()) => tracing::debug!("unit {} done (delivery {attempt})", unit.unit_id),
             // Not acked: the unit is delivered again after the ack deadline.
             Err(error) => tracing::warn!("unit {}: storing its result: {error}", unit.unit_id),
         }
+        Handled::Done
     }
 
     /// The result message of `unit`'s delivery `attempt`.
@@ -444,16 +514,17 @@ impl<'a> Lane<'a> {
     fn publish_started(&self, unit: &UnitMessage, attempt: u64) {
         let started = self.result(unit, attempt, Outcome::Started, Vec::new());
         let payload = serde_json::to_vec(&started).expect("a result serialises");
-        let stored = self.shared.runtime.block_on(async {
-            self.shared
-                .connection
-                .jetstream
-                .publish(unit.results_subject.clone(), payload.into())
-                .await?
-                .await
-        });
+        let stored = self
+            .shared
+            .runtime
+            .block_on(self.shared.connection.publish_stored(
+                &unit.results_subject,
+                message_id(&unit.unit_id, attempt, "started"),
+                payload.into(),
+                &format!("telling that unit {} starts", unit.unit_id),
+            ));
         if let Err(error) = stored {
-            tracing::warn!("unit {}: telling that it starts: {error}", unit.unit_id);
+            tracing::warn!("{error}");
         }
     }
 
@@ -486,7 +557,7 @@ impl<'a> Lane<'a> {
                 },
                 Some(settings) => {
                     let (replay, options) =
-                        LaneReplay::new(settings, &self.shared.config.scratch_dir)
+                        LaneReplay::new(&unit.run_id, settings, &self.shared.config.scratch_dir)
                             .map_err(|error| format!("a directory for replay points: {error}"))?;
                     LaneAdapter {
                         adapter: adapter.with_replay(options),

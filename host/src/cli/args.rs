@@ -60,6 +60,63 @@ pub enum Command {
     /// from a NATS JetStream server, each in its own sandbox; runs until
     /// stopped.
     Worker(WorkerArgs),
+    /// Look after what distributed runs keep on a NATS server: its
+    /// streams' and buckets' figures, and removing a run's messages.
+    #[command(subcommand)]
+    Nats(NatsCommand),
+}
+
+/// `sandloop nats` commands.
+#[derive(Debug, Subcommand)]
+pub enum NatsCommand {
+    /// Show, for each stream and object store bucket distributed runs use,
+    /// its messages, bytes and limits, and the messages of each run.
+    Status(NatsStatusArgs),
+    /// Remove one run's queued units, results and replay states (--run),
+    /// or those of every run older than a duration (--older-than); names
+    /// what was removed.
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["run", "older_than"])))]
+    Purge(NatsPurgeArgs),
+}
+
+/// The NATS server of a `sandloop nats` command.
+#[derive(Debug, Args)]
+pub struct NatsServerArgs {
+    /// The NATS server (JetStream enabled): nats://HOST:4222,
+    /// nats://USER:PASSWORD@HOST:4222, or tls://HOST:4222.
+    #[arg(long, value_name = "URL")]
+    pub nats: String,
+    /// A NATS credentials file (nkey seed and user JWT).
+    #[arg(long, value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+}
+
+/// Options of `sandloop nats status`.
+#[derive(Debug, Args)]
+pub struct NatsStatusArgs {
+    /// The server.
+    #[command(flatten)]
+    pub server: NatsServerArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `sandloop nats purge` (give --run or --older-than).
+#[derive(Debug, Args)]
+pub struct NatsPurgeArgs {
+    /// The server.
+    #[command(flatten)]
+    pub server: NatsServerArgs,
+    /// The run whose messages to remove: summary.json's
+    /// `distributed.run_id`, or a run `sandloop nats status` lists.
+    #[arg(long, value_name = "ID")]
+    pub run: Option<String>,
+    /// Remove every run whose newest message is older than this (its
+    /// queued units and results), and replay states stored before then:
+    /// a number with s, m, h or d (`90m`, `2d`).
+    #[arg(long, value_name = "DURATION")]
+    pub older_than: Option<String>,
 }
 
 /// Options of `sandloop worker`.

@@ -9,6 +9,7 @@ pub mod inspect;
 pub mod loop_cmd;
 pub mod loop_templates;
 pub mod manual;
+pub mod nats_cmd;
 pub mod new_cmd;
 pub mod plan;
 pub mod replay;
@@ -164,6 +165,7 @@ pub fn main() -> i32 {
         args::Command::Completions(args) => manual::completions(&args),
         args::Command::Man(args) => manual::man(&args),
         args::Command::Worker(args) => worker::worker(args),
+        args::Command::Nats(command) => nats_cmd::run(command),
     };
     // The final flush: what is still buffered is checked too.
     write_stdout(&[]);

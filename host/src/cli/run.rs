@@ -225,7 +225,13 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             .map_err(|lost| ArmError::io("writing the run directory", std::io::Error::other(lost)))
     });
     let summary = match result {
-        Ok(summary) => summary,
+        Ok(summary) => {
+            // Its files are written: what it left on the server can go.
+            if let Some(dispatcher) = &dispatcher {
+                dispatcher.finish();
+            }
+            summary
+        }
         Err(error) => {
             let error = arm_error(error);
             if matches!(error, CliError::Input(_)) {

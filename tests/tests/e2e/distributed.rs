@@ -16,6 +16,8 @@ use crate::support::{
     stderr, workspace_file,
 };
 
+mod ops;
+
 #[path = "../../shared/nats_server.rs"]
 mod nats_server;
 use nats_server::NatsServer;
