@@ -104,7 +104,7 @@ impl WorkflowConfig {
     /// `max_memory_mib` and `call_timeout_secs` over them.
     ///
     /// # Errors
-    /// A value out of its bounds (which [`Self::problems`] reports when the
+    /// A value out of its bounds (which the config check reports when the
     /// file is read).
     pub fn limits(&self) -> Result<SandboxLimits, LimitError> {
         let mut limits = SandboxLimits::default();
