@@ -324,3 +324,47 @@ fn a_damaged_run_directory_is_refused_and_left_exactly_as_it_was() {
     );
     assert_eq!(snapshot(&out), before, "nothing written");
 }
+
+#[test]
+fn resume_refuses_a_damaged_replay_point_of_a_checkpointed_epoch_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let output = run_markdown_explorer(&out, &["--epochs", "1"], &[]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let points = out.join("replay-points.jsonl");
+    let whole = std::fs::read_to_string(&points).unwrap();
+    let first_lines: Vec<&str> = whole.lines().collect();
+    assert!(first_lines.len() >= 2, "the run captured points: {whole}");
+    // A point of epoch 1, which the checkpoint covers, cut in half.
+    let damaged = whole.replacen(
+        first_lines[0],
+        &first_lines[0][..first_lines[0].len() / 2],
+        1,
+    );
+    std::fs::write(&points, &damaged).unwrap();
+    let states_before = std::fs::read_dir(out.join("replay-points"))
+        .unwrap()
+        .count();
+
+    let output = run_markdown_explorer(&out, &["--epochs", "2", "--resume"], &[]);
+    assert_exit(
+        &output,
+        2,
+        &[
+            "replay-points.jsonl:1: this line is damaged",
+            "changes nothing",
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string(&points).unwrap(),
+        damaged,
+        "the points file is left as it was"
+    );
+    assert_eq!(
+        std::fs::read_dir(out.join("replay-points"))
+            .unwrap()
+            .count(),
+        states_before,
+        "no state file removed"
+    );
+}

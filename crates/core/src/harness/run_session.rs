@@ -30,7 +30,7 @@ use super::run_files::{
 };
 use crate::dir_grant::DirGrant;
 use crate::dir_lock::{DirLock, DirLockError, Holder, lock_dir};
-use crate::replay::durable::{POINTS_FILE, STATES_DIR, cut_back_points};
+use crate::replay::durable::{DurableError, POINTS_FILE, STATES_DIR, cut_back_points};
 
 /// Files whose presence means a directory already holds a run.
 const RUN_FILES: &[&str] = &[MANIFEST_FILE, RECORDS_FILE, CHECKPOINT_FILE, SUMMARY_FILE];
@@ -159,8 +159,9 @@ impl RunSession {
         }
         if let Some(next_epoch) = resumed_at.filter(|_| resume) {
             // Points of the epochs that run again are captured again.
-            cut_back_points(out, next_epoch).map_err(|error| {
-                SessionError::Io(format!("cannot cut back {POINTS_FILE}: {error}"))
+            cut_back_points(out, next_epoch).map_err(|error| match error {
+                DurableError::Malformed { .. } => SessionError::Refused(error.to_string()),
+                other => SessionError::Io(format!("cannot cut back {POINTS_FILE}: {other}")),
             })?;
         }
         let _ = std::fs::remove_file(out.join(FAILURE_FILE));

@@ -496,46 +496,109 @@ fn is_state_file_name(name: &str) -> bool {
 /// On resume: drop the points of epochs at or after `next_epoch` (the
 /// epochs the checkpoint does not cover, which run again) and their state
 /// files, so every point appears once. Returns how many were dropped.
-pub fn cut_back_points(root: &Path, next_epoch: u32) -> io::Result<usize> {
+///
+/// Only lines of those epochs are dropped. A damaged line (not a JSON
+/// object with an `epoch`) is dropped only as the file's last line — the
+/// tail a killed run tore while writing — and only when what is left of
+/// it does not show an epoch the checkpoint covers; anywhere else it may
+/// be a checkpointed point, so the resume is refused and nothing changes.
+///
+/// # Errors
+/// [`DurableError::Malformed`] naming the file and line of such a damaged
+/// line; [`DurableError::Read`] when the file cannot be read or rewritten.
+pub fn cut_back_points(root: &Path, next_epoch: u32) -> Result<usize, DurableError> {
     let path = root.join(POINTS_FILE);
+    let io_error = |source| DurableError::Read {
+        path: path.display().to_string(),
+        source,
+    };
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(0),
-        Err(error) => return Err(error),
+        Err(error) => return Err(io_error(error)),
     };
+    let next = u64::from(next_epoch);
+    // (1-based number, text, the record or why it is damaged)
+    type Line<'a> = (usize, &'a str, Result<Map<String, Value>, String>);
+    let lines: Vec<Line<'_>> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(index, line)| {
+            let record = serde_json::from_str::<Map<String, Value>>(line)
+                .map_err(|error| error.to_string())
+                .and_then(|record| match record.get("epoch").and_then(Value::as_u64) {
+                    Some(_) => Ok(record),
+                    None => Err("no `epoch`".to_string()),
+                });
+            (index + 1, line, record)
+        })
+        .collect();
+    let epoch_of = |record: &Map<String, Value>| record.get("epoch").and_then(Value::as_u64);
+    let last_covered = lines.iter().rposition(|(_, _, record)| {
+        record
+            .as_ref()
+            .ok()
+            .and_then(epoch_of)
+            .is_some_and(|e| e < next)
+    });
     let mut kept = String::with_capacity(text.len());
     let mut dropped = 0;
-    for line in text.lines() {
-        let record: Option<Map<String, Value>> = serde_json::from_str(line).ok();
-        let epoch = record
-            .as_ref()
-            .and_then(|r| r.get("epoch"))
-            .and_then(Value::as_u64);
-        match epoch {
-            Some(epoch) if epoch < u64::from(next_epoch) => {
+    for (position, (number, line, record)) in lines.iter().enumerate() {
+        let record = match record {
+            Ok(record) if epoch_of(record).is_some_and(|epoch| epoch < next) => {
                 kept.push_str(line);
                 kept.push('\n');
+                continue;
             }
-            _ => {
-                dropped += 1;
-                if let Some(id) = record
-                    .as_ref()
-                    .and_then(|r| r.get("replay_point_id"))
-                    .and_then(Value::as_str)
-                    .filter(|id| !id.contains(['/', '\\']) && !id.starts_with('.'))
-                {
-                    let dir = root.join(STATES_DIR);
-                    let _ = std::fs::remove_file(dir.join(format!("{id}.bin")));
-                    let _ = std::fs::remove_file(dir.join(format!("{id}.wasm")));
-                    let _ = std::fs::remove_file(dir.join(format!("{id}.items.json")));
+            Ok(record) => Some(record),
+            Err(problem) => {
+                let torn_tail = position + 1 == lines.len()
+                    && last_covered.is_none_or(|covered| covered < position)
+                    && epoch_in_text(line).is_none_or(|epoch| epoch >= next);
+                if !torn_tail {
+                    return Err(DurableError::Malformed {
+                        path: path.display().to_string(),
+                        line: *number,
+                        message: format!(
+                            "this line is damaged ({problem}) and may be a point of an epoch \
+                             the checkpoint covers (epochs before {next_epoch}); --resume \
+                             keeps those, so it stops here and changes nothing: restore the \
+                             line, or start the run again in a new directory"
+                        ),
+                    });
                 }
+                None
             }
+        };
+        dropped += 1;
+        if let Some(id) = record
+            .and_then(|r| r.get("replay_point_id"))
+            .and_then(Value::as_str)
+            .filter(|id| !id.contains(['/', '\\']) && !id.starts_with('.'))
+        {
+            let dir = root.join(STATES_DIR);
+            let _ = std::fs::remove_file(dir.join(format!("{id}.bin")));
+            let _ = std::fs::remove_file(dir.join(format!("{id}.wasm")));
+            let _ = std::fs::remove_file(dir.join(format!("{id}.items.json")));
         }
     }
     if dropped > 0 {
-        write_file(&path, kept.as_bytes())?;
+        write_file(&path, kept.as_bytes()).map_err(io_error)?;
     }
     Ok(dropped)
+}
+
+/// The number after the first `"epoch":` in `text` (what is left of a
+/// damaged line may still show it).
+fn epoch_in_text(text: &str) -> Option<u64> {
+    let (_, rest) = text.split_once("\"epoch\":")?;
+    let digits: String = rest
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
 }
 
 /// Every point of the run at `root`, the last line of each id winning, in
@@ -923,6 +986,62 @@ pub(crate) mod tests {
         assert!(!dir.path().join("replay-points/rp-c.wasm").exists());
         assert!(!dir.path().join("replay-points/rp-c.items.json").exists());
         assert_eq!(cut_back_points(dir.path(), 2).unwrap(), 0);
+    }
+
+    #[test]
+    fn resume_refuses_a_damaged_line_that_may_be_a_checkpointed_point() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ReplayStore::new(dir.path());
+        for (id, epoch) in [("rp-a", 1), ("rp-b", 1), ("rp-c", 2)] {
+            let mut point = line(id, Lifecycle::Released);
+            point.epoch = epoch;
+            point.durable_state = Some(store.write_state(id, b"x", &[]).unwrap());
+            store.append_point(&point);
+        }
+        let path = dir.path().join(POINTS_FILE);
+        let whole = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = whole.lines().collect();
+        // The first point of epoch 1, cut in half, before other points.
+        let cut = format!(
+            "{}\n{}\n{}\n",
+            &lines[0][..lines[0].len() / 2],
+            lines[1],
+            lines[2]
+        );
+        std::fs::write(&path, &cut).unwrap();
+        let error = cut_back_points(dir.path(), 2).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("replay-points.jsonl:1: this line is damaged"),
+            "{error}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            cut,
+            "nothing changed"
+        );
+        assert!(dir.path().join("replay-points/rp-c.bin").exists());
+        // The last point of epoch 1 cut in half at the end, its epoch still
+        // legible: refused too.
+        let cut = format!("{}\n{}\n", lines[0], &lines[1][..lines[1].len() - 3]);
+        std::fs::write(&path, &cut).unwrap();
+        assert!(
+            cut_back_points(dir.path(), 2)
+                .unwrap_err()
+                .to_string()
+                .contains(":2:")
+        );
+        // A torn tail of the epoch that runs again is dropped.
+        let cut = format!(
+            "{}\n{}\n{}",
+            lines[0],
+            lines[1],
+            &lines[2][..lines[2].len() - 3]
+        );
+        std::fs::write(&path, &cut).unwrap();
+        assert_eq!(cut_back_points(dir.path(), 2).unwrap(), 1);
+        assert_eq!(load_points(dir.path()).unwrap().len(), 2);
     }
 
     #[test]
