@@ -117,6 +117,34 @@ pub fn check_resume(
     Ok(Some(state.next_epoch))
 }
 
+/// The `state.next_epoch` of `out`'s checkpoint, `None` without one: what
+/// [`RunSession::open`] compares with what [`check_resume`] read.
+fn checkpointed_next_epoch(out: &Path) -> Result<Option<u32>, SessionError> {
+    let path = out.join(CHECKPOINT_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => {
+            return Err(SessionError::Io(format!(
+                "cannot read {}: {error}",
+                path.display()
+            )));
+        }
+    };
+    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&bytes);
+    serde_json::from_slice::<serde_json::Value>(bytes)
+        .ok()
+        .and_then(|payload| payload.pointer("/state/next_epoch")?.as_u64())
+        .and_then(|epoch| u32::try_from(epoch).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            SessionError::Refused(format!(
+                "{}: state.next_epoch is missing or not an epoch number",
+                path.display()
+            ))
+        })
+}
+
 /// A run directory held for one invocation: locked until dropped.
 #[derive(Debug)]
 pub struct RunSession {
@@ -133,7 +161,9 @@ impl RunSession {
     ///
     /// # Errors
     /// [`SessionError::Refused`] when another process holds the directory
-    /// (naming it) or started a run in it meanwhile; [`SessionError::Io`]
+    /// (naming it), started a run in it meanwhile, or moved its checkpoint
+    /// on since `resumed_at` was read (nothing is changed then: a resume
+    /// never cuts back or clears with a stale checkpoint); [`SessionError::Io`]
     /// when it cannot be created, locked or cleared.
     pub fn open(out: &Path, resume: bool, resumed_at: Option<u32>) -> Result<Self, SessionError> {
         std::fs::create_dir_all(out).map_err(|error| {
@@ -147,6 +177,28 @@ impl RunSession {
             )),
             other => SessionError::Io(other.to_string()),
         })?;
+        if resume {
+            // What this resume keeps or removes was decided from the
+            // checkpoint read before the lock; the run may have moved on
+            // since (its own process finishing), so decide only if the
+            // checkpoint still says the same.
+            let now = checkpointed_next_epoch(out)?;
+            if now != resumed_at {
+                let shown = |epoch: Option<u32>| {
+                    epoch.map_or_else(
+                        || "no checkpoint".to_string(),
+                        |e| format!("next epoch {e}"),
+                    )
+                };
+                return Err(SessionError::Refused(format!(
+                    "{} moved on while this resume was starting (its checkpoint said {} when \
+                     read, {} under the lock): nothing was changed; run the same command again",
+                    out.display(),
+                    shown(resumed_at),
+                    shown(now)
+                )));
+            }
+        }
         let mut resume = resume;
         if !resume {
             // Another process may have started this run between the first
@@ -284,6 +336,58 @@ mod tests {
         ] {
             assert!(!dir.path().join(gone).exists(), "{gone} is removed");
         }
+    }
+
+    #[test]
+    fn a_checkpoint_written_between_the_check_and_the_lock_refuses_the_resume_and_keeps_all() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [MANIFEST_FILE, RECORDS_FILE, EPOCHS_FILE, POINTS_FILE] {
+            std::fs::write(dir.path().join(name), "kept").unwrap();
+        }
+        // Read before the lock: no checkpoint yet. Meanwhile the run's own
+        // process finishes its first epoch.
+        let resumed_at = checkpointed_next_epoch(dir.path()).unwrap();
+        assert_eq!(resumed_at, None);
+        std::fs::write(
+            dir.path().join(CHECKPOINT_FILE),
+            r#"{"state": {"next_epoch": 2}}"#,
+        )
+        .unwrap();
+        let error = RunSession::open(dir.path(), true, resumed_at).unwrap_err();
+        assert!(
+            matches!(&error, SessionError::Refused(message)
+                if message.contains("moved on while this resume was starting")
+                    && message.contains("said no checkpoint when read, next epoch 2 under the lock")),
+            "{error}"
+        );
+        for name in [MANIFEST_FILE, RECORDS_FILE, EPOCHS_FILE, POINTS_FILE] {
+            assert_eq!(
+                std::fs::read_to_string(dir.path().join(name)).unwrap(),
+                "kept",
+                "{name} is not cleared"
+            );
+        }
+        // Read at epoch 2, then the run checkpoints epoch 2 and points of
+        // epoch 2 are final: a stale cut back would drop them.
+        std::fs::write(
+            dir.path().join(CHECKPOINT_FILE),
+            r#"{"state": {"next_epoch": 3}}"#,
+        )
+        .unwrap();
+        let error = RunSession::open(dir.path(), true, Some(2)).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("said next epoch 2 when read, next epoch 3"),
+            "{error}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(POINTS_FILE)).unwrap(),
+            "kept"
+        );
+        // The same command again reads the checkpoint as it is now.
+        let now = checkpointed_next_epoch(dir.path()).unwrap();
+        assert_eq!(now, Some(3));
     }
 
     #[test]
