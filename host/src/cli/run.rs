@@ -22,7 +22,9 @@ use crate::harness::items_file::{FileSeeds, load_items_file};
 use crate::harness::manifest::{HostInfo, Invocation, ManifestAdapter};
 use crate::harness::queue::branch_id;
 use crate::harness::run_dir::SideWriteCheck;
-use crate::harness::run_session::{RunSession, SessionError, check_out_dir, check_resume};
+use crate::harness::run_session::{
+    RunSession, SessionError, check_out_dir, check_resume, unfinished_record_count,
+};
 use crate::harness::summary::{SummaryAdapter, SummaryHost};
 use crate::harness::{ArmConfig, ArmError, ArmSummary, RunDir, VariantCatalog, runtime_signature};
 use crate::replay::Fidelity;
@@ -126,7 +128,20 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let resumed_at = if args.resume {
         // Refuse an incompatible resume before anything is written.
         let signature = runtime_signature(&arm, protocols, catalog.is_some());
-        check_resume(&args.out, &signature, &loaded.config().dirs).map_err(session_error)?
+        let resumed_at =
+            check_resume(&args.out, &signature, &loaded.config().dirs).map_err(session_error)?;
+        if resumed_at.is_none() {
+            let discarded = unfinished_record_count(&args.out);
+            super::complain(
+                "warning: ",
+                &format!(
+                    "{} never finished an epoch (no checkpoint.json): --resume starts it over \
+                     from epoch 0, discarding the {discarded} record(s) of its unfinished first epoch",
+                    args.out.display()
+                ),
+            );
+        }
+        resumed_at
     } else {
         None
     };

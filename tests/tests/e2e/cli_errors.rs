@@ -390,3 +390,48 @@ fn limits_out_of_bounds_are_named_with_their_bound_at_every_flag() {
         assert!(!out.exists(), "{flag} {value}: nothing written");
     }
 }
+
+#[test]
+fn run_refuses_an_out_that_is_a_link_a_file_or_a_directory_of_other_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "items.jsonl",
+        &[json!({"item_id": "a", "text": "one two"})],
+    );
+    let elsewhere = tempfile::tempdir().unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
+    let crowded = dir.path().join("crowded");
+    std::fs::create_dir(&crowded).unwrap();
+    std::fs::write(crowded.join("passwd"), "root:x:0:0").unwrap();
+    for (out, says) in [
+        (&link, "is a symbolic link (to "),
+        (&items, "exists and is not a directory"),
+        (
+            &crowded,
+            "is not empty and holds no run (passwd is not a file sandloop writes)",
+        ),
+    ] {
+        let output = run(&[
+            "run",
+            "--adapter",
+            HELLO_ADAPTER,
+            "--items",
+            s(&items),
+            "--out",
+            s(out),
+        ]);
+        assert_exit(&output, 2, &[says]);
+    }
+    assert_eq!(
+        std::fs::read_dir(elsewhere.path()).unwrap().count(),
+        0,
+        "nothing written through the link"
+    );
+    assert_eq!(
+        std::fs::read_dir(&crowded).unwrap().count(),
+        1,
+        "nothing written among other files"
+    );
+}

@@ -806,3 +806,55 @@ fn replay_takes_the_item_as_it_ran_in_the_epoch_asked_for() {
         &["has no record in epoch 3; it ran in epoch 1, 2"],
     );
 }
+
+/// `sandloop ARGS` run with no file allowed to grow past `max_file_bytes`
+/// (RLIMIT_FSIZE, SIGXFSZ ignored): every write past it fails with `EFBIG`
+/// after writing what fits, as a disk that fills mid-line does.
+fn with_file_size_limit(args: &[&str], max_file_bytes: u64) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut command = sandloop();
+    command.args(args);
+    // SAFETY: between fork and exec the closure calls only setrlimit and
+    // signal, both async-signal-safe, and allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let limit = libc::rlimit {
+                rlim_cur: max_file_bytes,
+                rlim_max: max_file_bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command.output().expect("spawn sandloop")
+}
+
+#[test]
+fn a_replay_whose_line_does_not_fit_on_disk_leaves_no_half_line_and_the_report_still_draws() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, _, _) = probe_run(dir.path(), &[("honest", &[])]);
+    let replays = out.join("replays.jsonl");
+    replay_report(&out, "honest");
+    let before = std::fs::read(&replays).unwrap();
+
+    // Room for a few bytes of the next line only.
+    let output = with_file_size_limit(
+        &["replay", "--run", s(&out), "--item", "honest"],
+        before.len() as u64 + 16,
+    );
+    assert_exit(&output, 1, &["cannot write", "replays.jsonl"]);
+    assert_eq!(
+        std::fs::read(&replays).unwrap(),
+        before,
+        "the failed write was cut back"
+    );
+
+    let page = dir.path().join("report.html");
+    let output = run(&["report", s(&out), "--out", s(&page)]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    replay_report(&out, "honest");
+    assert_eq!(jsonl(&replays).len(), 2);
+}

@@ -258,6 +258,12 @@ fn a_run_that_failed_before_its_first_checkpoint_says_why_and_starts_over_on_res
     let output = run(&resume);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     assert!(
+        stderr(&output)
+            .contains("never finished an epoch (no checkpoint.json): --resume starts it over"),
+        "starting over is said, not silent: {}",
+        stderr(&output)
+    );
+    assert!(
         !out.join("failure.json").exists(),
         "the failure is cleared by a successful resume"
     );
@@ -323,6 +329,46 @@ fn a_damaged_run_directory_is_refused_and_left_exactly_as_it_was() {
         stderr(&output)
     );
     assert_eq!(snapshot(&out), before, "nothing written");
+}
+
+#[test]
+fn a_resume_of_a_run_whose_checkpoint_is_gone_is_refused_and_keeps_its_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "items.jsonl",
+        &[
+            json!({"item_id": "a", "text": "one two three"}),
+            json!({"item_id": "b", "text": "four"}),
+        ],
+    );
+    let out = dir.path().join("out");
+    let base = [
+        "run",
+        "--adapter",
+        sandloop_tests::HELLO_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+    ];
+    assert_eq!(code(&run(&base)), 0);
+    std::fs::remove_file(out.join("checkpoint.json")).unwrap();
+    let kept = std::fs::read(out.join("records.jsonl")).unwrap();
+    assert!(!kept.is_empty());
+    let mut resume = base.to_vec();
+    resume.extend(["--resume", "--epochs", "2"]);
+    let output = run(&resume);
+    assert_exit(
+        &output,
+        2,
+        &[
+            "has no checkpoint.json but holds a summary.json",
+            "nothing was changed",
+        ],
+    );
+    assert_eq!(std::fs::read(out.join("records.jsonl")).unwrap(), kept);
+    assert!(out.join("summary.json").exists());
 }
 
 #[test]

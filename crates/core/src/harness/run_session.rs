@@ -29,7 +29,7 @@ use super::run_files::{
     SUMMARY_FILE, read_run_file, write_run_file,
 };
 use crate::dir_grant::DirGrant;
-use crate::dir_lock::{DirLock, DirLockError, Holder, lock_dir};
+use crate::dir_lock::{DirLock, DirLockError, Holder, LOCK_FILENAME, lock_dir};
 use crate::replay::durable::{DurableError, POINTS_FILE, STATES_DIR, cut_back_points};
 
 /// Files whose presence means a directory already holds a run.
@@ -51,11 +51,15 @@ pub enum SessionError {
     Io(String),
 }
 
-/// Refuse a fresh run into `out` when it holds one; require one to resume.
+/// Refuse a fresh run into `out` when it holds one, or when it holds files
+/// no run writes (a run never mixes its files with others); require a run
+/// to resume. `out` must be a directory or missing, never a symbolic link.
 ///
 /// # Errors
-/// [`SessionError::Refused`] naming the directory and the files found.
+/// [`SessionError::Refused`] naming the directory and the files found, the
+/// first foreign entry, or the link and its target.
 pub fn check_out_dir(out: &Path, resume: bool) -> Result<(), SessionError> {
+    check_out_entry(out)?;
     let found: Vec<&str> = RUN_FILES
         .iter()
         .copied()
@@ -74,8 +78,78 @@ pub fn check_out_dir(out: &Path, resume: bool) -> Result<(), SessionError> {
             out.display(),
             found.join(", ")
         )));
+    } else if let Some(foreign) = first_foreign_entry(out)? {
+        return Err(SessionError::Refused(format!(
+            "{} is not empty and holds no run ({} is not a file sandloop writes): a run never \
+             writes among other files; choose an empty or new --out",
+            out.display(),
+            foreign
+        )));
     }
     Ok(())
+}
+
+/// Refuse an `out` that is a symbolic link (a run's files would land where
+/// the link points, which the operator did not name) or that exists as
+/// anything but a directory.
+fn check_out_entry(out: &Path) -> Result<(), SessionError> {
+    match std::fs::symlink_metadata(out) {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(SessionError::Refused(format!(
+            "cannot read {}: {error}",
+            out.display()
+        ))),
+        Ok(meta) if meta.file_type().is_symlink() => {
+            let target = std::fs::read_link(out)
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|_| "?".into());
+            Err(SessionError::Refused(format!(
+                "{} is a symbolic link (to {target}): a run writes only into the directory it \
+                 is given; pass the real path as --out",
+                out.display()
+            )))
+        }
+        Ok(meta) if !meta.is_dir() => Err(SessionError::Refused(format!(
+            "{} exists and is not a directory; --out names the run's directory",
+            out.display()
+        ))),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Names a run writes in its directory (besides [`RUN_FILES`]): a
+/// directory holding only these, left by a run that stopped before its
+/// manifest, may take a new run.
+const RUN_LEFTOVERS: &[&str] = &[
+    EPOCHS_FILE,
+    FAILURE_FILE,
+    POINTS_FILE,
+    LOCK_FILENAME,
+    "traces",
+    "adapter-output",
+    STATES_DIR,
+];
+
+/// The first entry of the existing directory `out` that no run writes,
+/// `None` for a new, empty or leftover-only directory.
+fn first_foreign_entry(out: &Path) -> Result<Option<String>, SessionError> {
+    let entries = match std::fs::read_dir(out) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => {
+            return Err(SessionError::Refused(format!(
+                "cannot list {}: {error}",
+                out.display()
+            )));
+        }
+    };
+    let mut foreign: Vec<String> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| !RUN_LEFTOVERS.contains(&name.as_str()))
+        .collect();
+    foreign.sort();
+    Ok(foreign.into_iter().next())
 }
 
 /// What a resume may continue from: the first epoch to run, when the run
@@ -95,6 +169,7 @@ pub fn check_resume(
     grant_check::check_unchanged(&out.join(MANIFEST_FILE), dirs).map_err(SessionError::Refused)?;
     let checkpoint = out.join(CHECKPOINT_FILE);
     if !checkpoint.is_file() {
+        refuse_lost_checkpoint(out)?;
         return Ok(None);
     }
     let state = load_arm_checkpoint(&checkpoint, signature)
@@ -115,6 +190,40 @@ pub fn check_resume(
         }
     }
     Ok(Some(state.next_epoch))
+}
+
+/// Refuse to start over a run without `checkpoint.json` that finished an
+/// epoch: its checkpoint was lost (deleted, or never written), and starting
+/// over would discard every record it holds. A run that never finished an
+/// epoch (no `summary.json`, no complete line in `epochs.jsonl`) may start
+/// over: nothing checkpointed is lost.
+fn refuse_lost_checkpoint(out: &Path) -> Result<(), SessionError> {
+    let finished_epochs = std::fs::read(out.join(EPOCHS_FILE))
+        .map(|bytes| bytes.iter().filter(|&&b| b == b'\n').count())
+        .unwrap_or(0);
+    let summarised = out.join(SUMMARY_FILE).exists();
+    if finished_epochs == 0 && !summarised {
+        return Ok(());
+    }
+    let what = if summarised {
+        format!("a {SUMMARY_FILE}")
+    } else {
+        format!("{finished_epochs} finished epoch(s) in {EPOCHS_FILE}")
+    };
+    Err(SessionError::Refused(format!(
+        "--resume: {} has no {CHECKPOINT_FILE} but holds {what}: its checkpoint is lost, and \
+         starting over would discard its records; nothing was changed (restore {CHECKPOINT_FILE}, \
+         or start a new run with another --out)",
+        out.display()
+    )))
+}
+
+/// How many records `out`'s `records.jsonl` holds (complete lines): what a
+/// resume of a run that never finished an epoch discards.
+pub fn unfinished_record_count(out: &Path) -> usize {
+    std::fs::read(out.join(RECORDS_FILE))
+        .map(|bytes| bytes.iter().filter(|&&b| b == b'\n').count())
+        .unwrap_or(0)
 }
 
 /// The `state.next_epoch` of `out`'s checkpoint, `None` without one: what
@@ -436,5 +545,66 @@ mod tests {
         session.record_failure("disk full");
         let failure: RunFailure = read_run_file(&dir.path().join(FAILURE_FILE)).unwrap();
         assert_eq!(failure, RunFailure::new("disk full"));
+    }
+
+    #[test]
+    fn a_fresh_run_refuses_a_directory_of_other_files_a_link_and_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // Leftovers of a run that stopped before its manifest are fine.
+        std::fs::write(dir.path().join(LOCK_FILENAME), "").unwrap();
+        std::fs::create_dir(dir.path().join("traces")).unwrap();
+        check_out_dir(dir.path(), false).unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+        let error = check_out_dir(dir.path(), false).unwrap_err().to_string();
+        assert!(
+            error.contains("is not empty and holds no run (notes.txt"),
+            "{error}"
+        );
+
+        let target = tempfile::tempdir().unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(target.path(), &link).unwrap();
+        for resume in [false, true] {
+            let error = check_out_dir(&link, resume).unwrap_err().to_string();
+            assert!(error.contains("is a symbolic link (to "), "{error}");
+        }
+        let file = dir.path().join("notes.txt");
+        let error = check_out_dir(&file, false).unwrap_err().to_string();
+        assert!(error.contains("exists and is not a directory"), "{error}");
+    }
+
+    #[test]
+    fn a_resume_without_a_checkpoint_refuses_a_run_that_finished_an_epoch() {
+        let signature = RuntimeSignature {
+            arm_key: "main".into(),
+            adapter_type: "component:sha256:abc".into(),
+            worker_count: 1,
+            frontier_max_lanes: 0,
+            variant_catalog_enabled: false,
+            item_failure_policy: crate::episode::policy::FailurePolicy::Record,
+            episode_mode: None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(RECORDS_FILE), "{}\n{}\n").unwrap();
+        std::fs::write(dir.path().join(EPOCHS_FILE), "").unwrap();
+        assert_eq!(check_resume(dir.path(), &signature, &[]).unwrap(), None);
+        assert_eq!(unfinished_record_count(dir.path()), 2);
+
+        std::fs::write(dir.path().join(EPOCHS_FILE), "{}\n").unwrap();
+        let error = check_resume(dir.path(), &signature, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("has no checkpoint.json but holds 1 finished epoch(s)"),
+            "{error}"
+        );
+        std::fs::write(dir.path().join(EPOCHS_FILE), "").unwrap();
+        std::fs::write(dir.path().join(SUMMARY_FILE), "{}").unwrap();
+        let error = check_resume(dir.path(), &signature, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("holds a summary.json"), "{error}");
+        // Refused: nothing was changed.
+        assert_eq!(unfinished_record_count(dir.path()), 2);
     }
 }

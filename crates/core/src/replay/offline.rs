@@ -349,9 +349,12 @@ impl ReplaysFile {
 }
 
 /// Append `value` as one line, starting a new line first if the file ends
-/// in a partial one (a crash mid-write must not swallow this record).
+/// in a partial one (a crash mid-write must not swallow this record). A
+/// write that fails part way (a full disk) is cut back to the file's length
+/// before it: the log never keeps half a line this call wrote.
 ///
-/// Errors: the write failed, naming `path`.
+/// Errors: the write failed, naming `path` (and the cut back, if that
+/// failed too).
 pub fn append_line(
     file: &mut std::fs::File,
     path: &Path,
@@ -364,8 +367,16 @@ pub fn append_line(
     }
     text.extend(serde_json::to_vec(value).expect("a JSON value serialises"));
     text.push(b'\n');
-    file.write_all(&text)
-        .map_err(|error| format!("cannot write {}: {error}", path.display()))
+    let before = file
+        .metadata()
+        .map_err(|error| format!("cannot read {}: {error}", path.display()))?
+        .len();
+    file.write_all(&text).map_err(|error| {
+        let cut = file.set_len(before).err().map_or_else(String::new, |cut| {
+            format!("; cutting it back to {before} bytes failed too: {cut}")
+        });
+        format!("cannot write {}: {error}{cut}", path.display())
+    })
 }
 
 #[cfg(test)]
