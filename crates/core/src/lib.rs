@@ -22,6 +22,7 @@ pub mod harness;
 #[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]
 pub mod hostile_inputs;
+pub mod input_file;
 pub mod limits;
 pub mod replay;
 pub mod report;

@@ -262,11 +262,15 @@ async fn connect_options(
     shown: &str,
 ) -> Result<async_nats::ConnectOptions, TransportError> {
     Ok(match (&target.creds, url_credentials(&target.url)) {
-        (Some(path), None) => async_nats::ConnectOptions::with_credentials_file(path)
-            .await
-            .map_err(|error| {
-                TransportError::new(format!("reading --nats-creds {}", path.display()), error)
-            })?,
+        (Some(path), None) => {
+            // Read as an input file: a FIFO or device is refused at once
+            // instead of blocking the command.
+            let reading = || format!("reading --nats-creds {}", path.display());
+            let creds = sandloop_core::input_file::read_regular_to_string(path)
+                .map_err(|error| TransportError::new(reading(), error))?;
+            async_nats::ConnectOptions::with_credentials(&creds)
+                .map_err(|error| TransportError::new(reading(), error))?
+        }
         (Some(_), Some(_)) => {
             return Err(TransportError::new(
                 format!("connecting to {shown}"),

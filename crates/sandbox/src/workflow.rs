@@ -135,8 +135,8 @@ impl WorkflowPlugin {
         http: HttpGrant,
     ) -> Result<Self, String> {
         let shown = path.display();
-        let bytes =
-            std::fs::read(path).map_err(|error| format!("cannot read plugin {shown}: {error}"))?;
+        let bytes = sandloop_core::input_file::read_regular(path)
+            .map_err(|error| format!("cannot read plugin {shown}: {error}"))?;
         if bytes.len() < 8 || &bytes[..4] != b"\0asm" || bytes[4..8] == [1, 0, 0, 0] {
             return Err(format!("{shown} is not a WebAssembly component"));
         }

@@ -104,7 +104,7 @@ fn coordinator_error(error: CoordinatorError) -> CliError {
 
 fn init(args: LoopInitArgs) -> Result<(), CliError> {
     let template = loop_templates::find(&args.template).map_err(CliError::Input)?;
-    let bytes = std::fs::read(&args.plugin).map_err(|error| {
+    let bytes = sandloop_core::input_file::read_regular(&args.plugin).map_err(|error| {
         CliError::Input(format!(
             "cannot read --plugin {}: {error}",
             args.plugin.display()

@@ -143,7 +143,7 @@ fn from_run(run: &Path, args: &PlanArgs) -> Result<(Vec<Ranked>, Value), CliErro
 }
 
 fn read_text(path: &Path) -> Result<String, CliError> {
-    std::fs::read_to_string(path)
+    sandloop_core::input_file::read_regular_to_string(path)
         .map_err(|error| input(format!("cannot read {}: {error}", path.display())))
 }
 

@@ -70,7 +70,7 @@ pub(super) fn open_dispatcher(
     let Some(url) = &args.nats else {
         return Ok(None);
     };
-    let component = std::fs::read(&args.adapter).map_err(|error| {
+    let component = sandloop_core::input_file::read_regular(&args.adapter).map_err(|error| {
         CliError::Failed(format!("reading {}: {error}", args.adapter.display()))
     })?;
     let sha256 = crate::distributed::transport::sha256_hex(&component);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::*;
-use sandloop_tests::{HELLO_ADAPTER, LOOP_STEPS};
+use sandloop_tests::{HELLO_ADAPTER, LOOP_STEPS, MARKDOWN_EXPLORER};
 
 /// `sandloop ARGS` with its stdout on `/dev/full`, where every write fails
 /// with `ENOSPC`.
@@ -239,4 +239,82 @@ fn loop_init_writes_no_file_through_a_dangling_link() {
     let output = run(&["loop", "init", "--repo", s(&repo), "--plugin", LOOP_STEPS]);
     assert_exit(&output, 2, &[&format!("{} is a symbolic link", s(&link))]);
     assert!(!dir.path().join("elsewhere.toml").exists());
+}
+
+#[test]
+fn a_fifo_given_as_an_input_file_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = hello_items(dir.path());
+    let fifo = dir.path().join("input.fifo");
+    mkfifo(&fifo);
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let out = dir.path().join("out");
+    let docs = format!(
+        "{}::/docs:ro",
+        s(&workspace_file("examples/markdown-explorer/sample-docs"))
+    );
+    let cases: [(&str, Vec<&str>); 5] = [
+        (
+            "run --adapter",
+            vec![
+                "run",
+                "--adapter",
+                s(&fifo),
+                "--items",
+                s(&items),
+                "--out",
+                s(&out),
+            ],
+        ),
+        (
+            "run --variants",
+            vec![
+                "run",
+                "--adapter",
+                MARKDOWN_EXPLORER,
+                "--dir",
+                &docs,
+                "--variants",
+                s(&fifo),
+                "--out",
+                s(&out),
+            ],
+        ),
+        ("inspect", vec!["inspect", s(&fifo)]),
+        (
+            "loop init --plugin",
+            vec!["loop", "init", "--repo", s(&repo), "--plugin", s(&fifo)],
+        ),
+        (
+            "nats status --nats-creds",
+            vec![
+                "nats",
+                "status",
+                "--nats",
+                "nats://127.0.0.1:1",
+                "--nats-creds",
+                s(&fifo),
+            ],
+        ),
+    ];
+    for (what, args) in cases {
+        let mut command = KillOnDrop(
+            sandloop()
+                .args(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn sandloop"),
+        );
+        let exit = command.wait_within(Duration::from_secs(60), what);
+        let mut said = String::new();
+        std::io::Read::read_to_string(&mut command.0.stderr.take().unwrap(), &mut said).unwrap();
+        assert_ne!(exit, 0, "{what}: {said}");
+        assert!(
+            said.contains("is a FIFO (named pipe), not a regular file") && said.contains(s(&fifo)),
+            "{what}: {said}"
+        );
+    }
+    assert!(!out.exists(), "nothing written");
 }

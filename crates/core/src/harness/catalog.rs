@@ -221,7 +221,7 @@ fn validate_catalog(path: &Path, payload: Value) -> Result<Vec<Item>, CatalogErr
 
 /// Reads, parses and validates a catalog file.
 fn parse_specs(path: &Path) -> Result<Vec<Item>, CatalogError> {
-    let bytes = fs::read(path).map_err(|source| CatalogError::Read {
+    let bytes = crate::input_file::read_regular(path).map_err(|source| CatalogError::Read {
         path: path.to_owned(),
         source,
     })?;

@@ -295,10 +295,11 @@ pub fn examine(
     config: Arc<SandboxConfig>,
 ) -> Result<Examined, LoadError> {
     let shown = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-        path: shown.clone(),
-        source,
-    })?;
+    let bytes =
+        sandloop_core::input_file::read_regular(path).map_err(|source| LoadError::Read {
+            path: shown.clone(),
+            source,
+        })?;
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
         return Err(LoadError::NotWasm { path: shown });
     }

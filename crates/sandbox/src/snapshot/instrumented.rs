@@ -151,10 +151,12 @@ impl Instrumented {
     /// as [`Instrumented::new`] (a file changed since it was loaded is
     /// [`SnapshotError::NotTheLoadedComponent`]).
     pub fn load(original: &LoadedAdapter) -> Result<Instrumented, SnapshotError> {
-        let bytes = std::fs::read(&original.info.path).map_err(|error| SnapshotError::Read {
-            component: original.info.path.clone(),
-            message: error.to_string(),
-        })?;
+        let bytes =
+            sandloop_core::input_file::read_regular(std::path::Path::new(&original.info.path))
+                .map_err(|error| SnapshotError::Read {
+                    component: original.info.path.clone(),
+                    message: error.to_string(),
+                })?;
         Instrumented::new(original, bytes)
     }
 

@@ -210,7 +210,7 @@ impl CounterfactualHypothesis {
                 "{size} bytes; a hypothesis is at most {MAX_HYPOTHESIS_BYTES} bytes"
             )));
         }
-        let text = std::fs::read_to_string(path)
+        let text = crate::input_file::read_regular_to_string(path)
             .map_err(|error| whole(format!("cannot read the hypothesis: {error}")))?;
         Self::parse(&text, path)
     }
