@@ -90,6 +90,13 @@ impl NatsServer {
         self.wait_listening();
     }
 
+    #[allow(dead_code, reason = "the e2e tests stop a server; the bench does not")]
+    /// Kills the server (as `kill -9`) and leaves it down.
+    pub fn kill(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+
     /// Waits until the server listens, at most 10 s.
     fn wait_listening(&self) {
         let started = Instant::now();

@@ -580,6 +580,16 @@ async fn roll_call(connection: &Connection, spec: &RunSpec) -> Result<Vec<Worker
             return Err(unmet(&hellos, &spec.needs, &spec.env));
         }
         if Instant::now() >= deadline {
+            // No answer from a server this client is not connected to says
+            // nothing about the workers: name the server instead.
+            if connection.client.connection_state() != async_nats::connection::State::Connected {
+                return Err(format!(
+                    "lost the connection to the NATS server at {} and could not reach it again \
+                     within {} s: no worker could be asked (is the server running?)",
+                    connection.url,
+                    spec.worker_wait.as_secs()
+                ));
+            }
             return Err(format!(
                 "no sandloop worker answered on {} within {} s; start one with `sandloop worker \
                  --nats {}`",

@@ -271,6 +271,34 @@ fn a_run_outlives_its_server_restarting_and_writes_the_records_of_an_undisturbed
 }
 
 #[test]
+fn a_run_whose_server_stays_down_names_the_server_not_the_workers() {
+    let mut nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let items = spin_items(dir.path(), 1);
+    let log = dir.path().join("w1.log");
+    let _worker = worker(&nats, "w1", &[], &log);
+    let out = dir.path().join("run");
+    let flags = ["--nats", &nats.url, "--nats-wait", "2"];
+    let mut run = spawn_piped(&mut hostile_run(&items, &out, "5", &flags));
+    wait_for_log(&log, "running (delivery 1)", Duration::from_secs(60));
+    nats.kill();
+    let output = output_within(&mut run, Duration::from_secs(240), "the run");
+    assert_exit(
+        &output,
+        1,
+        &[
+            "lost the connection to the NATS server at",
+            "is the server running?",
+        ],
+    );
+    assert!(
+        !stderr(&output).contains("no sandloop worker answered"),
+        "the workers are not blamed: {}",
+        stderr(&output)
+    );
+}
+
+#[test]
 fn a_second_worker_of_a_name_already_serving_is_refused() {
     let nats = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
