@@ -490,13 +490,23 @@ pub enum ForkArg {
 pub struct SandboxArgs {
     /// Linear-memory limit of each linear memory of an instance, MiB (a
     /// component with several memories may use this much in each).
-    #[arg(long, value_name = "MIB", default_value_t = 512)]
+    #[arg(
+        long,
+        value_name = "MIB",
+        default_value_t = 512,
+        allow_negative_numbers = true
+    )]
     pub max_memory: u64,
     /// Deadline for one adapter call, seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 60.0,
+        allow_negative_numbers = true
+    )]
     pub call_timeout: f64,
     /// Fuel per adapter call (instruction budget); off when not given.
-    #[arg(long, value_name = "UNITS")]
+    #[arg(long, value_name = "UNITS", allow_negative_numbers = true)]
     pub fuel: Option<u64>,
     /// Grant a host directory to the guest (repeatable): HOST::GUEST is
     /// read-write, HOST::GUEST:ro read-only; GUEST is an absolute guest
@@ -507,11 +517,16 @@ pub struct SandboxArgs {
     #[arg(long = "env", value_name = "NAME")]
     pub env: Vec<String>,
     /// Largest JSON text accepted from one adapter call, bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = 8 << 20)]
+    #[arg(long, value_name = "BYTES", default_value_t = 8 << 20, allow_negative_numbers = true)]
     pub max_output: usize,
     /// Files and directories one instance may hold open through its
     /// grants at once; one more open fails inside the guest.
-    #[arg(long, value_name = "N", default_value_t = crate::sandbox::guarded_open::DEFAULT_MAX_OPEN_FILES)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::sandbox::guarded_open::DEFAULT_MAX_OPEN_FILES,
+        allow_negative_numbers = true
+    )]
     pub max_open_files: usize,
     /// Directory for compiled components (default: $SANDLOOP_CACHE_DIR,
     /// $XDG_CACHE_HOME/sandloop or ~/.cache/sandloop).
@@ -545,7 +560,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub epochs: u32,
     /// Wall-clock budget, minutes; no budget when not given.
-    #[arg(long, value_name = "MINUTES")]
+    #[arg(long, value_name = "MINUTES", allow_negative_numbers = true)]
     pub budget_minutes: Option<f64>,
     /// Queue worker lanes, each with its own sandboxed instance.
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -597,7 +612,7 @@ pub struct RunArgs {
     pub nats_creds: Option<PathBuf>,
     /// With --nats: how long to wait for a worker offering the run's guest
     /// paths to answer before giving up, seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    #[arg(long, value_name = "SECS", default_value_t = 30, requires = "nats")]
     pub nats_wait: u64,
     /// Limits and grants for every instance.
     #[command(flatten)]

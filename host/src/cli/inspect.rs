@@ -101,6 +101,7 @@ pub fn inspect(args: InspectArgs) -> Result<(), CliError> {
     if args.no_cache {
         config.cache_dir = None;
     } else if let Some(dir) = args.cache_dir {
+        super::check_cache_flag(Some(&dir))?;
         config.cache_dir = Some(dir);
     }
     let (engine, config) = open_sandbox(config)?;

@@ -27,6 +27,18 @@ use crate::step::{PluginSpec, StepExecutor};
 
 /// Run a `sandloop loop` command.
 pub fn run(command: LoopCommand) -> Result<(), CliError> {
+    // `init` and `token` may make a new repository's directory; the others
+    // work in an existing one.
+    let existing = match &command {
+        LoopCommand::Init(_) | LoopCommand::Token(_) => None,
+        LoopCommand::Run(args) => Some(&args.repo),
+        LoopCommand::Serve(args) => Some(&args.repo),
+        LoopCommand::Worker(args) => Some(&args.repo),
+        LoopCommand::Status(args) | LoopCommand::Stop(args) => Some(&args.repo),
+    };
+    if let Some(repo) = existing {
+        check_repo(repo)?;
+    }
     match command {
         LoopCommand::Init(args) => init(args),
         LoopCommand::Run(args) => run_loop(args),
@@ -35,6 +47,22 @@ pub fn run(command: LoopCommand) -> Result<(), CliError> {
         LoopCommand::Status(args) => status(args),
         LoopCommand::Stop(args) => stop(args),
         LoopCommand::Token(args) => token(args),
+    }
+}
+
+/// Refuse a `--repo` that is not an existing directory, naming it, before
+/// a command that works inside one looks for its files.
+fn check_repo(repo: &Path) -> Result<(), CliError> {
+    match std::fs::metadata(repo) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(CliError::Input(format!(
+            "--repo {}: not a directory",
+            repo.display()
+        ))),
+        Err(error) => Err(CliError::Input(format!(
+            "--repo {}: {error}",
+            repo.display()
+        ))),
     }
 }
 
@@ -259,6 +287,7 @@ fn report_start(coordinator: &Coordinator, resume: bool) {
 fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
     let repo = &args.repo;
     let _lock = lock_coordinator(repo)?;
+    super::check_cache_flag(args.cache_dir.as_deref())?;
     let cache = args
         .cache_dir
         .clone()
@@ -453,6 +482,7 @@ fn worker(args: LoopWorkerArgs) -> Result<(), CliError> {
         token: read_token(args.token_file.as_deref())?,
         ca_file: args.ca_file.clone(),
     };
+    super::check_cache_flag(args.cache_dir.as_deref())?;
     let cache = args
         .cache_dir
         .clone()

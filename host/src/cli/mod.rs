@@ -101,6 +101,22 @@ pub(crate) fn complain(prefix: &str, message: &str) {
     let _ = writeln!(std::io::stderr(), "{prefix}{}", for_terminal(message));
 }
 
+/// Refuse a `--cache-dir` that exists as anything but a directory: the
+/// cache would be skipped without a word (a cache that cannot be written
+/// otherwise never fails a command).
+///
+/// # Errors
+/// [`CliError::Input`] naming the flag and the path.
+pub(crate) fn check_cache_flag(dir: Option<&std::path::Path>) -> Result<(), CliError> {
+    match dir.map(std::fs::metadata) {
+        Some(Ok(meta)) if !meta.is_dir() => Err(CliError::Input(format!(
+            "--cache-dir {}: not a directory (compiled components are kept in one)",
+            dir.expect("checked").display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Start the engine for `config`.
 pub(crate) fn open_sandbox(
     config: SandboxConfig,

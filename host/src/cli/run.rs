@@ -68,6 +68,7 @@ pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxCo
     if args.no_cache {
         config.cache_dir = None;
     } else if let Some(dir) = &args.cache_dir {
+        super::check_cache_flag(Some(dir))?;
         config.cache_dir = Some(dir.clone());
     }
     Ok(config)

@@ -9,7 +9,6 @@
 //! seed can get several variants in one epoch.
 
 use std::collections::{BTreeSet, HashMap};
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
