@@ -194,15 +194,17 @@ pub fn check_resume(
 
 /// Refuse to start over a run without `checkpoint.json` that finished an
 /// epoch: its checkpoint was lost (deleted, or never written), and starting
-/// over would discard every record it holds. A run that never finished an
-/// epoch (no `summary.json`, no complete line in `epochs.jsonl`) may start
-/// over: nothing checkpointed is lost.
+/// over would discard every record it holds. A run without `summary.json`
+/// and with at most one line in `epochs.jsonl` (its line may be written
+/// before its checkpoint) may start over.
 fn refuse_lost_checkpoint(out: &Path) -> Result<(), SessionError> {
     let finished_epochs = std::fs::read(out.join(EPOCHS_FILE))
         .map(|bytes| bytes.iter().filter(|&&b| b == b'\n').count())
         .unwrap_or(0);
     let summarised = out.join(SUMMARY_FILE).exists();
-    if finished_epochs == 0 && !summarised {
+    // The last epoch's line may precede its checkpoint (a run failing in
+    // between): only a second line, or a summary, proves one was written.
+    if finished_epochs < 2 && !summarised {
         return Ok(());
     }
     let what = if summarised {
@@ -591,11 +593,13 @@ mod tests {
         assert_eq!(unfinished_record_count(dir.path()), 2);
 
         std::fs::write(dir.path().join(EPOCHS_FILE), "{}\n").unwrap();
+        assert_eq!(check_resume(dir.path(), &signature, &[]).unwrap(), None);
+        std::fs::write(dir.path().join(EPOCHS_FILE), "{}\n{}\n").unwrap();
         let error = check_resume(dir.path(), &signature, &[])
             .unwrap_err()
             .to_string();
         assert!(
-            error.contains("has no checkpoint.json but holds 1 finished epoch(s)"),
+            error.contains("has no checkpoint.json but holds 2 finished epoch(s)"),
             "{error}"
         );
         std::fs::write(dir.path().join(EPOCHS_FILE), "").unwrap();
