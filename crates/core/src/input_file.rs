@@ -3,7 +3,7 @@
 //! device or a directory given by mistake is refused at once instead of
 //! blocking the command on a writer that never comes or reading forever.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, FileType, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
@@ -17,7 +17,7 @@ use std::path::Path;
 /// # Errors
 /// The open or read error; for anything but a regular file an
 /// [`io::ErrorKind::InvalidInput`] error saying what it is, e.g. "is a
-/// FIFO (named pipe), not a regular file". Callers name the path.
+/// FIFO, not a regular file" ([`irregular_kind`]). Callers name the path.
 pub fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
     let mut file = open_regular_input(path)?;
     let mut bytes = Vec::new();
@@ -44,26 +44,37 @@ pub fn open_regular_input(path: &Path) -> io::Result<File> {
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
-    let kind = file.metadata()?.file_type();
-    let what = if kind.is_file() {
-        return Ok(file);
-    } else if kind.is_dir() {
+    match irregular_kind(file.metadata()?.file_type()) {
+        None => Ok(file),
+        Some(kind) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("is {kind}, not a regular file"),
+        )),
+    }
+}
+
+/// What a file of `file_type` is when it is not a regular file, as
+/// messages name it ("a directory", "a FIFO", "a socket", "a character
+/// device", "a block device", "a symbolic link", "of an unknown kind");
+/// `None` for a regular file.
+pub fn irregular_kind(file_type: FileType) -> Option<&'static str> {
+    Some(if file_type.is_file() {
+        return None;
+    } else if file_type.is_dir() {
         "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if kind.is_socket() {
+    } else if file_type.is_symlink() {
+        "a symbolic link"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
         "a socket"
-    } else if kind.is_char_device() {
+    } else if file_type.is_char_device() {
         "a character device"
-    } else if kind.is_block_device() {
+    } else if file_type.is_block_device() {
         "a block device"
     } else {
         "of an unknown kind"
-    };
-    Err(io::Error::new(
-        io::ErrorKind::InvalidInput,
-        format!("is {what}, not a regular file"),
-    ))
+    })
 }
 
 #[cfg(test)]
@@ -79,10 +90,7 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
         let error = read_regular(&fifo).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
-        assert_eq!(
-            error.to_string(),
-            "is a FIFO (named pipe), not a regular file"
-        );
+        assert_eq!(error.to_string(), "is a FIFO, not a regular file");
         let error = read_regular(dir.path()).unwrap_err();
         assert_eq!(error.to_string(), "is a directory, not a regular file");
         let error = read_regular(Path::new("/dev/null")).unwrap_err();

@@ -285,9 +285,9 @@ fn report_start(coordinator: &Coordinator, resume: bool) {
 }
 
 fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
+    super::check_cache_flag(args.cache_dir.as_deref())?;
     let repo = &args.repo;
     let _lock = lock_coordinator(repo)?;
-    super::check_cache_flag(args.cache_dir.as_deref())?;
     let cache = args
         .cache_dir
         .clone()

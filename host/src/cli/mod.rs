@@ -108,11 +108,13 @@ pub(crate) fn complain(prefix: &str, message: &str) {
 /// # Errors
 /// [`CliError::Input`] naming the flag and the path.
 pub(crate) fn check_cache_flag(dir: Option<&std::path::Path>) -> Result<(), CliError> {
-    match dir.map(std::fs::metadata) {
-        Some(Ok(meta)) if !meta.is_dir() => Err(CliError::Input(format!(
-            "--cache-dir {}: not a directory (compiled components are kept in one)",
-            dir.expect("checked").display()
-        ))),
+    match dir {
+        Some(dir) if std::fs::metadata(dir).is_ok_and(|meta| !meta.is_dir()) => {
+            Err(CliError::Input(format!(
+                "--cache-dir {}: not a directory (compiled components are kept in one)",
+                dir.display()
+            )))
+        }
         _ => Ok(()),
     }
 }

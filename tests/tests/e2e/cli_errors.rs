@@ -413,16 +413,7 @@ fn run_refuses_an_out_that_is_a_link_a_file_or_a_directory_of_other_files() {
             "is not empty and holds no run (passwd is not a file sandloop writes)",
         ),
     ] {
-        let output = run(&[
-            "run",
-            "--adapter",
-            HELLO_ADAPTER,
-            "--items",
-            s(&items),
-            "--out",
-            s(out),
-        ]);
-        assert_exit(&output, 2, &[says]);
+        assert_exit(&run_hello(&items, out, &[]), 2, &[says]);
     }
     assert_eq!(
         std::fs::read_dir(elsewhere.path()).unwrap().count(),
@@ -448,57 +439,31 @@ fn flags_that_cannot_work_are_named_before_anything_runs() {
     let not_a_dir = dir.path().join("cache-file");
     std::fs::write(&not_a_dir, "").unwrap();
     let missing_repo = dir.path().join("no-repo");
-    let base = [
-        "run",
-        "--adapter",
-        HELLO_ADAPTER,
-        "--items",
-        s(&items),
-        "--out",
-        s(&out),
-    ];
-    let with = |extra: &[&'static str]| -> Vec<String> {
-        base.iter()
-            .chain(extra)
-            .map(|part| (*part).to_owned())
-            .collect()
-    };
-    let cases: Vec<(Vec<String>, &str)> = vec![
+    let cases: [(&[&str], &str); 5] = [
         // A negative number reaches sandloop's own check, not clap's "unexpected argument".
         (
-            with(&["--call-timeout", "-1"]),
+            &["--call-timeout", "-1"],
             "--call-timeout must be between 0.01 seconds",
         ),
         (
-            with(&["--max-memory", "-1"]),
+            &["--max-memory", "-1"],
             "invalid value '-1' for '--max-memory <MIB>'",
         ),
         (
-            with(&["--budget-minutes", "-2"]),
+            &["--budget-minutes", "-2"],
             "--budget-minutes must be a positive number",
         ),
-        (with(&["--nats-wait", "5"]), "--nats <URL>"),
+        (&["--nats-wait", "5"], "--nats <URL>"),
         (
-            base.iter()
-                .map(|part| (*part).to_owned())
-                .chain(["--cache-dir".to_owned(), s(&not_a_dir).to_owned()])
-                .collect(),
+            &["--cache-dir", s(&not_a_dir)],
             "not a directory (compiled components are kept in one)",
         ),
-        (
-            vec![
-                "loop".into(),
-                "run".into(),
-                "--repo".into(),
-                s(&missing_repo).into(),
-            ],
-            "--repo ",
-        ),
     ];
-    for (args, says) in cases {
-        let output = sandloop().args(&args).output().unwrap();
-        assert_exit(&output, 2, &[says]);
+    for (extra, says) in cases {
+        assert_exit(&run_hello(&items, &out, extra), 2, &[says]);
     }
+    let output = run(&["loop", "run", "--repo", s(&missing_repo)]);
+    assert_exit(&output, 2, &["--repo "]);
     assert!(!out.exists(), "nothing written");
     assert!(!missing_repo.exists(), "no repository made by loop run");
 }

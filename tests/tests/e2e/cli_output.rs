@@ -312,7 +312,7 @@ fn a_fifo_given_as_an_input_file_is_refused_at_once() {
         std::io::Read::read_to_string(&mut command.0.stderr.take().unwrap(), &mut said).unwrap();
         assert_ne!(exit, 0, "{what}: {said}");
         assert!(
-            said.contains("is a FIFO (named pipe), not a regular file") && said.contains(s(&fifo)),
+            said.contains("is a FIFO, not a regular file") && said.contains(s(&fifo)),
             "{what}: {said}"
         );
     }

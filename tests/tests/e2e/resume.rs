@@ -14,6 +14,22 @@ fn lines(path: &std::path::Path) -> usize {
         .unwrap_or(0)
 }
 
+/// A finished one-epoch run of the hello adapter over two items in
+/// `dir/out`: the items file and the run directory.
+fn finished_hello_run(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let items = write_items(
+        dir,
+        "items.jsonl",
+        &[
+            json!({"item_id": "a", "text": "one two three"}),
+            json!({"item_id": "b", "text": "four"}),
+        ],
+    );
+    let out = dir.join("out");
+    assert_eq!(code(&run_hello(&items, &out, &[])), 0);
+    (items, out)
+}
+
 #[test]
 fn a_run_killed_mid_epoch_resumes_with_every_record_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -283,25 +299,7 @@ fn a_run_that_failed_before_its_first_checkpoint_says_why_and_starts_over_on_res
 #[test]
 fn a_damaged_run_directory_is_refused_and_left_exactly_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
-    let items = write_items(
-        dir.path(),
-        "items.jsonl",
-        &[
-            json!({"item_id": "a", "text": "one two three"}),
-            json!({"item_id": "b", "text": "four"}),
-        ],
-    );
-    let out = dir.path().join("out");
-    let base = [
-        "run",
-        "--adapter",
-        sandloop_tests::HELLO_ADAPTER,
-        "--items",
-        s(&items),
-        "--out",
-        s(&out),
-    ];
-    assert_eq!(code(&run(&base)), 0);
+    let (items, out) = finished_hello_run(dir.path());
     let records_path = out.join("records.jsonl");
     let text = std::fs::read_to_string(&records_path).unwrap();
     std::fs::write(&records_path, &text[..text.len() / 2]).unwrap();
@@ -319,9 +317,7 @@ fn a_damaged_run_directory_is_refused_and_left_exactly_as_it_was() {
             .collect()
     };
     let before = snapshot(&out);
-    let mut resume = base.to_vec();
-    resume.extend(["--resume", "--epochs", "2"]);
-    let output = run(&resume);
+    let output = run_hello(&items, &out, &["--resume", "--epochs", "2"]);
     assert_eq!(code(&output), 2, "{}", stderr(&output));
     assert!(
         stderr(&output).contains("is damaged: records.jsonl holds"),
@@ -334,31 +330,11 @@ fn a_damaged_run_directory_is_refused_and_left_exactly_as_it_was() {
 #[test]
 fn a_resume_of_a_run_whose_checkpoint_is_gone_is_refused_and_keeps_its_records() {
     let dir = tempfile::tempdir().unwrap();
-    let items = write_items(
-        dir.path(),
-        "items.jsonl",
-        &[
-            json!({"item_id": "a", "text": "one two three"}),
-            json!({"item_id": "b", "text": "four"}),
-        ],
-    );
-    let out = dir.path().join("out");
-    let base = [
-        "run",
-        "--adapter",
-        sandloop_tests::HELLO_ADAPTER,
-        "--items",
-        s(&items),
-        "--out",
-        s(&out),
-    ];
-    assert_eq!(code(&run(&base)), 0);
+    let (items, out) = finished_hello_run(dir.path());
     std::fs::remove_file(out.join("checkpoint.json")).unwrap();
     let kept = std::fs::read(out.join("records.jsonl")).unwrap();
     assert!(!kept.is_empty());
-    let mut resume = base.to_vec();
-    resume.extend(["--resume", "--epochs", "2"]);
-    let output = run(&resume);
+    let output = run_hello(&items, &out, &["--resume", "--epochs", "2"]);
     assert_exit(
         &output,
         2,

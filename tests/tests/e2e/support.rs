@@ -89,6 +89,22 @@ pub fn write_items(dir: &Path, name: &str, lines: &[Value]) -> PathBuf {
     path
 }
 
+/// `sandloop run` of the hello adapter over the items file `items` into
+/// `out`, plus `extra` flags.
+pub fn run_hello(items: &Path, out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        "--adapter",
+        sandloop_tests::HELLO_ADAPTER,
+        "--items",
+        s(items),
+        "--out",
+        s(out),
+    ];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 /// `sandloop run` of the markdown-explorer example over its sample
 /// documents (granted read-only at `/docs`) with its variant catalog, into
 /// `out`, plus `extra` flags and the environment variables `env` (passed to

@@ -5,7 +5,7 @@
 
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -144,29 +144,18 @@ pub fn write_output_file(
 
 /// Refuses a `file_type` of `path` that is not a regular file.
 fn check_regular(path: &Path, file_type: fs::FileType) -> Result<(), OutputFileError> {
-    let kind = if file_type.is_file() {
-        return Ok(());
-    } else if file_type.is_symlink() {
+    if file_type.is_symlink() {
         return Err(OutputFileError::Link {
             path: path.to_owned(),
         });
-    } else if file_type.is_dir() {
-        "a directory"
-    } else if file_type.is_fifo() {
-        "a FIFO"
-    } else if file_type.is_socket() {
-        "a socket"
-    } else if file_type.is_char_device() {
-        "a character device"
-    } else if file_type.is_block_device() {
-        "a block device"
-    } else {
-        "of an unknown kind"
-    };
-    Err(OutputFileError::NotRegular {
-        path: path.to_owned(),
-        kind,
-    })
+    }
+    match crate::input_file::irregular_kind(file_type) {
+        None => Ok(()),
+        Some(kind) => Err(OutputFileError::NotRegular {
+            path: path.to_owned(),
+            kind,
+        }),
+    }
 }
 
 /// The directory `path` is in: its parent, `.` for a bare name.

@@ -302,18 +302,25 @@ fn scan_part(
 
 /// The lines `reader` holds (a last line without a newline counts).
 fn count_lines(reader: impl io::Read) -> io::Result<usize> {
+    let (newlines, partial) = scan_newlines(reader)?;
+    Ok(newlines + usize::from(partial))
+}
+
+/// The newlines `reader` holds, and whether it ends in a line without one;
+/// read in 1 MiB chunks, never whole.
+pub(crate) fn scan_newlines(reader: impl io::Read) -> io::Result<(usize, bool)> {
     let mut reader = BufReader::with_capacity(1 << 20, reader);
-    let mut lines = 0;
+    let mut newlines = 0;
     let mut last = b'\n';
     loop {
         let chunk = reader.fill_buf()?;
         let Some(&end) = chunk.last() else { break };
-        lines += chunk.iter().filter(|&&b| b == b'\n').count();
+        newlines += chunk.iter().filter(|&&b| b == b'\n').count();
         last = end;
         let consumed = chunk.len();
         reader.consume(consumed);
     }
-    Ok(lines + usize::from(last != b'\n'))
+    Ok((newlines, last != b'\n'))
 }
 
 /// [`load_items_file`], every item read back and parsed: for callers that

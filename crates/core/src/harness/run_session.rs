@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use super::checkpoint::{RuntimeSignature, load_arm_checkpoint};
 use super::grant_check;
+use super::items_file::scan_newlines;
 use super::manifest::{
     HostInfo, Invocation, ManifestAdapter, RUN_MANIFEST_SCHEMA_VERSION, RunManifest,
 };
@@ -60,10 +61,11 @@ pub enum SessionError {
 /// first foreign entry, or the link and its target.
 pub fn check_out_dir(out: &Path, resume: bool) -> Result<(), SessionError> {
     check_out_entry(out)?;
+    let names = entry_names(out)?;
     let found: Vec<&str> = RUN_FILES
         .iter()
         .copied()
-        .filter(|name| out.join(name).exists())
+        .filter(|run_file| names.iter().any(|name| name == run_file))
         .collect();
     if resume {
         if found.is_empty() {
@@ -78,7 +80,10 @@ pub fn check_out_dir(out: &Path, resume: bool) -> Result<(), SessionError> {
             out.display(),
             found.join(", ")
         )));
-    } else if let Some(foreign) = first_foreign_entry(out)? {
+    } else if let Some(foreign) = names
+        .iter()
+        .find(|name| !RUN_LEFTOVERS.contains(&name.as_str()))
+    {
         return Err(SessionError::Refused(format!(
             "{} is not empty and holds no run ({} is not a file sandloop writes): a run never \
              writes among other files; choose an empty or new --out",
@@ -130,12 +135,11 @@ const RUN_LEFTOVERS: &[&str] = &[
     STATES_DIR,
 ];
 
-/// The first entry of the existing directory `out` that no run writes,
-/// `None` for a new, empty or leftover-only directory.
-fn first_foreign_entry(out: &Path) -> Result<Option<String>, SessionError> {
+/// The names in the directory `out`, sorted; none when it does not exist.
+fn entry_names(out: &Path) -> Result<Vec<String>, SessionError> {
     let entries = match std::fs::read_dir(out) {
         Ok(entries) => entries,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(error) => {
             return Err(SessionError::Refused(format!(
                 "cannot list {}: {error}",
@@ -143,13 +147,12 @@ fn first_foreign_entry(out: &Path) -> Result<Option<String>, SessionError> {
             )));
         }
     };
-    let mut foreign: Vec<String> = entries
+    let mut names: Vec<String> = entries
         .filter_map(Result::ok)
         .map(|entry| entry.file_name().to_string_lossy().into_owned())
-        .filter(|name| !RUN_LEFTOVERS.contains(&name.as_str()))
         .collect();
-    foreign.sort();
-    Ok(foreign.into_iter().next())
+    names.sort();
+    Ok(names)
 }
 
 /// What a resume may continue from: the first epoch to run, when the run
@@ -198,9 +201,7 @@ pub fn check_resume(
 /// and with at most one line in `epochs.jsonl` (its line may be written
 /// before its checkpoint) may start over.
 fn refuse_lost_checkpoint(out: &Path) -> Result<(), SessionError> {
-    let finished_epochs = std::fs::read(out.join(EPOCHS_FILE))
-        .map(|bytes| bytes.iter().filter(|&&b| b == b'\n').count())
-        .unwrap_or(0);
+    let finished_epochs = complete_lines(out, EPOCHS_FILE);
     let summarised = out.join(SUMMARY_FILE).exists();
     // The last epoch's line may precede its checkpoint (a run failing in
     // between): only a second line, or a summary, proves one was written.
@@ -223,9 +224,15 @@ fn refuse_lost_checkpoint(out: &Path) -> Result<(), SessionError> {
 /// How many records `out`'s `records.jsonl` holds (complete lines): what a
 /// resume of a run that never finished an epoch discards.
 pub fn unfinished_record_count(out: &Path) -> usize {
-    std::fs::read(out.join(RECORDS_FILE))
-        .map(|bytes| bytes.iter().filter(|&&b| b == b'\n').count())
-        .unwrap_or(0)
+    complete_lines(out, RECORDS_FILE)
+}
+
+/// The complete (newline-ended) lines of `out`'s file `name`, read in
+/// chunks; 0 when it cannot be read.
+fn complete_lines(out: &Path, name: &str) -> usize {
+    std::fs::File::open(out.join(name))
+        .and_then(scan_newlines)
+        .map_or(0, |(newlines, _)| newlines)
 }
 
 /// The `state.next_epoch` of `out`'s checkpoint, `None` without one: what
