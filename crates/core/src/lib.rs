@@ -17,6 +17,7 @@
 pub mod digest;
 pub mod dir_grant;
 pub mod dir_lock;
+pub mod ellipsis;
 pub mod episode;
 pub mod harness;
 #[cfg(any(test, feature = "test-support"))]

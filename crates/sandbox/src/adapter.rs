@@ -21,6 +21,7 @@ use super::bindings::exports::sandloop::adapter::{
 use super::bindings::sandloop::adapter::types as wit;
 use super::classify::{classify, classify_after, classify_call};
 use super::component::LoadedAdapter;
+use super::crash::{crash_of, with_crash};
 use super::host_state::HostState;
 use super::output::CallOutput;
 use super::store::{arm_call, new_store};
@@ -326,8 +327,8 @@ impl WasmAdapter {
         let result = result.map_err(|error| {
             self.live = None;
             let mut classified = classify_after(&error, denial, timeout);
-            if let Some(said) = last_stderr_words(&output) {
-                classified.message = format!("{} (guest stderr: {said})", classified.message);
+            if let Some(crash) = crash_of(&output) {
+                classified.message = with_crash(&classified, &crash);
             }
             classified
         });
@@ -491,25 +492,6 @@ impl WasmAdapter {
     fn max_output(&self) -> usize {
         self.loaded.config.limits.max_output_bytes
     }
-}
-
-/// The last two non-empty lines the guest wrote to stderr (a Rust panic
-/// prints its location, then its message), for the error message of a
-/// failed call.
-fn last_stderr_words(output: &CallOutput) -> Option<String> {
-    let stderr = output
-        .entries
-        .iter()
-        .rev()
-        .find(|entry| entry.stream == "stderr")?;
-    let lines: Vec<&str> = stderr
-        .text
-        .lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty() && !line.starts_with("note:"))
-        .collect();
-    let tail = &lines[lines.len().saturating_sub(2)..];
-    (!tail.is_empty()).then(|| tail.join(" "))
 }
 
 /// Parse what the adapter returned as one JSON object within `max_bytes`
@@ -781,7 +763,7 @@ mod tests {
     }
 
     #[test]
-    fn a_guest_panic_message_rides_along_with_its_trap() {
+    fn a_guest_panic_leads_its_traps_message_and_follows_a_deadlines() {
         let capture = Capture::new(1024);
         capture.push("stdout", None, b"ignored\n");
         capture.push(
@@ -789,13 +771,19 @@ mod tests {
             None,
             b"\nthread '<unnamed>' panicked at src/lib.rs:9:5:\ntrap_execute requested\nnote: run with `RUST_BACKTRACE=1`\n",
         );
-        let words = last_stderr_words(&capture.take()).unwrap();
+        let crash = crash_of(&capture.take()).unwrap();
+        let trap = AdapterError::new(ErrorType::Trap, "wasm trap: unreachable");
         assert_eq!(
-            words,
-            "thread '<unnamed>' panicked at src/lib.rs:9:5: trap_execute requested"
+            with_crash(&trap, &crash),
+            "src/lib.rs:9: panic: trap_execute requested; wasm trap: unreachable"
+        );
+        let deadline = AdapterError::new(ErrorType::Deadline, "call exceeded its deadline");
+        assert_eq!(
+            with_crash(&deadline, &crash),
+            "call exceeded its deadline (guest stderr: src/lib.rs:9: panic: trap_execute requested)"
         );
         capture.push("stdout", None, b"only stdout");
-        assert_eq!(last_stderr_words(&capture.take()), None);
+        assert_eq!(crash_of(&capture.take()), None);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use serde_json::json;
 
 use super::adapter::{CallObserver, CallReport};
+use sandloop_core::harness::run_files::{ADAPTER_OUTPUT_DIR, TRACES_DIR};
 
 /// Files of the open epochs (at most the two latest of each kind stay
 /// open, so a run of many epochs does not pile up descriptors), and the
@@ -104,7 +105,7 @@ impl CallLog {
             started,
         } = &mut *files;
         if !lines.traces.is_empty() {
-            let writer = Self::writer(&self.dir, traces, started, "traces", lines.epoch)?;
+            let writer = Self::writer(&self.dir, traces, started, TRACES_DIR, lines.epoch)?;
             for line in &lines.traces {
                 writer.write_all(line.as_bytes())?;
                 writer.write_all(b"\n")?;
@@ -112,7 +113,7 @@ impl CallLog {
             writer.flush()?;
         }
         if let Some(line) = &lines.output {
-            let writer = Self::writer(&self.dir, output, started, "adapter-output", lines.epoch)?;
+            let writer = Self::writer(&self.dir, output, started, ADAPTER_OUTPUT_DIR, lines.epoch)?;
             writer.write_all(line.as_bytes())?;
             writer.write_all(b"\n")?;
             writer.flush()?;

@@ -15,6 +15,7 @@ pub mod call_log;
 pub mod classify;
 pub mod component;
 pub mod config;
+pub mod crash;
 pub mod engine;
 pub mod function_cache;
 pub mod guarded_open;

@@ -16,6 +16,7 @@ use wasmtime::component::{HasSelf, Linker};
 use super::cache::{load_or_compile, sha256_hex};
 use super::classify::classify_call;
 use super::config::SandboxConfig;
+use super::crash::{crash_of, with_crash};
 use super::engine::SandboxEngine;
 use super::host_state::HostState;
 use super::http_grant::HttpGrant;
@@ -216,11 +217,14 @@ impl WorkflowPlugin {
                 error: outcome.error,
             },
             Err(error) => {
-                let classified = classify_call(
+                let mut classified = classify_call(
                     &error,
                     &mut store,
                     self.config.limits.call_timeout.as_secs_f64(),
                 );
+                if let Some(crash) = crash_of(&store.data().capture.take()) {
+                    classified.message = with_crash(&classified, &crash);
+                }
                 failed(format!(
                     "{}: {}",
                     classified.error_type.as_str(),

@@ -388,12 +388,7 @@ const WHY_COLUMN: usize = 240;
 /// `text` for the terminal: control characters escaped, cut at `max`
 /// characters with an ellipsis.
 fn shown(text: &str, max: usize) -> String {
-    let (cut_at, _) = text.char_indices().nth(max).unwrap_or((text.len(), ' '));
-    let mut out = sandloop_core::terminal::one_line(&text[..cut_at]).into_owned();
-    if cut_at < text.len() {
-        out.push('…');
-    }
-    out
+    sandloop_core::terminal::one_line(&sandloop_core::ellipsis::cut_chars(text, max)).into_owned()
 }
 
 #[cfg(test)]

@@ -289,6 +289,22 @@ fn python_and_javascript_adapters_keep_the_rules_and_agree_record_for_record() {
         ] {
             assert_eq!(error_of(id).as_deref(), Some(expected), "{language}: {id}");
         }
+        // The exception and the adapter's own line lead the trap's
+        // message: Python's traceback, JavaScript's `guard` output.
+        let (file, raised) = match language {
+            "python" => ("app.py:", "RuntimeError: fault: raise; wasm trap:"),
+            _ => ("adapter.js:", "Error: fault: raise; wasm trap:"),
+        };
+        for id in ["fault-raise", "fault-raise-prepare"] {
+            let record = hostile.records.iter().find(|r| r["item_id"] == id).unwrap();
+            let message = record["adapter_error"]["message"].as_str().unwrap();
+            let (place, rest) = message.split_once(": ").unwrap();
+            assert!(
+                place.starts_with(file) && place[file.len()..].parse::<u32>().is_ok(),
+                "{language}: {id}: {message}"
+            );
+            assert!(rest.starts_with(raised), "{language}: {id}: {message}");
+        }
         for index in 1..=9 {
             let id = format!("ok-{index:02}");
             assert_eq!(

@@ -177,6 +177,16 @@ fn a_trap_in_one_suffix_costs_its_siblings_nothing_but_a_fresh_prefix() {
     let records = records(&out);
     let suffix = |id: &str| find(&records, id, "episode_suffix");
     assert_eq!(error_type(suffix("grp~b")), "trap");
+    let message = suffix("grp~b")["adapter_error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.starts_with("examples/hostile-adapter/src/lib.rs:")
+            && message.contains(": panic: hostile-adapter: trap in ")
+            && message.contains("; wasm trap:"),
+        "the panic's place and text lead the message: {message}"
+    );
     for id in ["grp", "grp~a"] {
         assert_eq!(suffix(id)["accepted"], true);
         assert!(

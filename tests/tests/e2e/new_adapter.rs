@@ -114,6 +114,64 @@ fn run_sample_items(component: &Path, project: &Path, out: &Path) {
     );
 }
 
+/// An author's bug in the scaffold: an item whose text is `crash` reaches
+/// a line that throws (Python `KeyError`, JavaScript `TypeError`). Returns
+/// that line's `file:line`.
+fn plant_a_bug(project: &Path, lang: &str) -> String {
+    let (file, anchor, bug) = match lang {
+        "python" => (
+            "app.py",
+            "        # Observation keys are the novelty currency",
+            "        if text == \"crash\":\n            {}[\"missing\"]\n",
+        ),
+        _ => (
+            "adapter.js",
+            "    // Observation keys are the novelty currency",
+            "    if (text === 'crash') undefined.missing;\n",
+        ),
+    };
+    let path = project.join(file);
+    let source = std::fs::read_to_string(&path).unwrap();
+    let at = source
+        .find(anchor)
+        .unwrap_or_else(|| panic!("{file} has no line `{anchor}` to plant a bug before"));
+    std::fs::write(&path, format!("{}{bug}{}", &source[..at], &source[at..])).unwrap();
+    let throws = source[..at].lines().count() + bug.lines().count();
+    format!("{file}:{throws}")
+}
+
+/// The planted bug's record names the exception and its line.
+fn check_the_bug_is_named(component: &Path, dir: &Path, lang: &str, bug_line: &str) {
+    let items = write_items(
+        dir,
+        &format!("crash-{lang}.jsonl"),
+        &[json!({"item_id": "bug", "family": "samples", "text": "crash"})],
+    );
+    let out = dir.join(format!("crash-{lang}"));
+    let output = run(&[
+        "run",
+        "--adapter",
+        s(component),
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let record = &records(&out)[0];
+    assert_eq!(record["adapter_error"]["type"], "trap", "{record}");
+    let message = record["adapter_error"]["message"].as_str().unwrap();
+    let exception = if lang == "python" {
+        "KeyError: 'missing'"
+    } else {
+        "TypeError: "
+    };
+    assert!(
+        message.starts_with(&format!("{bug_line}: {exception}")),
+        "{lang}: the record names the exception and the line it came from: {message}"
+    );
+}
+
 #[test]
 fn a_scaffolded_rust_adapter_builds_on_its_own_and_runs() {
     let dir = tempfile::tempdir().unwrap();
@@ -419,6 +477,7 @@ fn scaffolded_python_and_js_adapters_build_and_run() {
             let mode = std::fs::metadata(&build).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o755, "{lang}: build.sh is executable");
         }
+        let bug_line = plant_a_bug(&project, lang);
         let mut command = Command::new(&build);
         if lang == "python" {
             command.env("COMPONENTIZE_PY", &toolchain);
@@ -439,6 +498,7 @@ fn scaffolded_python_and_js_adapters_build_and_run() {
             &project,
             &dir.path().join(format!("out-{lang}")),
         );
+        check_the_bug_is_named(&component, dir.path(), lang, &bug_line);
         println!("covered --lang {lang}");
     }
 }

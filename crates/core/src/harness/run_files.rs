@@ -28,6 +28,12 @@ pub const SUMMARY_FILE: &str = "summary.json";
 /// `manifest.json`: host, adapter and every invocation of the run
 /// ([`super::manifest::RunManifest`]).
 pub const MANIFEST_FILE: &str = "manifest.json";
+/// `adapter-output/`: what the adapter's calls printed, one
+/// `epoch-NNNN.jsonl` per epoch (a line per call that printed).
+pub const ADAPTER_OUTPUT_DIR: &str = "adapter-output";
+/// `traces/`: the calls' public trace events, one `epoch-NNNN.jsonl` per
+/// epoch.
+pub const TRACES_DIR: &str = "traces";
 /// `failure.json`: why a run stopped ([`RunFailure`]); removed when the
 /// run is continued.
 pub const FAILURE_FILE: &str = "failure.json";

@@ -26,8 +26,8 @@ use super::manifest::{
     HostInfo, Invocation, ManifestAdapter, RUN_MANIFEST_SCHEMA_VERSION, RunManifest,
 };
 use super::run_files::{
-    CHECKPOINT_FILE, EPOCHS_FILE, FAILURE_FILE, MANIFEST_FILE, RECORDS_FILE, RunFailure,
-    SUMMARY_FILE, read_run_file, write_run_file,
+    ADAPTER_OUTPUT_DIR, CHECKPOINT_FILE, EPOCHS_FILE, FAILURE_FILE, MANIFEST_FILE, RECORDS_FILE,
+    RunFailure, SUMMARY_FILE, TRACES_DIR, read_run_file, write_run_file,
 };
 use crate::dir_grant::DirGrant;
 use crate::dir_lock::{DirLock, DirLockError, Holder, LOCK_FILENAME, lock_dir};
@@ -37,7 +37,7 @@ use crate::replay::durable::{DurableError, POINTS_FILE, STATES_DIR, cut_back_poi
 const RUN_FILES: &[&str] = &[MANIFEST_FILE, RECORDS_FILE, CHECKPOINT_FILE, SUMMARY_FILE];
 
 /// Folders a run writes besides its files.
-const RUN_FOLDERS: &[&str] = &["traces", "adapter-output", STATES_DIR];
+const RUN_FOLDERS: &[&str] = &[TRACES_DIR, ADAPTER_OUTPUT_DIR, STATES_DIR];
 
 /// Why a run directory cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -130,8 +130,8 @@ const RUN_LEFTOVERS: &[&str] = &[
     FAILURE_FILE,
     POINTS_FILE,
     LOCK_FILENAME,
-    "traces",
-    "adapter-output",
+    TRACES_DIR,
+    ADAPTER_OUTPUT_DIR,
     STATES_DIR,
 ];
 

@@ -19,6 +19,9 @@ pub struct ErrorExample {
     pub kind: Option<String>,
     /// `adapter_error.message`.
     pub message: String,
+    /// The first lines its item's calls printed in its epoch (filled by
+    /// [`super::guest_output::attach`]; empty when it printed nothing).
+    pub guest_output: Vec<String>,
 }
 
 /// One error class (`deadline`, `memory_limit`, `trap`, ...).
@@ -51,6 +54,7 @@ pub fn errors_by_class(records: &[RecordFacts]) -> Vec<ErrorClass> {
                 epoch: record.epoch,
                 kind: error.kind.clone(),
                 message: error.message.clone(),
+                guest_output: Vec::new(),
             });
         }
     }

@@ -55,6 +55,8 @@ code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;word
 .chart{max-width:100%;height:auto;display:block;margin:4px 0}\
 .chart text{font-size:11px;fill:#333}.chart .axis{font-size:12px;fill:#555}\
 .grid2{display:grid;grid-template-columns:1fr 1fr;gap:8px}.none{color:#777;font-style:italic}\
+pre.guest{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;margin:4px 0 8px;\
+padding:4px 6px;background:#f7f7f7;border-left:3px solid #c33;white-space:pre-wrap;word-break:break-all}\
 footer{margin-top:32px;color:#777;font-size:12px}";
 
 /// The page around `body`.

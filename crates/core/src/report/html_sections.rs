@@ -237,7 +237,7 @@ pub(super) fn errors(out: &mut String, run: &RunReport) {
         out,
         "errors",
         "Errors by class",
-        "Failed records by adapter_error.type, with the first examples' item ids and messages.",
+        "Failed records by adapter_error.type, with the first examples' item ids, messages and the first lines their calls printed (adapter-output/).",
     );
     let header = ["class", "#records", "first examples"];
     table_of(
@@ -255,8 +255,16 @@ pub(super) fn errors(out: &mut String, run: &RunReport) {
                         .as_deref()
                         .map(|k| format!(" [{}]", escape(k)))
                         .unwrap_or_default();
+                    let output = if e.guest_output.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "<pre class=\"guest\">{}</pre>",
+                            escape(&e.guest_output.join("\n"))
+                        )
+                    };
                     format!(
-                        "<code>{}</code> (epoch {}){kind}: {}",
+                        "<code>{}</code> (epoch {}){kind}: {}{output}",
                         escape(&e.item_id),
                         e.epoch,
                         escape(&e.message)

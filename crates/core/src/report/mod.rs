@@ -25,6 +25,7 @@ pub mod economics;
 pub mod error;
 pub mod errors;
 pub mod families;
+pub mod guest_output;
 pub mod html;
 mod html_sections;
 pub mod load;
@@ -98,7 +99,11 @@ impl RunReport {
             families: families::value_by_family(&files.records),
             spec_yield: families::spec_yield(&files.epochs, &files.records),
             economics: economics::per_epoch(&files.epochs),
-            errors: errors_by_class(&files.records),
+            errors: {
+                let mut classes = errors_by_class(&files.records);
+                guest_output::attach(&files.dir, &mut classes);
+                classes
+            },
             replay: replay::replay_figures(files.points.as_deref(), &files.records, &files.replays),
             counterfactuals: files.counterfactuals.map(CounterfactualFigures::of_lines),
             durations: duration_histograms(&files.records),

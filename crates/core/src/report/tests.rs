@@ -439,6 +439,30 @@ fn a_run_without_replay_files_renders_saying_so() {
 }
 
 #[test]
+fn an_examples_guest_output_is_shown_under_its_message_escaped() {
+    let (dir, _) = tiny(true);
+    let run = dir.path().join("run");
+    let output = run.join("adapter-output");
+    std::fs::create_dir_all(&output).unwrap();
+    let line = json!({"item_id": "lic2", "call": "execute", "entries": [
+        {"stream": "stderr", "text": "Traceback (most recent call last):\n  File \"/0/app.py\", line 7, in execute\nKeyError: '<b>'\n"}
+    ]});
+    std::fs::write(output.join("epoch-0002.jsonl"), format!("{line}\n")).unwrap();
+    let report = RunReport::load(&run).unwrap();
+    let deadline = &report.errors[1].examples[0];
+    assert_eq!(deadline.item_id, "lic2");
+    assert_eq!(deadline.guest_output.len(), 3);
+    assert_eq!(deadline.guest_output[2], "KeyError: '<b>'");
+    assert!(report.errors[0].examples[0].guest_output.is_empty());
+    let page = html::render_run(&report);
+    assert!(
+        page.contains("<pre class=\"guest\">Traceback (most recent call last):\n  File &quot;/0/app.py&quot;, line 7, in execute\nKeyError: &#39;&lt;b&gt;&#39;</pre>"),
+        "{}",
+        &page[page.find("id=\"errors\"").unwrap()..][..1500]
+    );
+}
+
+#[test]
 fn adapter_strings_are_escaped_and_the_page_loads_nothing() {
     let (_dir, report) = tiny(true);
     let page = html::render_run(&report);

@@ -13,13 +13,15 @@
 // `result<T, adapter-error>` returns T, or throws a
 // `{kind, message, retryableInfraError}` object: a declared error. Throwing
 // anything else (an Error) makes the call trap: the host records a `trap`
-// error record and goes on with a fresh instance.
+// error record and goes on with a fresh instance. Wrap every export in
+// `guard` (below) so that the record says what was thrown and where
+// (`adapter.js:42: TypeError: ...`): the engine itself prints nothing.
 
 import { log } from 'sandloop:adapter/log@0.2.0';
 
 export const episode = {
   /** Observe one item: which distinct words its `text` holds. */
-  execute(itemJson, ctx) {
+  execute: guard((itemJson, ctx) => {
     let item;
     try {
       item = JSON.parse(itemJson);
@@ -54,8 +56,30 @@ export const episode = {
       word_count: text.split(/\s+/).filter((word) => word !== '').length,
     };
     return JSON.stringify(record);
-  },
+  }),
 };
+
+/**
+ * Wrap an export: a declared error (an object with string `kind` and
+ * `message`) goes back to the host as the call's `adapter-error`; anything
+ * else thrown is printed to stderr as `uncaught exception: ` and its stack,
+ * which the host reads into the error record, then rethrown (a trap).
+ */
+function guard(fn) {
+  return (...args) => {
+    try {
+      return fn(...args);
+    } catch (err) {
+      const declared =
+        err !== null && typeof err === 'object' && typeof err.kind === 'string' &&
+        typeof err.message === 'string';
+      if (!declared) {
+        console.error(`uncaught exception: ${err && err.stack ? `${err}\n${err.stack}` : err}`);
+      }
+      throw err;
+    }
+  };
+}
 
 /** An `adapter-error` for an item this adapter cannot run. */
 function invalidItem(message) {
@@ -107,15 +131,15 @@ function byCodePoint(a, b) {
 // catalog specs into variant items):
 //
 // export const seeds = {
-//   listSeedItems(arm, epoch) {
+//   listSeedItems: guard((arm, epoch) => {
 //     // An empty list ends the run (stop_reason seed_queue_empty).
 //     if (epoch > 3) return [];
 //     return [JSON.stringify({ item_id: `e${epoch}-s1`, family: 'f', text: 'a seed' })];
-//   },
+//   }),
 // };
 //
 // export const variants = {
-//   compileVariant(specJson, seedJson) {
+//   compileVariant: guard((specJson, seedJson) => {
 //     const spec = JSON.parse(specJson);
 //     const seed = JSON.parse(seedJson);
 //     return JSON.stringify({
@@ -126,7 +150,7 @@ function byCodePoint(a, b) {
 //       seed_item_id: seed.item_id,
 //       variant_spec: spec,
 //     });
-//   },
+//   }),
 // };
 //
 // // The `episode-group` resource: a class, exported on the interface object.
@@ -139,13 +163,11 @@ function byCodePoint(a, b) {
 //
 // export const episodeGroups = {
 //   EpisodeGroup,
-//   prepareEpisodeGroup(seedJson, items, ctx) {
+//   prepareEpisodeGroup: guard((seedJson, items, ctx) => {
 //     // Do the expensive shared work once; return undefined to opt out.
 //     const prefixRecord = JSON.stringify({ observation_keys: ['prefix'], accepted: true });
 //     return { group: new EpisodeGroup(JSON.parse(seedJson)), prefixRecord, checkpointRef: undefined };
-//   },
-//   executeEpisode(group, itemJson, ctx) {
-//     return episode.execute(itemJson, ctx);
-//   },
+//   }),
+//   executeEpisode: guard((group, itemJson, ctx) => episode.execute(itemJson, ctx)),
 //   releaseEpisodeGroup(group, ctx) {},
 // };

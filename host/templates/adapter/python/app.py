@@ -10,7 +10,9 @@ componentize-py generates the `wit_world` package from the WIT while it
 builds (`build.sh`); each exported interface is a class of this module
 named after it (`Episode`), and a declared error is raised as
 `Err(AdapterError(...))`. Any other exception makes the call trap: the
-host records a `trap` error record and goes on with a fresh instance.
+host records a `trap` error record that names the exception and the line
+it came from (`app.py:42: KeyError: 'text'`, read from the traceback
+componentize-py prints) and goes on with a fresh instance.
 """
 
 import json
