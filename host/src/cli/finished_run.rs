@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use super::args::{RunComponentArgs, SandboxArgs};
+use super::compile_notice::while_compiling;
 use super::run::sandbox_config;
 use super::{CliError, open_sandbox};
 use crate::episode::adapter::Item;
@@ -175,7 +176,11 @@ pub fn load_run_adapter(
         }
     }
     let (engine, config) = open_sandbox(config)?;
-    let loaded = Arc::new(load(&adapter_path, engine, config).map_err(|error| match error {
+    let cached = config.cache_dir.is_some();
+    let loaded = while_compiling(&adapter_path, "NAME", cached, false, || {
+        load(&adapter_path, engine, config)
+    });
+    let loaded = Arc::new(loaded.map_err(|error| match error {
         crate::sandbox::LoadError::Read { .. } if from.component.adapter.is_none() => input(format!(
             "{error}; the run's component moved? give it with --adapter (its sha256 must match the run's)"
         )),

@@ -9,6 +9,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::args::InspectArgs;
+use super::compile_notice::while_compiling;
 use super::{CliError, open_sandbox, say};
 use crate::episode::adapter::Protocols;
 use crate::sandbox::SandboxConfig;
@@ -105,7 +106,10 @@ pub fn inspect(args: InspectArgs) -> Result<(), CliError> {
         config.cache_dir = Some(dir);
     }
     let (engine, config) = open_sandbox(config)?;
-    let examined = examine(&args.component, engine, Arc::clone(&config))?;
+    let cached = config.cache_dir.is_some();
+    let examined = while_compiling(&args.component, "NAME", cached, args.json, || {
+        examine(&args.component, engine, Arc::clone(&config))
+    })?;
     let info = &examined.info;
     let bytes = std::fs::read(&args.component).ok();
     let forks = Forks::check(&info.path, bytes.as_deref(), &examined.protocols());

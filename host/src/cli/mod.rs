@@ -2,6 +2,7 @@
 //! lives in its own file and only wires library pieces together.
 
 pub mod args;
+mod compile_notice;
 pub mod counterfactual;
 pub mod diagnostics;
 pub mod finished_run;

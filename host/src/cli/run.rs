@@ -1,7 +1,6 @@
 //! `sandloop run`: load the adapter, check every input, then run the arm
 //! into the run directory with a progress bar and a closing summary.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -11,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use super::args::{FailurePolicyArg, ForkArg, RunArgs, SandboxArgs};
+use super::compile_notice::while_compiling;
 use super::run_distributed::{self, Lane};
 use super::{CliError, open_sandbox, say};
 use crate::distributed::Dispatcher;
@@ -18,10 +18,12 @@ use crate::episode::adapter::SeedSource;
 use crate::episode::policy::FailurePolicy;
 use crate::episode::stored::StoredItems;
 use crate::harness::arm::{ArmEvent, ArmOptions, run_arm};
+use crate::harness::error_tally::{ErrorCounts, ErrorTally};
 use crate::harness::items_file::{FileSeeds, load_items_file};
 use crate::harness::manifest::{HostInfo, Invocation, ManifestAdapter};
 use crate::harness::queue::branch_id;
 use crate::harness::run_dir::SideWriteCheck;
+use crate::harness::run_files::RECORDS_FILE;
 use crate::harness::run_session::{
     RunSession, SessionError, check_out_dir, check_resume, unfinished_record_count,
 };
@@ -114,6 +116,7 @@ fn arm_error(error: ArmError) -> CliError {
 
 /// Run the `run` command.
 pub fn run(args: RunArgs) -> Result<(), CliError> {
+    let started = Instant::now();
     let replay_minimum = check_run_args(&args)?;
     let (loaded, items, mut catalog) = load_inputs(&args)?;
     let protocols = loaded.protocols;
@@ -190,7 +193,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         None => &mut control,
     };
 
-    let mut progress = Progress::new(args.epochs, args.json);
+    let mut progress = Progress::new(args.epochs, args.json, &args.out);
     progress.distributed = dispatcher.clone();
     let side_writes = {
         let call_log = Arc::clone(&call_log);
@@ -217,8 +220,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
                 Arc::clone(&snapshot_totals),
             ),
             dispatcher.clone(),
+            Arc::clone(&progress.errors),
         ));
-    let started = Instant::now();
     let observe = |event: &ArmEvent<'_>| progress.on_event(event);
     let result = run_arm(
         &arm,
@@ -261,16 +264,17 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         }
     };
     if args.json {
-        say(
-            &serde_json::to_string_pretty(&summary_json(&summary, &loaded.info))
-                .expect("summary serialises"),
-        );
-    } else {
-        print_summary(
-            &args,
+        say(&serde_json::to_string_pretty(&summary_json(
             &summary,
             &loaded.info,
-            &progress.error_types(),
+            &progress.errors.counts(),
+        ))
+        .expect("summary serialises"));
+    } else {
+        print_summary(
+            &summary,
+            &loaded.info,
+            &progress.errors.counts(),
             started.elapsed().as_secs_f64(),
         );
         if let Some(options) = &replay {
@@ -373,7 +377,14 @@ fn load_inputs(
         args.fork != ForkArg::State && !args.no_replay && args.child_workers > 0;
     let start_component = || -> Result<Arc<LoadedAdapter>, CliError> {
         let (engine, config) = open_sandbox(config)?;
-        let loaded = Arc::new(load(&args.adapter, engine, config)?);
+        let cached = config.cache_dir.is_some();
+        let loaded = Arc::new(while_compiling(
+            &args.adapter,
+            "NAME",
+            cached,
+            args.json,
+            || load(&args.adapter, engine, config),
+        )?);
         // A component that cannot start under these limits would fail every
         // item the same way: say so once, before anything is written.
         WasmAdapter::check_starts(Arc::clone(&loaded)).map_err(|error| {
@@ -469,14 +480,21 @@ fn replay_summary(
     }
 }
 
-/// The fields `summary.json` gains after the last epoch: `replay`'s, and
-/// the `distributed` block of a `--nats` run.
+/// The fields `summary.json` gains after the last epoch: `replay`'s, the
+/// run's `error_count` and `errors_by_type`, and the `distributed` block
+/// of a `--nats` run.
 fn late_summary(
     replay: impl Fn() -> serde_json::Map<String, Value> + Send + 'static,
     dispatcher: Option<Arc<Dispatcher>>,
+    errors: Arc<ErrorTally>,
 ) -> impl Fn() -> serde_json::Map<String, Value> + Send + 'static {
     move || {
         let mut late = replay();
+        if let Value::Object(counts) =
+            serde_json::to_value(errors.counts()).expect("the counts serialise")
+        {
+            late.extend(counts);
+        }
         if let Some(dispatcher) = &dispatcher {
             late.insert(
                 "distributed".into(),
@@ -705,9 +723,18 @@ fn invocation_options(args: &RunArgs) -> serde_json::Map<String, Value> {
     }
 }
 
-fn summary_json(summary: &ArmSummary, info: &crate::sandbox::ComponentInfo) -> Value {
+/// What `run --json` prints: the arm summary, the run's error counts and
+/// the adapter.
+fn summary_json(
+    summary: &ArmSummary,
+    info: &crate::sandbox::ComponentInfo,
+    errors: &ErrorCounts,
+) -> Value {
     let mut value = serde_json::to_value(summary).expect("summary serialises");
     if let Value::Object(map) = &mut value {
+        if let Value::Object(counts) = serde_json::to_value(errors).expect("the counts serialise") {
+            map.extend(counts);
+        }
         map.insert(
             "adapter".into(),
             json!({"path": info.path, "sha256": info.sha256, "protocols": info.protocols}),
@@ -722,15 +749,20 @@ fn count(n: u64, one: &str, many: &str) -> String {
 }
 
 fn print_summary(
-    args: &RunArgs,
     summary: &ArmSummary,
     info: &crate::sandbox::ComponentInfo,
-    error_types: &BTreeMap<String, u64>,
+    errors: &ErrorCounts,
     seconds: f64,
 ) {
     let metrics = &summary.execution_metrics;
+    let compile = info.compile_ms / 1000.0;
+    let timing = if compile >= 0.1 {
+        format!("{seconds:.2} s ({compile:.2} s loading the component)")
+    } else {
+        format!("{seconds:.2} s")
+    };
     say(&format!(
-        "sandloop run: {} in {}, stop: {}, {seconds:.2} s",
+        "sandloop run: {} in {}, stop: {}, {timing}",
         count(summary.record_count, "record", "records"),
         count(summary.epoch_count as u64, "epoch", "epochs"),
         summary.stop_reason.as_str(),
@@ -765,33 +797,36 @@ fn print_summary(
         metrics.successful_avoided_recompute_minutes,
         count(metrics.episode_group_count, "group", "groups"),
     ));
-    let errors: u64 = error_types.values().sum();
-    let scope = if args.resume {
-        " (this invocation)"
-    } else {
-        ""
-    };
-    if errors > 0 {
-        let by_type: Vec<String> = error_types
+    if errors.error_count > 0 {
+        let by_type: Vec<String> = errors
+            .errors_by_type
             .iter()
             .map(|(kind, n)| format!("{kind} {n}"))
             .collect();
         say(&format!(
-            "  errors     {}{scope}: {}",
-            count(errors, "failure", "failures"),
+            "  errors     {}: {}",
+            count(errors.error_count, "failure", "failures"),
             by_type.join(", ")
         ));
     } else {
-        say(&format!("  errors     none{scope}"));
+        say("  errors     none");
     }
-    say(&format!("  output     {}", args.out.display()));
 }
 
-/// Progress on stderr when it is a terminal, and error counts by type.
+/// Progress on stderr: a spinner on a terminal (epoch, records, rate,
+/// errors, time left for `--epochs`), one line per finished epoch
+/// otherwise; nothing with `--json`. Counts the run's failures by type.
 struct Progress {
     bar: Option<ProgressBar>,
+    /// One line per epoch on a stderr that is not a terminal.
+    epoch_lines: bool,
     max_epochs: u32,
-    error_types: Mutex<BTreeMap<String, u64>>,
+    started: Instant,
+    /// Epochs finished by this invocation, and its first epoch.
+    epochs_done: Mutex<(u32, u32)>,
+    errors: Arc<ErrorTally>,
+    /// `records.jsonl`, whose kept records a resumed run counts.
+    records_file: std::path::PathBuf,
     warned: Mutex<std::collections::BTreeSet<String>>,
     /// A distributed run's dispatcher: the message then shows its units.
     distributed: Option<Arc<Dispatcher>>,
@@ -800,12 +835,13 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(max_epochs: u32, quiet: bool) -> Self {
-        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+    fn new(max_epochs: u32, quiet: bool, out: &Path) -> Self {
+        let terminal = std::io::stderr().is_terminal();
+        let bar = (!quiet && terminal).then(|| {
             let bar = ProgressBar::new_spinner();
             bar.set_style(
                 ProgressStyle::with_template(
-                    "{spinner} {prefix} · {pos} records · {elapsed} · {msg}",
+                    "{spinner} {prefix} · {pos} records · {per_sec} · {elapsed} · {msg}",
                 )
                 .expect("static template"),
             );
@@ -814,35 +850,59 @@ impl Progress {
         });
         Self {
             bar,
+            epoch_lines: !quiet && !terminal,
             max_epochs,
-            error_types: Mutex::new(BTreeMap::new()),
+            started: Instant::now(),
+            epochs_done: Mutex::new((0, 0)),
+            errors: Arc::new(ErrorTally::default()),
+            records_file: out.join(RECORDS_FILE),
             warned: Mutex::new(Default::default()),
             distributed: None,
             units: Mutex::new((0, 0)),
         }
     }
 
+    /// `N errors`, and the time left if the run goes on to `--epochs`
+    /// at this invocation's pace so far.
+    fn status(&self, epoch: u32) -> String {
+        let errors = self.errors.counts().error_count;
+        let mut status = count(errors, "error", "errors");
+        let (done, _) = *self.epochs_done.lock().unwrap_or_else(|p| p.into_inner());
+        let left = self.max_epochs.saturating_sub(epoch.saturating_sub(1));
+        if done > 0 && left > 0 {
+            let per_epoch = self.started.elapsed().as_secs_f64() / f64::from(done);
+            status.push_str(&format!(
+                " · at most ~{} left",
+                short_duration(per_epoch * f64::from(left))
+            ));
+        }
+        status
+    }
+
     fn on_event(&self, event: &ArmEvent<'_>) {
         match event {
+            ArmEvent::Started {
+                resumed: true,
+                restored_record_count,
+                ..
+            } => {
+                if let Err(error) = self
+                    .errors
+                    .add_records_file(&self.records_file, *restored_record_count)
+                {
+                    super::complain(
+                        "warning: ",
+                        &format!(
+                            "could not count the failures among the kept records of {}: {error}",
+                            self.records_file.display()
+                        ),
+                    );
+                }
+            }
             ArmEvent::UnitDone {
                 records, branch_id, ..
             } => {
-                for record in records.iter() {
-                    let failures = [
-                        record.get("adapter_error"),
-                        record
-                            .get("episode_release_error")
-                            .and_then(|release| release.get("adapter_error")),
-                    ];
-                    for kind in failures
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|error| error.get("type").and_then(Value::as_str))
-                    {
-                        let mut types = self.error_types.lock().unwrap_or_else(|p| p.into_inner());
-                        *types.entry(kind.to_string()).or_default() += 1;
-                    }
-                }
+                self.errors.add_records(records);
                 if let Some(bar) = &self.bar {
                     bar.inc(records.len() as u64);
                     if let Some(dispatcher) = &self.distributed
@@ -858,6 +918,12 @@ impl Progress {
             ArmEvent::EpochStarted {
                 epoch, unit_count, ..
             } => {
+                {
+                    let mut done = self.epochs_done.lock().unwrap_or_else(|p| p.into_inner());
+                    if done.1 == 0 {
+                        done.1 = *epoch;
+                    }
+                }
                 if let Some(bar) = &self.bar {
                     bar.set_prefix(format!("epoch {epoch}/{}", self.max_epochs));
                     *self.units.lock().unwrap_or_else(|p| p.into_inner()) = (*unit_count, 0);
@@ -865,8 +931,28 @@ impl Progress {
                         Some(dispatcher) => {
                             run_distributed::progress_message(dispatcher, *unit_count)
                         }
-                        None => format!("{unit_count} unit(s) queued"),
+                        None => format!("{unit_count} unit(s) queued · {}", self.status(*epoch)),
                     });
+                }
+            }
+            ArmEvent::EpochDone { summary, anytime } => {
+                self.epochs_done.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
+                if self.epoch_lines {
+                    let seconds = summary.epoch_wall_minutes * 60.0;
+                    let rate = if seconds > 0.0 {
+                        format!("{:.0} records/s", summary.record_count as f64 / seconds)
+                    } else {
+                        "-".into()
+                    };
+                    eprintln!(
+                        "epoch {}/{}: {} in {seconds:.2} s ({rate}), novel value {:.1} (run {:.1}), {} in the run",
+                        summary.epoch,
+                        self.max_epochs,
+                        count(summary.record_count, "record", "records"),
+                        summary.novel_value,
+                        anytime.novel_value_cum,
+                        count(self.errors.counts().error_count, "error", "errors"),
+                    );
                 }
             }
             ArmEvent::Warning { message } => {
@@ -892,12 +978,16 @@ impl Progress {
             bar.finish_and_clear();
         }
     }
+}
 
-    fn error_types(&self) -> BTreeMap<String, u64> {
-        self.error_types
-            .lock()
-            .map(|t| t.clone())
-            .unwrap_or_default()
+/// `45 s`, `3 min`, `2.5 h`.
+fn short_duration(seconds: f64) -> String {
+    if seconds < 90.0 {
+        format!("{seconds:.0} s")
+    } else if seconds < 5400.0 {
+        format!("{:.0} min", seconds / 60.0)
+    } else {
+        format!("{:.1} h", seconds / 3600.0)
     }
 }
 
@@ -913,9 +1003,16 @@ fn snapshot_forks(
     if fork_kind(args, loaded.protocols)? != Some(ForkKind::Snapshot) {
         return Ok(None);
     }
-    Instrumented::load(loaded)
-        .map(|instrumented| Some(Arc::new(instrumented)))
-        .map_err(|error| CliError::Input(format!("--fork snapshot: {error}")))
+    let cached = loaded.config().cache_dir.is_some();
+    while_compiling(
+        &args.adapter,
+        "NAME for snapshot forks",
+        cached,
+        args.json,
+        || Instrumented::load(loaded),
+    )
+    .map(|instrumented| Some(Arc::new(instrumented)))
+    .map_err(|error| CliError::Input(format!("--fork snapshot: {error}")))
 }
 
 /// Refuses (exit 2) an `--env` value that is not a variable's name.

@@ -231,6 +231,87 @@ fn malformed_items(dir: &std::path::Path) -> std::path::PathBuf {
     )
 }
 
+/// Without a terminal, a run says what it compiles and how long that took,
+/// then one line per epoch; `summary.json` and `run --json` count its
+/// failures by type, and a resume counts the failures it kept.
+#[test]
+fn a_run_reports_its_compile_each_epoch_and_its_failures_by_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = vec![json!({"item_id": "boom", "family": "h", "attack": "trap_execute"})];
+    lines.extend(jsonl(&malformed_items(dir.path())));
+    let items = write_items(dir.path(), "items.jsonl", &lines);
+    let out = dir.path().join("out");
+    let cache = dir.path().join("cache");
+    let output = sandloop()
+        .env("SANDLOOP_COMPILE_NOTICE_MS", "0")
+        .args([
+            "run",
+            "--adapter",
+            sandloop_tests::HOSTILE_ADAPTER,
+            "--items",
+            s(&items),
+            "--out",
+            s(&out),
+            "--cache-dir",
+            s(&cache),
+        ])
+        .output()
+        .unwrap();
+    let said = stderr(&output);
+    assert_eq!(code(&output), 0, "{said}");
+    assert!(
+        said.contains("compiling hostile_adapter.wasm (first run; cached afterwards)…\n")
+            && said.contains("compiled hostile_adapter.wasm in "),
+        "{said}"
+    );
+    let epoch_line = said
+        .lines()
+        .find(|line| line.starts_with("epoch 1/1: "))
+        .unwrap_or_else(|| panic!("no line for epoch 1: {said}"));
+    assert!(
+        epoch_line.ends_with(", 5 errors in the run"),
+        "{epoch_line}"
+    );
+    let counts = json!({"error_count": 5, "errors_by_type": {"invalid_item": 4, "trap": 1}});
+    let summary = json_file(&out.join("summary.json"));
+    for key in ["error_count", "errors_by_type"] {
+        assert_eq!(summary[key], counts[key], "summary.json {key}");
+    }
+    assert!(
+        stdout(&output).contains("errors     5 failures: invalid_item 4, trap 1"),
+        "{}",
+        stdout(&output)
+    );
+
+    // A resume of the finished run keeps its records and counts them.
+    let resumed = run(&[
+        "run",
+        "--adapter",
+        sandloop_tests::HOSTILE_ADAPTER,
+        "--items",
+        s(&items),
+        "--out",
+        s(&out),
+        "--resume",
+        "--json",
+    ]);
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+    assert!(
+        !stderr(&resumed).contains("epoch "),
+        "--json keeps stderr for warnings and errors: {}",
+        stderr(&resumed)
+    );
+    let printed: Value = serde_json::from_str(&stdout(&resumed)).unwrap();
+    let summary = json_file(&out.join("summary.json"));
+    for key in ["error_count", "errors_by_type"] {
+        assert_eq!(printed[key], counts[key], "run --json {key}");
+        assert_eq!(
+            summary[key], counts[key],
+            "summary.json after the resume: {key}"
+        );
+    }
+}
+
 #[test]
 fn malformed_items_become_error_records_under_the_record_policy() {
     let dir = tempfile::tempdir().unwrap();

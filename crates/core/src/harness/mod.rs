@@ -38,6 +38,7 @@ pub mod catalog;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
+pub mod error_tally;
 pub mod grant_check;
 pub(crate) mod item_line;
 pub mod items_file;

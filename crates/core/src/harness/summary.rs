@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::episode::metrics::ExecutionMetrics;
+use crate::harness::error_tally::ErrorCounts;
 use crate::replay::snapshot_totals::SnapshotTotals;
 
 use super::catalog::FrontierAudit;
@@ -244,6 +245,11 @@ pub struct RunSummary {
     /// `ReplayPointRegistry.metrics`); absent without replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<Map<String, Value>>,
+    /// `error_count` and `errors_by_type` (at the top level): the run's
+    /// failures, kept records of a resumed run included; absent in a
+    /// summary written before sandloop counted them.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<ErrorCounts>,
     /// Snapshot totals; absent unless children were snapshot-forked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshots: Option<SnapshotTotals>,
