@@ -547,7 +547,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
     /// Seed (and variant) items, one JSON object per line, offered again in
-    /// every epoch; without it seeds come from the adapter's `seeds` export.
+    /// every epoch (`-` reads them from standard input); without it seeds
+    /// come from the adapter's `seeds` export.
     #[arg(long, value_name = "FILE.jsonl")]
     pub items: Option<PathBuf>,
     /// Variant catalog (schema loopx_explore_variant_catalog_v0).

@@ -13,7 +13,7 @@ use super::compile_notice::while_compiling;
 use super::{CliError, open_sandbox, say};
 use crate::episode::adapter::Protocols;
 use crate::sandbox::SandboxConfig;
-use crate::sandbox::component::examine;
+use crate::sandbox::component::{Problem, examine};
 use crate::sandbox::snapshot::{ForkKind, auto_fork, instrument};
 
 /// How a component's replay points can fork children (`forks` in `--json`).
@@ -109,7 +109,25 @@ pub fn inspect(args: InspectArgs) -> Result<(), CliError> {
     let cached = config.cache_dir.is_some();
     let examined = while_compiling(&args.component, "NAME", cached, args.json, || {
         examine(&args.component, engine, Arc::clone(&config))
-    })?;
+    });
+    let examined = match examined {
+        Ok(examined) => examined,
+        Err(error) if args.json => {
+            // What cannot be examined at all is still one problem object.
+            #[derive(Serialize)]
+            struct Unusable {
+                path: String,
+                problems: [Problem; 1],
+            }
+            let unusable = Unusable {
+                path: args.component.display().to_string(),
+                problems: [Problem::new(error.kind(), error.to_string())],
+            };
+            say(&serde_json::to_string_pretty(&unusable).expect("the problem serialises"));
+            return Err(error.into());
+        }
+        Err(error) => return Err(error.into()),
+    };
     let info = &examined.info;
     let bytes = std::fs::read(&args.component).ok();
     let forks = Forks::check(&info.path, bytes.as_deref(), &examined.protocols());

@@ -72,11 +72,19 @@ fn inspect_refuses_what_is_not_a_usable_component() {
     let empty = dir.path().join("empty.wasm");
     std::fs::write(&empty, b"\0asm\x0d\0\x01\0").unwrap();
     let missing = dir.path().join("missing.wasm");
-    for (path, expected) in [
-        (&garbage, "is not WebAssembly"),
-        (&core, "core WebAssembly module, not a component"),
-        (&empty, "exports none of the sandloop episode interfaces"),
-        (&missing, "cannot read adapter"),
+    for (path, expected, kind) in [
+        (&garbage, "is not WebAssembly", "not_wasm"),
+        (
+            &core,
+            "core WebAssembly module, not a component",
+            "core_module",
+        ),
+        (
+            &empty,
+            "exports none of the sandloop episode interfaces",
+            "nothing_to_run",
+        ),
+        (&missing, "cannot read adapter", "unreadable"),
     ] {
         let output = run(&["inspect", s(path)]);
         assert_eq!(code(&output), 2, "{}", s(path));
@@ -85,6 +93,17 @@ fn inspect_refuses_what_is_not_a_usable_component() {
         assert!(
             message.contains(s(path)),
             "the message names the file: {message}"
+        );
+        // --json describes it with a problems array all the same.
+        let output = run(&["inspect", s(path), "--json"]);
+        assert_eq!(code(&output), 2, "{}", s(path));
+        let printed: serde_json::Value = serde_json::from_str(&stdout(&output))
+            .unwrap_or_else(|error| panic!("{}: {error}: {}", s(path), stdout(&output)));
+        let problem = &printed["problems"][0];
+        assert_eq!(problem["kind"], kind, "{printed}");
+        assert!(
+            problem["message"].as_str().unwrap().contains(expected),
+            "{printed}"
         );
     }
 }

@@ -312,6 +312,50 @@ fn a_run_reports_its_compile_each_epoch_and_its_failures_by_type() {
     }
 }
 
+/// `--items -` reads the items from standard input, and names it in an
+/// error.
+#[test]
+fn items_can_come_from_standard_input() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let piped = |text: &str, out: &std::path::Path| {
+        let mut child = sandloop()
+            .args([
+                "run",
+                "--adapter",
+                HELLO_ADAPTER,
+                "--items",
+                "-",
+                "--out",
+                s(out),
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = dir.path().join("out");
+    let output = piped(
+        "{\"item_id\": \"a\", \"text\": \"one two\"}\n{\"item_id\": \"b\", \"text\": \"three\"}\n",
+        &out,
+    );
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let ids: Vec<Value> = records(&out).iter().map(|r| r["item_id"].clone()).collect();
+    assert_eq!(ids, [json!("a"), json!("b")]);
+
+    let output = piped("{\"item_id\": \"a\"}\n{oops\n", &dir.path().join("bad"));
+    assert_eq!(code(&output), 2);
+    assert!(stderr(&output).contains("<stdin>:2"), "{}", stderr(&output));
+}
+
 #[test]
 fn malformed_items_become_error_records_under_the_record_policy() {
     let dir = tempfile::tempdir().unwrap();

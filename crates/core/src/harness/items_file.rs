@@ -40,8 +40,8 @@ pub enum ItemsFileError {
     },
 }
 
-/// Read every non-blank line of `path` as one item. Blank lines are
-/// skipped. `item_id`, when present, must be a string or a number;
+/// Read every non-blank line of `path` as one item (`-`: of standard
+/// input, named `<stdin>` in errors). Blank lines are skipped. `item_id`, when present, must be a string or a number;
 /// `is_variant` a boolean; `seed_item_id` a string; `concurrency_keys` an
 /// array; no field may nest arrays and objects past
 /// [`crate::episode::value::MAX_INPUT_NESTING`] levels (counting the
@@ -53,12 +53,28 @@ pub enum ItemsFileError {
 /// compactly ([`StoredItems`]: where each line is, plus the fields grouping
 /// reads); the first error found, by line, is the one reported.
 pub fn load_items_file(path: &Path) -> Result<StoredItems, ItemsFileError> {
+    let from_stdin = path == Path::new(STDIN_PATH);
+    let path = if from_stdin {
+        Path::new(STDIN_SHOWN)
+    } else {
+        path
+    };
     let shown = path.display().to_string();
     let read_error = |source| ItemsFileError::Read {
         path: shown.clone(),
         source,
     };
-    let mut file = File::open(path).map_err(read_error)?;
+    let mut file = if from_stdin {
+        use std::os::fd::AsFd;
+        File::from(
+            io::stdin()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(read_error)?,
+        )
+    } else {
+        File::open(path).map_err(read_error)?
+    };
     let metadata = file.metadata().map_err(read_error)?;
     if !metadata.is_file() {
         // A pipe (`--items <(…)`, /dev/stdin) cannot be read again by
@@ -76,6 +92,11 @@ pub fn load_items_file(path: &Path) -> Result<StoredItems, ItemsFileError> {
     };
     load_in_parts(path, file, count)
 }
+
+/// The path that reads the items from standard input (`--items -`).
+pub const STDIN_PATH: &str = "-";
+/// How errors name standard input.
+const STDIN_SHOWN: &str = "<stdin>";
 
 /// [`load_items_file`] of the open `file`, read in `count` parts.
 fn load_in_parts(path: &Path, file: File, count: u64) -> Result<StoredItems, ItemsFileError> {

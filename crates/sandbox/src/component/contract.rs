@@ -44,7 +44,8 @@ pub struct Problem {
 }
 
 impl Problem {
-    fn new(kind: &'static str, message: String) -> Self {
+    /// A problem of `kind` told by `message` alone.
+    pub fn new(kind: &'static str, message: String) -> Self {
         Problem {
             kind,
             interface: None,

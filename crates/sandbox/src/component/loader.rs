@@ -67,6 +67,24 @@ pub enum LoadError {
     Engine(String),
 }
 
+impl LoadError {
+    /// The error's kind as `inspect --json` names it: `unreadable`,
+    /// `not_wasm`, `core_module`, `compile_failed`, `memory_too_small`,
+    /// `unsupported_import`, `contract` or `engine`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LoadError::Read { .. } => "unreadable",
+            LoadError::NotWasm { .. } => "not_wasm",
+            LoadError::CoreModule { .. } => "core_module",
+            LoadError::Compile { .. } => "compile_failed",
+            LoadError::MemoryTooSmall { .. } => "memory_too_small",
+            LoadError::Link { .. } => "unsupported_import",
+            LoadError::Contract { .. } => "contract",
+            LoadError::Engine(_) => "engine",
+        }
+    }
+}
+
 /// What `sandloop inspect` and `summary.json` report about a component.
 #[derive(Clone, Debug, Serialize)]
 pub struct ComponentInfo {
