@@ -80,11 +80,7 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock, DirLockError> {
     match file.try_lock() {
         Ok(()) => {}
         Err(TryLockError::WouldBlock) => {
-            let mut text = String::new();
-            let holder = file
-                .read_to_string(&mut text)
-                .ok()
-                .and_then(|_| text.trim().parse().ok());
+            let holder = written_pid(&mut file);
             return Err(DirLockError::Held { path, holder });
         }
         Err(TryLockError::Error(source)) => return Err(io_error(source)),
@@ -95,6 +91,25 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock, DirLockError> {
         .and_then(|()| file.flush())
         .map_err(io_error)?;
     Ok(DirLock { _file: file })
+}
+
+/// Who holds the lock of `dir`, without taking it or creating anything:
+/// `None` when no process holds it (or there is no lock file).
+pub fn holder_of(dir: &Path) -> Option<Holder> {
+    let mut file = File::open(dir.join(LOCK_FILENAME)).ok()?;
+    match file.try_lock_shared() {
+        Ok(()) => None,
+        Err(TryLockError::WouldBlock) => Some(Holder(written_pid(&mut file))),
+        Err(TryLockError::Error(_)) => None,
+    }
+}
+
+/// The pid the lock's holder wrote into the lock file, when readable.
+fn written_pid(file: &mut File) -> Option<u32> {
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .ok()
+        .and_then(|_| text.trim().parse().ok())
 }
 
 #[cfg(test)]
@@ -119,7 +134,12 @@ mod tests {
             error.ends_with(&format!("is held by process {}", std::process::id())),
             "{error}"
         );
+        assert!(matches!(
+            holder_of(dir.path()),
+            Some(Holder(Some(pid))) if pid == std::process::id()
+        ));
         drop(first);
+        assert!(holder_of(dir.path()).is_none());
         lock_dir(dir.path()).unwrap();
         assert!(matches!(
             lock_dir(&dir.path().join("missing")),

@@ -426,6 +426,18 @@ pub struct ReportArgs {
     /// xdg-open is unavailable).
     #[arg(long)]
     pub open: bool,
+    /// Draw the report again every SECS seconds (default 5) while a run is
+    /// partial (still running, or stopped without its summary); the page
+    /// reloads itself as often. Ends once every run has its summary.json
+    /// (or with Ctrl-C).
+    #[arg(
+        long,
+        value_name = "SECS",
+        num_args = 0..=1,
+        default_missing_value = "5",
+        value_parser = clap::value_parser!(u32).range(1..=3600)
+    )]
+    pub watch: Option<u32>,
 }
 
 /// Options of `sandloop plan`: a run directory, or explicit JSON inputs.

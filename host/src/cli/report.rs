@@ -24,28 +24,62 @@ pub fn report_path(args: &ReportArgs) -> PathBuf {
 /// never written through. A report that cannot be written fails the
 /// command (exit 1).
 pub fn report(args: ReportArgs) -> Result<(), CliError> {
-    let runs = args
-        .runs
-        .iter()
-        .map(|dir| RunReport::load(dir).map_err(|error| CliError::Input(error.to_string())))
-        .collect::<Result<Vec<_>, _>>()?;
-    let page = match runs.as_slice() {
-        [run] => html::render_run(run),
-        runs => html::render_arms(runs),
-    };
     let out = report_path(&args);
-    write_output_file(&out, page.as_bytes(), None)?;
-    say(&format!(
-        "sandloop report: {} ({} bytes, {} run{})",
-        out.display(),
-        page.len(),
-        runs.len(),
-        if runs.len() == 1 { "" } else { "s" }
-    ));
-    if args.open {
-        open(&out);
+    let mut opened = false;
+    loop {
+        let runs = match load_runs(&args.runs) {
+            Ok(runs) => runs,
+            // A run being written can be caught between two files; the
+            // next round reads it again.
+            Err(error) if args.watch.is_some() && opened => {
+                super::complain("warning: ", &format!("{error}; drawing again shortly"));
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let partial = runs
+            .iter()
+            .filter(|run| run.head.state.is_partial())
+            .count();
+        let watching = args.watch.filter(|_| partial > 0);
+        let drawing = html::Drawing {
+            at: std::time::SystemTime::now(),
+            refresh_secs: watching,
+        };
+        let page = match runs.as_slice() {
+            [run] => html::render_run(run, &drawing),
+            runs => html::render_arms(runs, &drawing),
+        };
+        write_output_file(&out, page.as_bytes(), None)?;
+        let state = match partial {
+            0 => String::new(),
+            n => format!(", {n} partial"),
+        };
+        say(&format!(
+            "sandloop report: {} ({} bytes, {} run{}{state})",
+            out.display(),
+            page.len(),
+            runs.len(),
+            if runs.len() == 1 { "" } else { "s" }
+        ));
+        if args.open && !opened {
+            open(&out);
+        }
+        opened = true;
+        match watching {
+            Some(secs) => std::thread::sleep(std::time::Duration::from_secs(secs.into())),
+            None => return Ok(()),
+        }
     }
-    Ok(())
+}
+
+/// Every run directory's report figures; a missing or damaged file is bad
+/// input naming it.
+fn load_runs(dirs: &[PathBuf]) -> Result<Vec<RunReport>, CliError> {
+    dirs.iter()
+        .map(|dir| RunReport::load(dir).map_err(|error| CliError::Input(error.to_string())))
+        .collect()
 }
 
 /// Open `path` with `xdg-open`, or say where it is when that cannot run.
@@ -73,6 +107,7 @@ mod tests {
             runs: runs.iter().map(PathBuf::from).collect(),
             out: out.map(PathBuf::from),
             open: false,
+            watch: None,
         }
     }
 
@@ -93,18 +128,19 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_run_directory_is_bad_input_naming_its_summary() {
+    fn a_missing_run_directory_is_bad_input_naming_its_manifest() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nothing");
         let error = report(ReportArgs {
             runs: vec![missing.clone()],
             out: None,
             open: false,
+            watch: Some(1),
         })
         .unwrap_err();
         match error {
             CliError::Input(message) => assert!(
-                message.contains(&missing.join("summary.json").display().to_string()),
+                message.contains(&missing.join("manifest.json").display().to_string()),
                 "{message}"
             ),
             other => panic!("expected bad input, got {other:?}"),

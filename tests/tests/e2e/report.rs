@@ -32,6 +32,22 @@ fn chromium() -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
+/// The browser for a test's Chromium half; `None` (printing SKIPPED) when
+/// `SANDLOOP_SKIP_BROWSER=1`. Panics when Chromium is not installed.
+fn browser() -> Option<PathBuf> {
+    if std::env::var_os("SANDLOOP_SKIP_BROWSER").is_some_and(|v| v == "1") {
+        println!("SKIPPED: the report in headless Chromium (SANDLOOP_SKIP_BROWSER=1)");
+        return None;
+    }
+    let Some(browser) = chromium() else {
+        panic!(
+            "chromium is not installed: install it with `apt-get install -y chromium` \
+             (or set SANDLOOP_CHROMIUM=PATH), or set SANDLOOP_SKIP_BROWSER=1 to skip this check"
+        );
+    };
+    Some(browser)
+}
+
 /// Run Chromium headless on `page`, in its own process group, killed
 /// (the whole group) after `limit`. Returns its stderr.
 fn headless(browser: &Path, page: &Path, args: &[String], limit: Duration) -> String {
@@ -153,16 +169,7 @@ fn the_main_jobs_report_renders_in_a_browser_with_its_charts_drawn() {
     assert!(arms_html.contains("2 arms compared"));
     assert_eq!(arms_html.matches("<path class=\"series\" d=\"M").count(), 4);
 
-    if std::env::var_os("SANDLOOP_SKIP_BROWSER").is_some_and(|v| v == "1") {
-        println!("SKIPPED: the report in headless Chromium (SANDLOOP_SKIP_BROWSER=1)");
-        return;
-    }
-    let Some(browser) = chromium() else {
-        panic!(
-            "chromium is not installed: install it with `apt-get install -y chromium` \
-             (or set SANDLOOP_CHROMIUM=PATH), or set SANDLOOP_SKIP_BROWSER=1 to skip this check"
-        );
-    };
+    let Some(browser) = browser() else { return };
     let shot = dir.path().join("report.png");
     let log = headless(
         &browser,
@@ -209,10 +216,154 @@ fn a_report_of_a_missing_run_is_bad_input_naming_the_file() {
     assert_exit(
         &output,
         2,
-        &[&format!("{}", missing.join("summary.json").display())],
+        &[&format!("{}", missing.join("manifest.json").display())],
     );
     let several = run(&["report", s(&missing), s(&missing)]);
-    assert_exit(&several, 2, &["summary.json"]);
+    assert_exit(&several, 2, &["manifest.json"]);
+}
+
+/// A run without `summary.json` is drawn from what it left, marked
+/// partial: still running while a process holds its lock (`--watch`
+/// redraws it, reloading, until the summary appears), stopped when killed
+/// (a torn last record is left out), failed with `failure.json`'s reason.
+#[test]
+fn partial_runs_are_drawn_from_what_they_left_and_watched_until_they_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "slow.jsonl",
+        &[
+            serde_json::json!({"item_id": "fast", "family": "f", "attack": "none"}),
+            serde_json::json!({"item_id": "slow-1", "family": "f", "attack": "infinite_loop"}),
+            serde_json::json!({"item_id": "slow-2", "family": "g", "attack": "infinite_loop"}),
+        ],
+    );
+    let out = dir.path().join("run");
+    let mut running = sandloop()
+        .args([
+            "run",
+            "--adapter",
+            sandloop_tests::HOSTILE_ADAPTER,
+            "--items",
+            s(&items),
+            "--out",
+            s(&out),
+            "--workers",
+            "1",
+            "--call-timeout",
+            "2",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !out.join("manifest.json").exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the run never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let page_path = dir.path().join("live.html");
+    let live = run(&["report", s(&out), "--out", s(&page_path)]);
+    assert_eq!(code(&live), 0, "{}", stderr(&live));
+    assert!(stdout(&live).contains("1 partial"), "{}", stdout(&live));
+    let page = std::fs::read_to_string(&page_path).unwrap();
+    assert!(
+        page.contains("A partial run: partial: still running"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<footer>Drawn at 20"),
+        "the page says when it was drawn"
+    );
+
+    // --watch draws it again until the run has its summary, then stops.
+    let watched = dir.path().join("watched.html");
+    let watch = sandloop()
+        .args(["report", s(&out), "--out", s(&watched), "--watch", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&watch), 0, "{}", stderr(&watch));
+    assert!(running.wait().unwrap().success());
+    let rounds = stdout(&watch).lines().count();
+    assert!(
+        rounds >= 2,
+        "drawn while running and once finished: {}",
+        stdout(&watch)
+    );
+    assert!(!stdout(&watch).lines().last().unwrap().contains("partial"));
+    let page = std::fs::read_to_string(&watched).unwrap();
+    assert!(
+        !page.contains("A partial run"),
+        "the last page is the finished run's"
+    );
+    assert!(
+        !page.contains("http-equiv=\"refresh\""),
+        "and stops reloading"
+    );
+
+    // Killed before its summary, with a torn last record: stopped.
+    let finished = json_file(&out.join("summary.json"));
+    let (records_total, epochs_total) = (
+        finished["record_count"].clone(),
+        finished["epoch_count"].clone(),
+    );
+    std::fs::remove_file(out.join("summary.json")).unwrap();
+    let mut records = std::fs::OpenOptions::new()
+        .append(true)
+        .open(out.join("records.jsonl"))
+        .unwrap();
+    std::io::Write::write_all(&mut records, b"{\"item_id\": \"torn").unwrap();
+    let stopped = run(&["report", s(&out), "--out", s(&page_path)]);
+    assert_eq!(code(&stopped), 0, "{}", stderr(&stopped));
+    let page = std::fs::read_to_string(&page_path).unwrap();
+    assert!(
+        page.contains("partial: stopped before its summary"),
+        "{page}"
+    );
+    // In a browser, the partial banner is drawn above the figures.
+    if let Some(browser) = browser() {
+        let shot = dir.path().join("partial.png");
+        headless(
+            &browser,
+            &page_path,
+            &[
+                format!("--screenshot={}", shot.display()),
+                "--window-size=1200,300".to_owned(),
+            ],
+            Duration::from_secs(120),
+        );
+        let (_, _, rgba) = decode_png(&shot);
+        let banner = rgba
+            .chunks(4)
+            .filter(|p| p[0] == 0xff && p[1] == 0xf4 && p[2] == 0xd6)
+            .count();
+        assert!(
+            banner > 20_000,
+            "the partial banner is not drawn: {banner} pixels"
+        );
+    }
+    assert!(
+        page.contains(&format!(
+            ": {records_total} records in {epochs_total} epochs"
+        )),
+        "the torn line is left out: {page}"
+    );
+
+    // Failed: failure.json says why.
+    std::fs::write(
+        out.join("failure.json"),
+        serde_json::json!({"schema_version": "sandloop_run_failure_v0", "error": "disk full",
+            "exit_code": 1, "resume": "continue with --resume"})
+        .to_string(),
+    )
+    .unwrap();
+    let failed = run(&["report", s(&out), "--out", s(&page_path)]);
+    assert_eq!(code(&failed), 0, "{}", stderr(&failed));
+    let page = std::fs::read_to_string(&page_path).unwrap();
+    assert!(page.contains("partial: failed (disk full)"), "{page}");
 }
 
 /// The figures of a report that do not depend on timing: values, counts,

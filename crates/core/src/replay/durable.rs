@@ -630,14 +630,24 @@ pub fn load_points(root: &Path) -> Result<Vec<PointLine>, DurableError> {
 /// (with a message naming the field), is an error naming the file and line.
 pub fn read_jsonl(
     path: &Path,
-    mut each: impl FnMut(Map<String, Value>) -> Result<(), String>,
+    each: impl FnMut(Map<String, Value>) -> Result<(), String>,
 ) -> Result<(), DurableError> {
     let shown = path.display().to_string();
     let file = File::open(path).map_err(|source| DurableError::Read {
         path: shown.clone(),
         source,
     })?;
-    for (index, line) in BufReader::new(file).lines().enumerate() {
+    read_jsonl_from(BufReader::new(file), shown, each)
+}
+
+/// [`read_jsonl`] of the lines `reader` gives, errors naming the file
+/// `shown`.
+pub fn read_jsonl_from(
+    reader: impl BufRead,
+    shown: String,
+    mut each: impl FnMut(Map<String, Value>) -> Result<(), String>,
+) -> Result<(), DurableError> {
+    for (index, line) in reader.lines().enumerate() {
         let line = match line {
             Ok(line) => line,
             Err(error) if error.kind() == io::ErrorKind::InvalidData => {

@@ -4,8 +4,8 @@
 
 use crate::episode::metrics::ExecutionMetrics;
 
-use super::RunReport;
 use super::novelty::step_auc;
+use super::{RunReport, RunState};
 
 /// One arm's row of the comparison.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,7 +27,8 @@ pub struct ArmRow {
     pub epoch_count: usize,
     /// `elapsed_minutes`.
     pub elapsed_minutes: f64,
-    /// `stop_reason`.
+    /// `stop_reason`, or the partial run's state (`partial: still
+    /// running`).
     pub stop_reason: String,
     /// `worker_count`.
     pub worker_count: usize,
@@ -56,22 +57,22 @@ pub struct ArmsComparison {
 pub fn aggregate_arms(runs: &[RunReport]) -> ArmsComparison {
     let budget = runs
         .iter()
-        .filter_map(|run| run.summary.arm.budget_minutes)
+        .filter_map(|run| run.head.budget_minutes)
         .fold(None, |max: Option<f64>, b| {
             Some(max.map_or(b, |m| m.max(b)))
         });
     let horizon_minutes = budget.unwrap_or_else(|| {
         runs.iter()
-            .map(|run| run.summary.arm.elapsed_minutes)
+            .map(|run| run.head.elapsed_minutes)
             .fold(0.0, f64::max)
     });
     let arms = runs
         .iter()
         .map(|run| {
-            let arm = &run.summary.arm;
+            let arm = &run.head;
             let shared = runs
                 .iter()
-                .filter(|other| other.summary.arm.arm_key == arm.arm_key)
+                .filter(|other| other.head.arm_key == arm.arm_key)
                 .count()
                 > 1;
             let label = if shared {
@@ -90,7 +91,10 @@ pub fn aggregate_arms(runs: &[RunReport]) -> ArmsComparison {
                 variant_records_total: arm.variant_records_total,
                 epoch_count: arm.epoch_count,
                 elapsed_minutes: arm.elapsed_minutes,
-                stop_reason: arm.stop_reason.as_str().to_owned(),
+                stop_reason: match &arm.state {
+                    RunState::Finished(reason) => reason.as_str().to_owned(),
+                    partial => partial.label(),
+                },
                 worker_count: arm.worker_count,
                 execution_metrics: arm.execution_metrics.clone(),
                 novel_value_per_requested_worker_minute: round4(

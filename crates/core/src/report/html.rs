@@ -57,17 +57,43 @@ code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;word
 .grid2{display:grid;grid-template-columns:1fr 1fr;gap:8px}.none{color:#777;font-style:italic}\
 pre.guest{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;margin:4px 0 8px;\
 padding:4px 6px;background:#f7f7f7;border-left:3px solid #c33;white-space:pre-wrap;word-break:break-all}\
+p.partial{background:#fff4d6;border:1px solid #e0b84c;padding:6px 10px}\
 footer{margin-top:32px;color:#777;font-size:12px}";
 
+/// When a page is drawn, and whether it asks the browser to load it
+/// again (`sandloop report --watch` rewrites it as the run goes).
+#[derive(Clone, Copy, Debug)]
+pub struct Drawing {
+    /// When the page was drawn (its footer says so, in UTC).
+    pub at: std::time::SystemTime,
+    /// Seconds after which the browser reloads the page; `None`: never.
+    pub refresh_secs: Option<u32>,
+}
+
+impl Drawing {
+    /// A page drawn now that is not reloaded.
+    pub fn now() -> Self {
+        Drawing {
+            at: std::time::SystemTime::now(),
+            refresh_secs: None,
+        }
+    }
+}
+
 /// The page around `body`.
-fn page(title: &str, body: &str) -> String {
+fn page(title: &str, body: &str, drawing: &Drawing) -> String {
+    let refresh = drawing
+        .refresh_secs
+        .map(|secs| format!("<meta http-equiv=\"refresh\" content=\"{secs}\">"))
+        .unwrap_or_default();
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\
-<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">{refresh}\
 <title>{}</title><style>{STYLE}</style></head><body>\n{body}\n\
-<footer>Written by sandloop {} from the run directory's files alone.</footer></body></html>\n",
+<footer>Drawn at {} by sandloop {} from the run directory's files alone.</footer></body></html>\n",
         escape(title),
+        humantime::format_rfc3339_seconds(drawing.at),
         env!("CARGO_PKG_VERSION"),
     )
 }
@@ -145,18 +171,27 @@ pub(super) fn json_text(value: &Value) -> String {
 }
 
 /// The report of one run.
-pub fn render_run(run: &RunReport) -> String {
-    let arm = &run.summary.arm;
+pub fn render_run(run: &RunReport, drawing: &Drawing) -> String {
+    let arm = &run.head;
     let mut body = String::new();
+    if arm.state.is_partial() {
+        let _ = writeln!(
+            body,
+            "<p class=\"partial\">A partial run: {} — no <code>summary.json</code> yet. The figures \
+are what its files hold now: totals over every record written, the curves and metrics as of its \
+last checkpoint.</p>",
+            escape(&arm.state.label())
+        );
+    }
     let _ = writeln!(
         body,
         "<h1>sandloop report: {}</h1><p class=\"explain\">arm <b>{}</b>: {} records in {} epochs, \
-stop: {}, {} min elapsed on {} workers; raw value {}, novel value {}, {} families, {} variant records.</p>",
+{}, {} min elapsed on {} workers; raw value {}, novel value {}, {} families, {} variant records.</p>",
         escape(&run.dir.display().to_string()),
         escape(&arm.arm_key),
         arm.record_count,
         arm.epoch_count,
-        arm.stop_reason.as_str(),
+        escape(&arm.state.label()),
         num(arm.elapsed_minutes),
         arm.worker_count,
         num(arm.raw_value_total),
@@ -173,13 +208,17 @@ stop: {}, {} min elapsed on {} workers; raw value {}, novel value {}, {} familie
     sections::durations(&mut body, run);
     sections::distributed(&mut body, run);
     sections::manifest(&mut body, run);
-    page(&format!("sandloop report: {}", run.dir_name()), &body)
+    page(
+        &format!("sandloop report: {}", run.dir_name()),
+        &body,
+        drawing,
+    )
 }
 
 /// Several runs compared as arms: per-arm totals and economics in one
 /// table (reference `aggregate_arms`), novelty and coverage curves
 /// overlaid, and each arm's adapter.
-pub fn render_arms(runs: &[RunReport]) -> String {
+pub fn render_arms(runs: &[RunReport], drawing: &Drawing) -> String {
     let comparison = aggregate_arms(runs);
     let mut body = String::new();
     let _ = writeln!(
@@ -303,7 +342,7 @@ pub fn render_arms(runs: &[RunReport]) -> String {
         })
         .collect();
     table(&mut body, &["arm", "adapter sha256", "path", "host"], &rows);
-    page("sandloop report: arms compared", &body)
+    page("sandloop report: arms compared", &body, drawing)
 }
 
 /// `hbar_chart` of raw and novel value per label.

@@ -184,7 +184,7 @@ pub(super) fn economics(out: &mut String, run: &RunReport) {
         ],
         true,
     ));
-    let m = &run.summary.arm.execution_metrics;
+    let m = &run.head.execution_metrics;
     let mut rows: Vec<Vec<String>> = run
         .economics
         .iter()
@@ -205,7 +205,7 @@ pub(super) fn economics(out: &mut String, run: &RunReport) {
         .collect();
     rows.push(vec![
         "<b>total</b>".to_owned(),
-        num(run.summary.arm.elapsed_minutes),
+        num(run.head.elapsed_minutes),
         num(m.effective_compute_minutes),
         num(m.shared_prefix_compute_minutes),
         num(m.episode_suffix_compute_minutes),

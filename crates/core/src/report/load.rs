@@ -22,12 +22,15 @@ use crate::harness::run_files::{
 };
 use crate::harness::{EpochSummary, RunManifest, RunSummary};
 use crate::replay::counterfactual::run_files::COUNTERFACTUALS_FILE;
-use crate::replay::durable::{POINTS_FILE, PointLine, load_points, read_jsonl};
+use crate::replay::durable::{
+    DurableError, POINTS_FILE, PointLine, load_points, read_jsonl, read_jsonl_from,
+};
 use crate::replay::offline::REPLAYS_FILE;
 use crate::replay::point::field_error;
 
 use super::counterfactuals::{CounterfactualLine, read_counterfactuals};
 use super::error::ReportError;
+use super::head::RunHead;
 
 /// How a record ran, from its `record_kind` and `replay` block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -141,8 +144,12 @@ pub struct ReplayLine {
 pub struct RunFiles {
     /// The run directory.
     pub dir: PathBuf,
-    /// `summary.json`.
-    pub summary: RunSummary,
+    /// `summary.json`; `None` for a run that has none yet (it stopped,
+    /// failed, or is still running).
+    pub summary: Option<RunSummary>,
+    /// The headline figures: from `summary.json`, or from what a partial
+    /// run left.
+    pub head: RunHead,
     /// `manifest.json`.
     pub manifest: RunManifest,
     /// `epochs.jsonl`, in order.
@@ -157,25 +164,56 @@ pub struct RunFiles {
     pub counterfactuals: Option<Vec<CounterfactualLine>>,
 }
 
-/// Reads the run directory `dir`.
+/// Reads the run directory `dir`. A run without `summary.json` — stopped,
+/// failed or still running — is read from what it left (see
+/// [`RunHead::of_partial`]): `epochs.jsonl` and `records.jsonl` may then
+/// be missing (nothing finished yet).
 ///
-/// Errors: `summary.json`, `manifest.json`, `epochs.jsonl` or
-/// `records.jsonl` missing or damaged, a damaged `replay-points.jsonl`,
-/// `replays.jsonl` or `counterfactuals.jsonl`; each names the file, the
-/// line (JSONL) and the field.
+/// Errors: `manifest.json` missing or damaged; `summary.json`,
+/// `epochs.jsonl` or `records.jsonl` damaged, or missing in a finished
+/// run; a damaged `checkpoint.json` or `failure.json` of a partial run, or
+/// `replay-points.jsonl`, `replays.jsonl` or `counterfactuals.jsonl`; each
+/// names the file, the line (JSONL) and the field.
 pub fn load_run(dir: &Path) -> Result<RunFiles, ReportError> {
-    let summary_path = dir.join(SUMMARY_FILE);
-    let summary: RunSummary = read_run_file(&summary_path)
-        .map_err(|error| ReportError::run_file(&summary_path, error))?;
     let manifest_path = dir.join(MANIFEST_FILE);
     let manifest: RunManifest = read_run_file(&manifest_path)
         .map_err(|error| ReportError::run_file(&manifest_path, error))?;
+    let summary_path = dir.join(SUMMARY_FILE);
+    let summary: Option<RunSummary> = if summary_path.exists() {
+        Some(
+            read_run_file(&summary_path)
+                .map_err(|error| ReportError::run_file(&summary_path, error))?,
+        )
+    } else {
+        None
+    };
     let epochs_path = dir.join(EPOCHS_FILE);
-    let epochs = read_epochs(&epochs_path)?;
+    let lines = if summary.is_some() {
+        Lines::All
+    } else {
+        Lines::Complete
+    };
+    let epochs = if summary.is_some() || epochs_path.exists() {
+        read_epochs(&epochs_path, lines)?
+    } else {
+        Vec::new()
+    };
+    let records_path = dir.join(RECORDS_FILE);
+    let records = if summary.is_some() || records_path.exists() {
+        read_records(&records_path, &epochs, lines)?
+    } else {
+        Vec::new()
+    };
+    let head = match &summary {
+        Some(summary) => RunHead::of_summary(summary),
+        None => RunHead::of_partial(dir, &manifest, &epochs, &records)?,
+    };
     // summary.json is written after the run's last epoch line, so a file
     // with fewer lines than it counts lost some (one with more is a run
     // that resumed and stopped again before its summary).
-    if epochs.len() < summary.arm.epoch_count {
+    if let Some(summary) = &summary
+        && epochs.len() < summary.arm.epoch_count
+    {
         return Err(ReportError::at(
             &epochs_path,
             None,
@@ -187,7 +225,6 @@ pub fn load_run(dir: &Path) -> Result<RunFiles, ReportError> {
             ),
         ));
     }
-    let records = read_records(&dir.join(RECORDS_FILE), &epochs)?;
     let points = if dir.join(POINTS_FILE).exists() {
         Some(load_points(dir).map_err(|error| ReportError::jsonl(dir.join(POINTS_FILE), error))?)
     } else {
@@ -208,6 +245,7 @@ pub fn load_run(dir: &Path) -> Result<RunFiles, ReportError> {
     Ok(RunFiles {
         dir: dir.to_owned(),
         summary,
+        head,
         manifest,
         epochs,
         records,
@@ -217,10 +255,43 @@ pub fn load_run(dir: &Path) -> Result<RunFiles, ReportError> {
     })
 }
 
+/// Which lines of a run's JSONL file to read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lines {
+    /// Every line: the run finished, so a torn line is damage.
+    All,
+    /// The complete lines: a partial run (killed, or still writing) may
+    /// end its file in the middle of a line, which is left out.
+    Complete,
+}
+
+/// [`read_jsonl`] of `path`, of its complete lines only under
+/// [`Lines::Complete`].
+fn read_lines(
+    path: &Path,
+    lines: Lines,
+    each: impl FnMut(Map<String, Value>) -> Result<(), String>,
+) -> Result<(), DurableError> {
+    if lines == Lines::All {
+        return read_jsonl(path, each);
+    }
+    let shown = path.display().to_string();
+    let mut bytes = std::fs::read(path).map_err(|source| DurableError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    let complete = bytes
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |at| at + 1);
+    bytes.truncate(complete);
+    read_jsonl_from(std::io::Cursor::new(bytes), shown, each)
+}
+
 /// Every line of `epochs.jsonl` as an [`EpochSummary`].
-fn read_epochs(path: &Path) -> Result<Vec<EpochSummary>, ReportError> {
+fn read_epochs(path: &Path, lines: Lines) -> Result<Vec<EpochSummary>, ReportError> {
     let mut epochs = Vec::new();
-    read_jsonl(path, |line| {
+    read_lines(path, lines, |line| {
         let epoch: EpochSummary =
             serde_path_to_error::deserialize(Value::Object(line)).map_err(field_error)?;
         epochs.push(epoch);
@@ -233,7 +304,11 @@ fn read_epochs(path: &Path) -> Result<Vec<EpochSummary>, ReportError> {
 /// Every line of `records.jsonl`, each given the epoch whose
 /// `record_count` range holds its position (records past the last epoch's
 /// belong to the epoch after it).
-fn read_records(path: &Path, epochs: &[EpochSummary]) -> Result<Vec<RecordFacts>, ReportError> {
+fn read_records(
+    path: &Path,
+    epochs: &[EpochSummary],
+    lines: Lines,
+) -> Result<Vec<RecordFacts>, ReportError> {
     let mut bounds = Vec::with_capacity(epochs.len());
     let mut total = 0u64;
     for epoch in epochs {
@@ -242,7 +317,7 @@ fn read_records(path: &Path, epochs: &[EpochSummary]) -> Result<Vec<RecordFacts>
     }
     let after_last = epochs.last().map_or(1, |epoch| epoch.epoch + 1);
     let mut records = Vec::new();
-    read_jsonl(path, |line| {
+    read_lines(path, lines, |line| {
         let position = records.len() as u64;
         let epoch = bounds
             .iter()

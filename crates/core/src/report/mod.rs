@@ -14,7 +14,7 @@
 //! ```no_run
 //! # use sandloop_core::report::*;
 //! let run = RunReport::load(std::path::Path::new("runs/main"))?;
-//! std::fs::write("runs/main/report.html", html::render_run(&run))?;
+//! std::fs::write("runs/main/report.html", html::render_run(&run, &html::Drawing::now()))?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -26,6 +26,7 @@ pub mod error;
 pub mod errors;
 pub mod families;
 pub mod guest_output;
+pub mod head;
 pub mod html;
 mod html_sections;
 pub mod load;
@@ -40,7 +41,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::harness::{RunManifest, RunSummary};
+use crate::harness::RunManifest;
 
 pub use arms::{ArmRow, ArmsComparison, aggregate_arms};
 pub use counterfactuals::CounterfactualFigures;
@@ -49,6 +50,7 @@ pub use economics::EpochEconomics;
 pub use error::ReportError;
 pub use errors::{ErrorClass, errors_by_class};
 pub use families::{FamilyValue, SpecYield};
+pub use head::{RunHead, RunState};
 pub use load::{RunFiles, load_run};
 pub use novelty::{NoveltyCurve, step_auc};
 pub use replay::ReplayFigures;
@@ -58,8 +60,9 @@ pub use replay::ReplayFigures;
 pub struct RunReport {
     /// The run directory.
     pub dir: PathBuf,
-    /// `summary.json`.
-    pub summary: RunSummary,
+    /// The headline figures and how far the run got (a run without
+    /// `summary.json` is partial).
+    pub head: RunHead,
     /// `manifest.json`.
     pub manifest: RunManifest,
     /// Novel value and coverage per epoch.
@@ -95,7 +98,7 @@ impl RunReport {
     /// Computes every figure of a run already read.
     pub fn of_files(files: RunFiles) -> Self {
         Self {
-            novelty: NoveltyCurve::of_run(&files.summary.arm.checkpoints, &files.epochs),
+            novelty: NoveltyCurve::of_run(&files.head.checkpoints, &files.epochs),
             families: families::value_by_family(&files.records),
             spec_yield: families::spec_yield(&files.epochs, &files.records),
             economics: economics::per_epoch(&files.epochs),
@@ -107,9 +110,9 @@ impl RunReport {
             replay: replay::replay_figures(files.points.as_deref(), &files.records, &files.replays),
             counterfactuals: files.counterfactuals.map(CounterfactualFigures::of_lines),
             durations: duration_histograms(&files.records),
-            distributed: files.summary.distributed.clone(),
+            distributed: files.head.distributed.clone(),
             dir: files.dir,
-            summary: files.summary,
+            head: files.head,
             manifest: files.manifest,
         }
     }

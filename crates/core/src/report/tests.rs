@@ -433,7 +433,7 @@ fn arms_compared_share_one_horizon_and_label_runs_of_the_same_arm_by_directory()
 fn a_run_without_replay_files_renders_saying_so() {
     let (_dir, report) = tiny(false);
     assert_eq!(report.replay.points, None);
-    let page = html::render_run(&report);
+    let page = html::render_run(&report, &html::Drawing::now());
     assert!(page.contains("no replay points in this run"), "{page}");
     assert!(page.contains("this run was never replayed"));
 }
@@ -454,7 +454,7 @@ fn an_examples_guest_output_is_shown_under_its_message_escaped() {
     assert_eq!(deadline.guest_output.len(), 3);
     assert_eq!(deadline.guest_output[2], "KeyError: '<b>'");
     assert!(report.errors[0].examples[0].guest_output.is_empty());
-    let page = html::render_run(&report);
+    let page = html::render_run(&report, &html::Drawing::now());
     assert!(
         page.contains("<pre class=\"guest\">Traceback (most recent call last):\n  File &quot;/0/app.py&quot;, line 7, in execute\nKeyError: &#39;&lt;b&gt;&#39;</pre>"),
         "{}",
@@ -465,7 +465,7 @@ fn an_examples_guest_output_is_shown_under_its_message_escaped() {
 #[test]
 fn adapter_strings_are_escaped_and_the_page_loads_nothing() {
     let (_dir, report) = tiny(true);
-    let page = html::render_run(&report);
+    let page = html::render_run(&report, &html::Drawing::now());
     assert!(
         !page.contains("<script>"),
         "an adapter's message became markup"
@@ -505,13 +505,13 @@ fn adapter_strings_are_escaped_and_the_page_loads_nothing() {
 #[test]
 fn a_distributed_block_is_shown_only_when_the_summary_has_one() {
     let (dir, report) = tiny(false);
-    assert!(!html::render_run(&report).contains("Distributed run"));
+    assert!(!html::render_run(&report, &html::Drawing::now()).contains("Distributed run"));
     let path = dir.path().join("run/summary.json");
     let mut summary: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     summary["distributed"] = json!({"units_per_worker": {"w1": 3, "w2": 4}});
     std::fs::write(&path, summary.to_string()).unwrap();
     let report = RunReport::load(&dir.path().join("run")).unwrap();
-    let page = html::render_run(&report);
+    let page = html::render_run(&report, &html::Drawing::now());
     assert!(page.contains("Distributed run"));
     assert!(page.contains("units_per_worker"));
 }
@@ -566,9 +566,17 @@ fn damaged_or_missing_files_are_named_with_line_and_field() {
     let text = message(&run.join("x"));
     assert!(text.contains("replay-points.jsonl:1: "), "{text}");
 
+    // Without summary.json the run is partial, read all the same: its
+    // damaged epoch line is still named; without manifest.json it is no run.
     std::fs::remove_file(run.join("summary.json")).unwrap();
     let text = message(&run);
-    assert!(text.contains("summary.json"), "{text}");
+    assert!(
+        text.contains("epochs.jsonl:1: epoch: invalid type"),
+        "{text}"
+    );
+    std::fs::remove_file(run.join("manifest.json")).unwrap();
+    let text = message(&run);
+    assert!(text.contains("manifest.json"), "{text}");
 }
 
 #[test]
@@ -582,7 +590,7 @@ fn long_lists_are_cut_with_a_note_so_a_huge_run_makes_a_small_page() {
     write_lines(&run.join("records.jsonl"), &records);
     let report = RunReport::load(&run).unwrap();
     assert_eq!(report.families.len(), 47);
-    let page = html::render_run(&report);
+    let page = html::render_run(&report, &html::Drawing::now());
     // readme and license (by novel value), then f00..f37 by name.
     assert!(page.contains("the first 40 of 47 families, by novel value, are shown"));
     assert!(page.contains("f37 novel value: 0"));
@@ -696,7 +704,7 @@ fn counterfactual_lines_are_counted_and_each_candidate_decided() {
     assert_eq!(second.proposed, ["read-separators", "drop-rows"]);
     assert_eq!(second.error.as_ref().unwrap().stage, "restore");
 
-    let page = html::render_run(&report);
+    let page = html::render_run(&report, &html::Drawing::now());
     assert!(
         page.contains("hypotheses: 1 (2 runs); candidates run: 4, promoted: 1; groups failed: 1."),
         "{page}"
@@ -766,7 +774,7 @@ fn counterfactual_strings_from_the_adapter_are_escaped() {
     lines[0]["hypothesis"]["item_id"] = json!("q2 <img src=x>");
     lines[1]["error"]["message"] = json!("<script>gone()</script>");
     write_lines(&run.join("counterfactuals.jsonl"), &lines);
-    let page = html::render_run(&RunReport::load(&run).unwrap());
+    let page = html::render_run(&RunReport::load(&run).unwrap(), &html::Drawing::now());
     assert!(
         !page.contains("<script>"),
         "an adapter string became markup"
@@ -824,7 +832,7 @@ fn a_damaged_counterfactual_line_is_named_with_its_line_and_field() {
 fn a_run_without_counterfactuals_says_so_and_shows_no_table() {
     let (_dir, report) = tiny(true);
     assert_eq!(report.counterfactuals, None);
-    let page = html::render_run(&report);
+    let page = html::render_run(&report, &html::Drawing::now());
     assert!(page.contains(">Counterfactual fixes</h2>"));
     assert!(page.contains("no counterfactual replays in this run"));
     assert!(!page.contains("<h3>Hypothesis"));
@@ -855,7 +863,7 @@ fn a_long_candidate_list_is_cut_with_a_note() {
     write_lines(&run.join("counterfactuals.jsonl"), &[line]);
     let report = RunReport::load(&run).unwrap();
     assert_eq!(report.counterfactuals.as_ref().unwrap().candidates, 45);
-    let page = html::render_run(&report);
+    let page = html::render_run(&report, &html::Drawing::now());
     assert!(page.contains("<code>c39</code>"));
     assert!(!page.contains("<code>c40</code>"));
     assert!(page.contains("the first 40 of 45 candidates are shown"));
