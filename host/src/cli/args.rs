@@ -24,6 +24,9 @@ pub struct Cli {
 pub enum Command {
     /// Run an adapter over seeds and variants, epoch after epoch, into a run directory.
     Run(Box<RunArgs>),
+    /// Run a few items through an adapter and print each record and what
+    /// its calls printed; nothing is written (an author's quick check).
+    Try(TryArgs),
     /// Show a component's sha256, size, exports, imports and protocols; for
     /// one that does not fit the contract, which interface or function is
     /// missing, mistyped (expected and found WIT signature) or of another WIT
@@ -627,6 +630,38 @@ pub struct RunArgs {
     /// paths to answer before giving up, seconds.
     #[arg(long, value_name = "SECS", default_value_t = 30, requires = "nats")]
     pub nats_wait: u64,
+    /// Limits and grants for every instance.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+/// Arguments of `sandloop try`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["item", "items"])))]
+pub struct TryArgs {
+    /// The adapter component (.wasm).
+    #[arg(value_name = "ADAPTER")]
+    pub adapter: PathBuf,
+    /// One item as a JSON object; repeat for more.
+    #[arg(long, value_name = "JSON")]
+    pub item: Vec<String>,
+    /// An items file (JSON lines; `-`: standard input), of which the first
+    /// --limit items run.
+    #[arg(long, value_name = "FILE.jsonl", conflicts_with = "item")]
+    pub items: Option<PathBuf>,
+    /// How many items of --items run.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub limit: usize,
+    /// Run the items without replay points (as `run --no-replay`).
+    #[arg(long)]
+    pub no_replay: bool,
+    /// Print the records as JSON lines (one per record) and nothing else.
+    #[arg(long)]
+    pub json: bool,
+    /// Run the items again whenever the component file changes (rebuild
+    /// it in another terminal), saying which records changed; Ctrl-C ends.
+    #[arg(long, conflicts_with = "json")]
+    pub watch: bool,
     /// Limits and grants for every instance.
     #[command(flatten)]
     pub sandbox: SandboxArgs,

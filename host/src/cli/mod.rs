@@ -17,6 +17,7 @@ pub mod replay;
 pub mod report;
 pub mod run;
 mod run_distributed;
+pub mod try_cmd;
 pub mod worker;
 
 use std::sync::Arc;
@@ -174,6 +175,7 @@ pub fn main() -> i32 {
     raise_open_file_limit();
     let result = match cli.command {
         args::Command::Run(args) => run::run(*args),
+        args::Command::Try(args) => try_cmd::try_items(args),
         args::Command::Inspect(args) => inspect::inspect(args),
         args::Command::Replay(args) => replay::replay(args),
         args::Command::Counterfactual(args) => counterfactual::counterfactual(args),

@@ -116,6 +116,21 @@ fn arm_error(error: ArmError) -> CliError {
 
 /// Run the `run` command.
 pub fn run(args: RunArgs) -> Result<(), CliError> {
+    run_with(args, Closing::Print)
+}
+
+/// What a run prints when it ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Closing {
+    /// The closing summary (or, with `--json`, the summary as JSON), and
+    /// progress on stderr while it runs.
+    Print,
+    /// Nothing at all: `sandloop try` shows the records itself.
+    Silent,
+}
+
+/// [`run`], printing as `closing` says.
+pub(crate) fn run_with(args: RunArgs, closing: Closing) -> Result<(), CliError> {
     let started = Instant::now();
     let replay_minimum = check_run_args(&args)?;
     let (loaded, items, mut catalog) = load_inputs(&args)?;
@@ -193,7 +208,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         None => &mut control,
     };
 
-    let mut progress = Progress::new(args.epochs, args.json, &args.out);
+    let quiet = args.json || closing == Closing::Silent;
+    let mut progress = Progress::new(args.epochs, quiet, &args.out);
     progress.distributed = dispatcher.clone();
     let side_writes = {
         let call_log = Arc::clone(&call_log);
@@ -263,6 +279,9 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             )));
         }
     };
+    if closing == Closing::Silent {
+        return Ok(());
+    }
     if args.json {
         say(&serde_json::to_string_pretty(&summary_json(
             &summary,

@@ -312,6 +312,105 @@ fn a_run_reports_its_compile_each_epoch_and_its_failures_by_type() {
     }
 }
 
+/// `sandloop try` runs items as `run` does and prints each record with
+/// its guest output, writing nothing; `--watch` runs them again when the
+/// component changes and says which records changed.
+#[test]
+fn try_prints_each_record_with_its_guest_output_and_watches_the_component() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("adapter.wasm");
+    std::fs::copy(sandloop_tests::HOSTILE_ADAPTER, &adapter).unwrap();
+    let tried = sandloop()
+        .current_dir(dir.path())
+        .args(["try", s(&adapter), "--item"])
+        .arg(r#"{"item_id": "fine", "family": "f", "attack": "none"}"#)
+        .arg("--item")
+        .arg(r#"{"item_id": "boom", "family": "f", "attack": "trap_execute"}"#)
+        .output()
+        .unwrap();
+    let said = stdout(&tried);
+    assert_eq!(code(&tried), 0, "{}", stderr(&tried));
+    assert!(
+        said.contains("── boom · episode_suffix · error: trap\n"),
+        "{said}"
+    );
+    assert!(said.contains("── fine · episode_suffix · ok\n"), "{said}");
+    assert!(
+        said.contains("   │ thread '<unnamed>' (1) panicked at"),
+        "{said}"
+    );
+    assert!(
+        said.contains("sandloop try: 4 record(s), 1 failed; nothing written"),
+        "{said}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(left.len(), 1, "only the adapter: {left:?}");
+
+    let json = run(&[
+        "try",
+        s(&adapter),
+        "--item",
+        r#"{"item_id": "a", "attack": "none"}"#,
+        "--json",
+    ]);
+    assert_eq!(code(&json), 0, "{}", stderr(&json));
+    for line in stdout(&json).lines() {
+        let record: Value = serde_json::from_str(line).unwrap();
+        assert!(
+            record["item_id"].as_str().unwrap().starts_with('a'),
+            "{record}"
+        );
+    }
+    let bad = run(&["try", s(&adapter), "--item", "{}", "--item", "[1]"]);
+    assert_eq!(code(&bad), 2);
+    assert!(
+        stderr(&bad).contains("--item 2: not a JSON object"),
+        "{}",
+        stderr(&bad)
+    );
+
+    // --watch: a new component file runs the items again.
+    let mut watching = sandloop()
+        .args(["try", s(&adapter), "--watch", "--item"])
+        .arg(r#"{"item_id": "w", "family": "f", "text": "one two", "attack": "none"}"#)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lines, said) = std::sync::mpsc::channel();
+    let stdout = watching.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines.send(line);
+        }
+    });
+    let wait_for = |what: &str| loop {
+        let line = said
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("no line starting {what:?}"));
+        if line.starts_with(what) {
+            return line;
+        }
+    };
+    wait_for("watching ");
+    std::fs::remove_file(&adapter).unwrap();
+    std::fs::copy(HELLO_ADAPTER, &adapter).unwrap();
+    // hello-adapter runs items standalone where hostile-adapter grouped them.
+    assert_eq!(
+        wait_for("changed w"),
+        "changed w · standalone · ok: new record"
+    );
+    assert_eq!(wait_for("gone w"), "gone w:shared-prefix · shared_prefix");
+    assert_eq!(wait_for("gone w"), "gone w · episode_suffix");
+    assert!(wait_for("sandloop try: ").ends_with("changed"));
+    let _ = watching.kill();
+    let _ = watching.wait();
+}
+
 /// `--items -` reads the items from standard input, and names it in an
 /// error.
 #[test]

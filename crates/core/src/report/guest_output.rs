@@ -22,18 +22,54 @@ pub const MAX_LINES: usize = 8;
 /// How many characters of one line it keeps.
 pub const MAX_LINE_CHARS: usize = 200;
 
-#[derive(Deserialize)]
-struct CallLine {
-    item_id: Option<String>,
+/// One line of `adapter-output/epoch-NNNN.jsonl`: what one call printed.
+#[derive(Clone, Debug, Deserialize)]
+pub struct CallLine {
+    /// The item the call ran, when it ran one.
+    pub item_id: Option<String>,
+    /// The call (`execute`, `prepare-episode-group`, …).
     #[serde(default)]
-    entries: Vec<Entry>,
+    pub call: String,
+    /// What it printed, in order.
+    #[serde(default)]
+    pub entries: Vec<Entry>,
 }
 
-#[derive(Deserialize)]
-struct Entry {
-    stream: String,
-    level: Option<String>,
-    text: String,
+/// One chunk a call printed.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Entry {
+    /// `stdout`, `stderr` or `log`.
+    pub stream: String,
+    /// The level of a `log` entry.
+    pub level: Option<String>,
+    /// The text.
+    pub text: String,
+}
+
+impl Entry {
+    /// The entry's non-empty lines, a `log` line as `[level] text`.
+    pub fn lines(&self) -> impl Iterator<Item = String> + '_ {
+        self.text
+            .lines()
+            .filter(|text| !text.trim().is_empty())
+            .map(|text| match (&self.stream[..], &self.level) {
+                ("log", Some(level)) => format!("[{level}] {text}"),
+                _ => text.to_string(),
+            })
+    }
+}
+
+/// Every call line of one `adapter-output/epoch-NNNN.jsonl`, in order; a
+/// missing file is none, a line that does not parse is passed over.
+pub fn read_call_lines(path: &Path) -> Vec<CallLine> {
+    let Ok(file) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    std::io::BufReader::new(file)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| serde_json::from_str(&line).ok())
+        .collect()
 }
 
 /// Fills each example's `guest_output` from the run directory `dir`: the
@@ -52,29 +88,16 @@ pub fn attach(dir: &Path, classes: &mut [ErrorClass]) {
         let path = dir
             .join(ADAPTER_OUTPUT_DIR)
             .join(format!("epoch-{epoch:04}.jsonl"));
-        let Ok(file) = std::fs::File::open(&path) else {
-            continue;
-        };
-        for line in std::io::BufReader::new(file).lines() {
-            let Ok(line) = line else { break };
-            let Ok(call) = serde_json::from_str::<CallLine>(&line) else {
-                continue;
-            };
+        for call in read_call_lines(&path) {
             let Some(id) = call.item_id.filter(|id| ids.contains(id)) else {
                 continue;
             };
             let lines = found.entry((epoch, id)).or_default();
-            for entry in call.entries {
-                for text in entry.text.lines().filter(|text| !text.trim().is_empty()) {
-                    if lines.len() == MAX_LINES {
-                        break;
-                    }
-                    let text = cut_chars(text, MAX_LINE_CHARS);
-                    lines.push(match (&entry.stream[..], &entry.level) {
-                        ("log", Some(level)) => format!("[{level}] {text}"),
-                        _ => text.into_owned(),
-                    });
+            for line in call.entries.iter().flat_map(Entry::lines) {
+                if lines.len() == MAX_LINES {
+                    break;
                 }
+                lines.push(cut_chars(&line, MAX_LINE_CHARS).into_owned());
             }
         }
     }
