@@ -12,6 +12,15 @@ pub fn classify(error: &wasmtime::Error, call_timeout_secs: f64) -> AdapterError
     if let Some(limit) = error.downcast_ref::<MemoryLimitExceeded>() {
         return AdapterError::new(ErrorType::MemoryLimit, limit.to_string());
     }
+    if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return AdapterError::new(
+            ErrorType::Trap,
+            format!(
+                "the guest exited with status {} (std::process::exit, sys.exit) instead of returning",
+                exit.0
+            ),
+        );
+    }
     if let Some(wait) = error.downcast_ref::<WaitPastDeadline>() {
         return AdapterError::new(
             ErrorType::Deadline,
@@ -101,6 +110,13 @@ mod tests {
             classified.message
         );
         assert_eq!(classify_after(&trap, None, 1.0).error_type, ErrorType::Trap);
+        let exited = classify(&wasmtime::Error::new(wasmtime_wasi::I32Exit(3)), 1.0);
+        assert_eq!(exited.error_type, ErrorType::Trap);
+        assert!(
+            exited.message.starts_with("the guest exited with status 3"),
+            "{}",
+            exited.message
+        );
         let deadline = wasmtime::Error::new(Trap::Interrupt);
         assert_eq!(
             classify_after(&deadline, Some(denial), 1.0).error_type,

@@ -106,7 +106,9 @@ fn python_traceback(stderr: &str) -> Option<Crash> {
     };
     let own = |frame: &&&str| {
         let path = frame.split('"').next().unwrap_or_default();
-        !path.starts_with('<') && !path.contains("/lib/python")
+        // componentize-py bundles the standard library under `/python/`;
+        // a CPython install keeps it under `lib/python3.x`.
+        !path.starts_with('<') && !path.starts_with("/python/") && !path.contains("/lib/python")
     };
     let place = frames
         .iter()
@@ -205,7 +207,8 @@ mod tests {
         let stderr = "Traceback (most recent call last):\n  \
             File \"/0/sandloop_replay.py\", line 448, in run_replay_suffix\n  \
             File \"/0/app.py\", line 218, in episode_record\n  \
-            File \"/python/lib/python3.12/json/__init__.py\", line 346, in loads\n\
+            File \"/python/lib/python3.12/json/__init__.py\", line 346, in loads\n  \
+            File \"/python/json/decoder.py\", line 361, in raw_decode\n\
             KeyError: 'text'\n\n\
             thread '<unnamed>' (1) panicked at runtime/src/lib.rs:1293:29:\n\
             Python function threw an unexpected exception\n\

@@ -430,9 +430,8 @@ pub struct ReportArgs {
     #[arg(long)]
     pub open: bool,
     /// Draw the report again every SECS seconds (default 5) while a run is
-    /// partial (still running, or stopped without its summary); the page
-    /// reloads itself as often. Ends once every run has its summary.json
-    /// (or with Ctrl-C).
+    /// still going (a process holds its lock); the page reloads itself as
+    /// often. Ends once no run is going: drawn one last time (or Ctrl-C).
     #[arg(
         long,
         value_name = "SECS",
@@ -649,9 +648,10 @@ pub struct TryArgs {
     /// --limit items run.
     #[arg(long, value_name = "FILE.jsonl", conflicts_with = "item")]
     pub items: Option<PathBuf>,
-    /// How many items of --items run.
-    #[arg(long, default_value_t = 5, value_name = "N")]
-    pub limit: usize,
+    /// How many items of --items run (the first N, at least 1).
+    #[arg(long, default_value_t = 5, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: u32,
     /// Run the items without replay points (as `run --no-replay`).
     #[arg(long)]
     pub no_replay: bool,

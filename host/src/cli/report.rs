@@ -42,7 +42,20 @@ pub fn report(args: ReportArgs) -> Result<(), CliError> {
             .iter()
             .filter(|run| run.head.state.is_partial())
             .count();
-        let watching = args.watch.filter(|_| partial > 0);
+        // Only a run that is still going can change: a stopped or failed
+        // one stays as it is until it is resumed.
+        let running = runs
+            .iter()
+            .filter(|run| run.head.state == crate::report::RunState::Running)
+            .count();
+        let watching = args.watch.filter(|_| running > 0);
+        if args.watch.is_some() && running == 0 && partial > 0 {
+            super::complain(
+                "note: ",
+                "no run is still going (the partial ones stopped or failed): drawn once; \
+                 --resume a run, then watch it again",
+            );
+        }
         let drawing = html::Drawing {
             at: std::time::SystemTime::now(),
             refresh_secs: watching,

@@ -294,6 +294,7 @@ pub(crate) fn run_with(args: RunArgs, closing: Closing) -> Result<(), CliError> 
             &summary,
             &loaded.info,
             &progress.errors.counts(),
+            progress.errors.charged_minutes(),
             started.elapsed().as_secs_f64(),
         );
         if let Some(options) = &replay {
@@ -771,6 +772,7 @@ fn print_summary(
     summary: &ArmSummary,
     info: &crate::sandbox::ComponentInfo,
     errors: &ErrorCounts,
+    charged_minutes: f64,
     seconds: f64,
 ) {
     let metrics = &summary.execution_metrics;
@@ -803,8 +805,15 @@ fn print_summary(
         ),
         count(summary.coverage_count as u64, "family", "families"),
     ));
+    let charge = if errors.error_count > 0 {
+        format!(
+            "; {charged_minutes:.4} of it the error charge of the failed calls (at least 0.05 min each)"
+        )
+    } else {
+        String::new()
+    };
     say(&format!(
-        "  compute    {:.4} min effective ({:.4} shared prefix, {:.4} suffix, {:.4} standalone)",
+        "  compute    {:.4} min effective ({:.4} shared prefix, {:.4} suffix, {:.4} standalone{charge})",
         metrics.effective_compute_minutes,
         metrics.shared_prefix_compute_minutes,
         metrics.episode_suffix_compute_minutes,
@@ -843,6 +852,9 @@ struct Progress {
     started: Instant,
     /// Epochs finished by this invocation, and its first epoch.
     epochs_done: Mutex<(u32, u32)>,
+    /// When the current epoch started (`epochs.jsonl` keeps its wall time
+    /// to 0.001 min, too coarse for a line per epoch).
+    epoch_started: Mutex<Instant>,
     errors: Arc<ErrorTally>,
     /// `records.jsonl`, whose kept records a resumed run counts.
     records_file: std::path::PathBuf,
@@ -873,6 +885,7 @@ impl Progress {
             max_epochs,
             started: Instant::now(),
             epochs_done: Mutex::new((0, 0)),
+            epoch_started: Mutex::new(Instant::now()),
             errors: Arc::new(ErrorTally::default()),
             records_file: out.join(RECORDS_FILE),
             warned: Mutex::new(Default::default()),
@@ -943,6 +956,7 @@ impl Progress {
                         done.1 = *epoch;
                     }
                 }
+                *self.epoch_started.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
                 if let Some(bar) = &self.bar {
                     bar.set_prefix(format!("epoch {epoch}/{}", self.max_epochs));
                     *self.units.lock().unwrap_or_else(|p| p.into_inner()) = (*unit_count, 0);
@@ -957,7 +971,12 @@ impl Progress {
             ArmEvent::EpochDone { summary, anytime } => {
                 self.epochs_done.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
                 if self.epoch_lines {
-                    let seconds = summary.epoch_wall_minutes * 60.0;
+                    let seconds = self
+                        .epoch_started
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .elapsed()
+                        .as_secs_f64();
                     let rate = if seconds > 0.0 {
                         format!("{:.0} records/s", summary.record_count as f64 / seconds)
                     } else {

@@ -130,7 +130,7 @@ fn item_lines(args: &TryArgs) -> Result<Vec<String>, CliError> {
             if !line.trim().is_empty() {
                 lines.push(line);
             }
-            if lines.len() == args.limit {
+            if lines.len() == args.limit as usize {
                 break;
             }
         }

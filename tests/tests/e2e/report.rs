@@ -323,6 +323,15 @@ fn partial_runs_are_drawn_from_what_they_left_and_watched_until_they_finish() {
         page.contains("partial: stopped before its summary"),
         "{page}"
     );
+    // A stopped run cannot change: --watch draws it once and ends.
+    let once = run(&["report", s(&out), "--out", s(&page_path), "--watch", "1"]);
+    assert_eq!(code(&once), 0, "{}", stderr(&once));
+    assert_eq!(stdout(&once).lines().count(), 1, "{}", stdout(&once));
+    assert!(
+        stderr(&once).contains("no run is still going"),
+        "{}",
+        stderr(&once)
+    );
     // In a browser, the partial banner is drawn above the figures.
     if let Some(browser) = browser() {
         let shot = dir.path().join("partial.png");

@@ -22,7 +22,14 @@ use crate::episode::unit_record::UnitRecord;
 /// records.
 #[derive(Debug, Default)]
 pub struct ErrorTally {
-    by_type: Mutex<BTreeMap<String, u64>>,
+    tally: Mutex<Tally>,
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    by_type: BTreeMap<String, u64>,
+    /// `duration_minutes` of the records with an `adapter_error`.
+    charged_minutes: f64,
 }
 
 /// `error_count` and `errors_by_type`, as `summary.json` and `run --json`
@@ -40,8 +47,14 @@ pub struct ErrorCounts {
 impl ErrorTally {
     /// Counts the failures of records as they are written.
     pub fn add_records(&self, records: &[UnitRecord]) {
-        let mut by_type = self.by_type.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tally = self.tally.lock().unwrap_or_else(|p| p.into_inner());
         for record in records {
+            if record.get("adapter_error").is_some() {
+                tally.charged_minutes += record
+                    .get("duration_minutes")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(0.0);
+            }
             let failures = [
                 record.get("adapter_error"),
                 record
@@ -53,7 +66,7 @@ impl ErrorTally {
                 .flatten()
                 .filter_map(|error| error.get("type").and_then(Value::as_str))
             {
-                *by_type.entry(error_type.to_string()).or_default() += 1;
+                *tally.by_type.entry(error_type.to_string()).or_default() += 1;
             }
         }
     }
@@ -77,20 +90,24 @@ impl ErrorTally {
         struct Line {
             adapter_error: Option<Failure>,
             episode_release_error: Option<Release>,
+            duration_minutes: Option<f64>,
         }
         let file = std::fs::File::open(path)?;
-        let mut by_type = self.by_type.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tally = self.tally.lock().unwrap_or_else(|p| p.into_inner());
         for line in std::io::BufReader::new(file).lines().take(lines as usize) {
             let Ok(record) = serde_json::from_str::<Line>(&line?) else {
                 continue;
             };
+            if record.adapter_error.is_some() {
+                tally.charged_minutes += record.duration_minutes.unwrap_or(0.0);
+            }
             let release = record.episode_release_error.and_then(|r| r.adapter_error);
             for error_type in [record.adapter_error, release]
                 .into_iter()
                 .flatten()
                 .filter_map(|failure| failure.error_type)
             {
-                *by_type.entry(error_type).or_default() += 1;
+                *tally.by_type.entry(error_type).or_default() += 1;
             }
         }
         Ok(())
@@ -99,14 +116,27 @@ impl ErrorTally {
     /// The counts so far.
     pub fn counts(&self) -> ErrorCounts {
         let by_type = self
-            .by_type
+            .tally
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .by_type
             .clone();
         ErrorCounts {
             error_count: by_type.values().sum(),
             errors_by_type: by_type,
         }
+    }
+}
+
+impl ErrorTally {
+    /// Minutes charged to failed records so far (their `duration_minutes`:
+    /// at least the reference's 0.05 each), part of the run's effective
+    /// compute minutes.
+    pub fn charged_minutes(&self) -> f64 {
+        self.tally
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .charged_minutes
     }
 }
 
@@ -127,12 +157,13 @@ mod tests {
         let tally = ErrorTally::default();
         tally.add_records(&[
             record(json!({"item_id": "a", "accepted": true})),
-            record(json!({"item_id": "b", "adapter_error": {"type": "trap", "message": "m"}})),
+            record(json!({"item_id": "b", "duration_minutes": 0.05, "adapter_error": {"type": "trap", "message": "m"}})),
             record(json!({"item_id": "c", "adapter_error": {"type": "deadline"}})),
             record(json!({"item_id": "p", "episode_release_error": {"adapter_error": {"type": "trap"}}})),
         ]);
         let counts = tally.counts();
         assert_eq!(counts.error_count, 3);
+        assert_eq!(tally.charged_minutes(), 0.05);
         assert_eq!(
             counts.errors_by_type,
             BTreeMap::from([("deadline".to_string(), 1), ("trap".to_string(), 2)])

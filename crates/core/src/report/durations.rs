@@ -92,7 +92,9 @@ pub fn histogram(label: &str, values: &[f64], bins: usize) -> Histogram {
 }
 
 /// One histogram per kind of record the run has (prefix, suffix, child,
-/// standalone, in that order); kinds without records are left out.
+/// standalone, in that order), of its records that succeeded: a failed
+/// record's duration is the error charge (at least 0.05 minutes), not how
+/// long the call took. Kinds without such records are left out.
 pub fn duration_histograms(records: &[RecordFacts]) -> Vec<Histogram> {
     [
         RecordKind::Prefix,
@@ -104,7 +106,7 @@ pub fn duration_histograms(records: &[RecordFacts]) -> Vec<Histogram> {
     .filter_map(|kind| {
         let values: Vec<f64> = records
             .iter()
-            .filter(|record| record.kind == kind)
+            .filter(|record| record.kind == kind && record.error.is_none())
             .map(|record| record.duration_minutes)
             .collect();
         (!values.is_empty()).then(|| histogram(kind.label(), &values, HISTOGRAM_BINS))

@@ -155,7 +155,7 @@ pub(super) fn economics(out: &mut String, run: &RunReport) {
         out,
         "economics",
         "Execution economics",
-        "Compute minutes per epoch by kind (shared prefixes prepared once, suffixes run on them, standalone items) and the prefix recomputation the groups avoided.",
+        "Compute minutes per epoch by kind (shared prefixes prepared once, suffixes run on them, standalone items), the error charge on its own (a failed call is charged at least 0.05 minutes, as the reference does; the chart's kinds are what succeeded, the table's include the charge, as effective minutes do), and the prefix recomputation the groups avoided.",
     );
     if run.economics.is_empty() {
         none(out, "no epoch completed in this run");
@@ -171,16 +171,27 @@ pub(super) fn economics(out: &mut String, run: &RunReport) {
         vec![
             (
                 "shared prefix",
-                column(|e| e.metrics.shared_prefix_compute_minutes),
+                column(|e| {
+                    (e.metrics.shared_prefix_compute_minutes - e.error_charge.shared_prefix_minutes)
+                        .max(0.0)
+                }),
             ),
             (
                 "suffix",
-                column(|e| e.metrics.episode_suffix_compute_minutes),
+                column(|e| {
+                    (e.metrics.episode_suffix_compute_minutes
+                        - e.error_charge.episode_suffix_minutes)
+                        .max(0.0)
+                }),
             ),
             (
                 "standalone",
-                column(|e| e.metrics.standalone_compute_minutes),
+                column(|e| {
+                    (e.metrics.standalone_compute_minutes - e.error_charge.standalone_minutes)
+                        .max(0.0)
+                }),
             ),
+            ("error charge", column(|e| e.error_charge.total_minutes())),
         ],
         true,
     ));
@@ -197,12 +208,18 @@ pub(super) fn economics(out: &mut String, run: &RunReport) {
                 num(m.shared_prefix_compute_minutes),
                 num(m.episode_suffix_compute_minutes),
                 num(m.standalone_compute_minutes),
+                num(e.error_charge.total_minutes()),
                 num(m.avoided_recompute_minutes),
                 num(m.successful_avoided_recompute_minutes),
                 m.episode_group_count.to_string(),
             ]
         })
         .collect();
+    let charged: f64 = run
+        .economics
+        .iter()
+        .map(|e| e.error_charge.total_minutes())
+        .sum();
     rows.push(vec![
         "<b>total</b>".to_owned(),
         num(run.head.elapsed_minutes),
@@ -210,6 +227,7 @@ pub(super) fn economics(out: &mut String, run: &RunReport) {
         num(m.shared_prefix_compute_minutes),
         num(m.episode_suffix_compute_minutes),
         num(m.standalone_compute_minutes),
+        num(charged),
         num(m.avoided_recompute_minutes),
         num(m.successful_avoided_recompute_minutes),
         m.episode_group_count.to_string(),
@@ -223,6 +241,7 @@ pub(super) fn economics(out: &mut String, run: &RunReport) {
             "#shared prefix min",
             "#suffix min",
             "#standalone min",
+            "#error charge min",
             "#avoided min",
             "#avoided by successes",
             "#groups",
@@ -522,7 +541,7 @@ pub(super) fn durations(out: &mut String, run: &RunReport) {
         out,
         "durations",
         "Durations",
-        "How long each kind of record took (host-measured duration_minutes, shown in ms); bins are logarithmic when durations span more than a factor of 20.",
+        "How long each kind of record that succeeded took (host-measured duration_minutes, shown in ms; a failed record's duration is its error charge, so failures are left out); bins are logarithmic when durations span more than a factor of 20.",
     );
     if run.durations.is_empty() {
         none(out, "no records in this run");

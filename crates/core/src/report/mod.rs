@@ -101,7 +101,7 @@ impl RunReport {
             novelty: NoveltyCurve::of_run(&files.head.checkpoints, &files.epochs),
             families: families::value_by_family(&files.records),
             spec_yield: families::spec_yield(&files.epochs, &files.records),
-            economics: economics::per_epoch(&files.epochs),
+            economics: economics::per_epoch(&files.epochs, &files.records),
             errors: {
                 let mut classes = errors_by_class(&files.records);
                 guest_output::attach(&files.dir, &mut classes);

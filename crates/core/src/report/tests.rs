@@ -284,6 +284,25 @@ fn economics_are_each_epochs_execution_metrics() {
         .collect();
     assert_eq!(prefix, [0.01, 0.02]);
     assert_eq!(report.economics[1].metrics.avoided_recompute_minutes, 0.02);
+    // The failed child and the two failed standalone records, 0.05 each.
+    let charge: Vec<(f64, f64)> = report
+        .economics
+        .iter()
+        .map(|e| {
+            (
+                e.error_charge.episode_suffix_minutes,
+                e.error_charge.standalone_minutes,
+            )
+        })
+        .collect();
+    let total: f64 = charge.iter().map(|(s, t)| s + t).sum();
+    assert!((total - 0.15).abs() < 1e-12, "{charge:?}");
+    let page = html::render_run(&report, &html::Drawing::now());
+    assert!(
+        page.contains(">error charge<") || page.contains("error charge"),
+        "the series is drawn"
+    );
+    assert!(page.contains("#error charge min") || page.contains("error charge min"));
 }
 
 #[test]
@@ -370,16 +389,27 @@ fn duration_histograms_bin_each_kind() {
         .iter()
         .map(|h| (h.label.as_str(), h.count))
         .collect();
+    // Failed records (one child, two standalone) are charged, not timed:
+    // they are left out.
     assert_eq!(
         labels,
         [
             ("prefix", 1),
             ("suffix", 1),
-            ("child", 2),
-            ("standalone", 3)
+            ("child", 1),
+            ("standalone", 1)
         ]
     );
-    let standalone = &report.durations[3];
+    let lic = load::load_run(&report.dir).unwrap().records[4].clone();
+    let records: Vec<load::RecordFacts> = [0.05, 0.05, 0.5]
+        .into_iter()
+        .map(|minutes| load::RecordFacts {
+            duration_minutes: minutes,
+            ..lic.clone()
+        })
+        .collect();
+    let histograms = duration_histograms(&records);
+    let standalone = &histograms[0];
     assert_eq!(
         (standalone.min, standalone.median, standalone.max),
         (0.05, 0.05, 0.5)
