@@ -25,7 +25,8 @@ use crate::harness::queue::branch_id;
 use crate::harness::run_dir::SideWriteCheck;
 use crate::harness::run_files::RECORDS_FILE;
 use crate::harness::run_session::{
-    RunSession, SessionError, check_out_dir, check_resume, unfinished_record_count,
+    RunSession, SessionError, check_not_in_use, check_out_dir, check_resume,
+    unfinished_record_count,
 };
 use crate::harness::summary::{SummaryAdapter, SummaryHost};
 use crate::harness::{ArmConfig, ArmError, ArmSummary, RunDir, VariantCatalog, runtime_signature};
@@ -345,6 +346,7 @@ fn check_run_args(args: &RunArgs) -> Result<Fidelity, CliError> {
     }
     let replay_minimum = crate::replay::fidelity::parse_minimum(&args.replay_min_fidelity)
         .map_err(|error| CliError::Input(format!("--replay-min-fidelity: {error}")))?;
+    check_not_in_use(&args.out).map_err(session_error)?;
     check_out_dir(&args.out, args.resume).map_err(session_error)?;
     if args.fork != ForkArg::Auto && (args.no_replay || args.child_workers == 0) {
         let fork = if args.fork == ForkArg::Snapshot {

@@ -279,6 +279,28 @@ fn partial_runs_are_drawn_from_what_they_left_and_watched_until_they_finish() {
         "the page says when it was drawn"
     );
 
+    // A second run into it, fresh or resumed, is told the run is going,
+    // not advised to resume it.
+    for extra in [&[][..], &["--resume"][..]] {
+        let mut args = vec![
+            "run",
+            "--adapter",
+            sandloop_tests::HOSTILE_ADAPTER,
+            "--items",
+            s(&items),
+            "--out",
+            s(&out),
+        ];
+        args.extend_from_slice(extra);
+        let second = run(&args);
+        assert_eq!(code(&second), 2, "{extra:?}: {}", stderr(&second));
+        let said = stderr(&second);
+        assert!(
+            said.contains("is in use by another sandloop run") && !said.contains("--resume"),
+            "{extra:?}: {said}"
+        );
+    }
+
     // --watch draws it again until the run has its summary, then stops.
     let watched = dir.path().join("watched.html");
     let watch = sandloop()

@@ -30,7 +30,7 @@ use super::run_files::{
     RunFailure, SUMMARY_FILE, TRACES_DIR, read_run_file, write_run_file,
 };
 use crate::dir_grant::DirGrant;
-use crate::dir_lock::{DirLock, DirLockError, Holder, LOCK_FILENAME, lock_dir};
+use crate::dir_lock::{DirLock, DirLockError, Holder, LOCK_FILENAME, holder_of, lock_dir};
 use crate::replay::durable::{DurableError, POINTS_FILE, STATES_DIR, cut_back_points};
 
 /// Files whose presence means a directory already holds a run.
@@ -134,6 +134,29 @@ const RUN_LEFTOVERS: &[&str] = &[
     ADAPTER_OUTPUT_DIR,
     STATES_DIR,
 ];
+
+/// Refuses the run directory `out` while another process holds its lock
+/// (a run still going, or a `sandloop replay` of it), before
+/// [`check_out_dir`] would advise resuming it. The lock is not taken:
+/// [`RunSession::open`] takes it.
+///
+/// # Errors
+/// [`SessionError::Refused`] naming the directory and the holder's pid.
+pub fn check_not_in_use(out: &Path) -> Result<(), SessionError> {
+    match holder_of(out) {
+        Some(holder) => Err(in_use(out, holder)),
+        None => Ok(()),
+    }
+}
+
+/// The refusal of a run directory another process holds.
+fn in_use(out: &Path, holder: Holder) -> SessionError {
+    SessionError::Refused(format!(
+        "{} is in use by another sandloop run ({holder}); wait for it to end, or choose \
+         another --out",
+        out.display()
+    ))
+}
 
 /// The names in the directory `out`, sorted; none when it does not exist.
 fn entry_names(out: &Path) -> Result<Vec<String>, SessionError> {
@@ -288,11 +311,7 @@ impl RunSession {
             SessionError::Refused(format!("cannot create {}: {error}", out.display()))
         })?;
         let lock = lock_dir(out).map_err(|error| match error {
-            DirLockError::Held { holder, .. } => SessionError::Refused(format!(
-                "{} is in use by another sandloop run ({})",
-                out.display(),
-                Holder(holder)
-            )),
+            DirLockError::Held { holder, .. } => in_use(out, Holder(holder)),
             other => SessionError::Io(other.to_string()),
         })?;
         if resume {
@@ -432,6 +451,16 @@ mod tests {
             "{error}"
         );
         check_out_dir(dir.path(), true).unwrap();
+        // While another process runs in it, neither is advised: it is in use.
+        let lock = lock_dir(dir.path()).unwrap();
+        let error = check_not_in_use(dir.path()).unwrap_err().to_string();
+        assert!(
+            error.contains("is in use by another sandloop run (process ")
+                && !error.contains("--resume"),
+            "{error}"
+        );
+        drop(lock);
+        check_not_in_use(dir.path()).unwrap();
     }
 
     #[test]
