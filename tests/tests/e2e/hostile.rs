@@ -9,17 +9,7 @@ use sandloop_tests::HOSTILE_ADAPTER;
 /// Runs the hostile adapter over `items` into `out` with `extra` flags;
 /// the run must finish (exit 0) whatever its items do.
 fn run_hostile(items: &std::path::Path, out: &std::path::Path, extra: &[&str]) {
-    let mut args = vec![
-        "run",
-        "--adapter",
-        HOSTILE_ADAPTER,
-        "--items",
-        s(items),
-        "--out",
-        s(out),
-    ];
-    args.extend_from_slice(extra);
-    let output = run(&args);
+    let output = run(&run_args(HOSTILE_ADAPTER, items, out, extra));
     assert_eq!(code(&output), 0, "the run finishes: {}", stderr(&output));
 }
 

@@ -240,19 +240,12 @@ fn partial_runs_are_drawn_from_what_they_left_and_watched_until_they_finish() {
     );
     let out = dir.path().join("run");
     let mut running = sandloop()
-        .args([
-            "run",
-            "--adapter",
+        .args(run_args(
             sandloop_tests::HOSTILE_ADAPTER,
-            "--items",
-            s(&items),
-            "--out",
-            s(&out),
-            "--workers",
-            "1",
-            "--call-timeout",
-            "2",
-        ])
+            &items,
+            &out,
+            &["--workers", "1", "--call-timeout", "2"],
+        ))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -282,16 +275,7 @@ fn partial_runs_are_drawn_from_what_they_left_and_watched_until_they_finish() {
     // A second run into it, fresh or resumed, is told the run is going,
     // not advised to resume it.
     for extra in [&[][..], &["--resume"][..]] {
-        let mut args = vec![
-            "run",
-            "--adapter",
-            sandloop_tests::HOSTILE_ADAPTER,
-            "--items",
-            s(&items),
-            "--out",
-            s(&out),
-        ];
-        args.extend_from_slice(extra);
+        let args = run_args(sandloop_tests::HOSTILE_ADAPTER, &items, &out, extra);
         let second = run(&args);
         assert_eq!(code(&second), 2, "{extra:?}: {}", stderr(&second));
         let said = stderr(&second);

@@ -244,17 +244,12 @@ fn a_run_reports_its_compile_each_epoch_and_its_failures_by_type() {
     let cache = dir.path().join("cache");
     let output = sandloop()
         .env("SANDLOOP_COMPILE_NOTICE_MS", "0")
-        .args([
-            "run",
-            "--adapter",
+        .args(run_args(
             sandloop_tests::HOSTILE_ADAPTER,
-            "--items",
-            s(&items),
-            "--out",
-            s(&out),
-            "--cache-dir",
-            s(&cache),
-        ])
+            &items,
+            &out,
+            &["--cache-dir", s(&cache)],
+        ))
         .output()
         .unwrap();
     let said = stderr(&output);

@@ -89,20 +89,31 @@ pub fn write_items(dir: &Path, name: &str, lines: &[Value]) -> PathBuf {
     path
 }
 
-/// `sandloop run` of the hello adapter over the items file `items` into
-/// `out`, plus `extra` flags.
-pub fn run_hello(items: &Path, out: &Path, extra: &[&str]) -> Output {
+/// The arguments of `sandloop run` of `adapter` over the items file
+/// `items` into `out`, plus `extra` flags.
+pub fn run_args<'a>(
+    adapter: &'a str,
+    items: &'a Path,
+    out: &'a Path,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
     let mut args = vec![
         "run",
         "--adapter",
-        sandloop_tests::HELLO_ADAPTER,
+        adapter,
         "--items",
         s(items),
         "--out",
         s(out),
     ];
     args.extend_from_slice(extra);
-    run(&args)
+    args
+}
+
+/// `sandloop run` of the hello adapter over the items file `items` into
+/// `out`, plus `extra` flags.
+pub fn run_hello(items: &Path, out: &Path, extra: &[&str]) -> Output {
+    run(&run_args(sandloop_tests::HELLO_ADAPTER, items, out, extra))
 }
 
 /// `sandloop run` of the markdown-explorer example over its sample
