@@ -47,6 +47,13 @@ pub struct ErrorCounts {
 impl ErrorTally {
     /// Counts the failures of records as they are written.
     pub fn add_records(&self, records: &[UnitRecord]) {
+        // Most units fail nothing: they leave the shared tally untouched.
+        let failed = |record: &UnitRecord| {
+            record.get("adapter_error").is_some() || record.get("episode_release_error").is_some()
+        };
+        if !records.iter().any(failed) {
+            return;
+        }
         let mut tally = self.tally.lock().unwrap_or_else(|p| p.into_inner());
         for record in records {
             if record.get("adapter_error").is_some() {

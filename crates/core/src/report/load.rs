@@ -276,16 +276,39 @@ fn read_lines(
         return read_jsonl(path, each);
     }
     let shown = path.display().to_string();
-    let mut bytes = std::fs::read(path).map_err(|source| DurableError::Read {
+    let read_error = |source| DurableError::Read {
         path: shown.clone(),
         source,
-    })?;
-    let complete = bytes
-        .iter()
-        .rposition(|&b| b == b'\n')
-        .map_or(0, |at| at + 1);
-    bytes.truncate(complete);
-    read_jsonl_from(std::io::Cursor::new(bytes), shown, each)
+    };
+    let mut file = std::fs::File::open(path).map_err(read_error)?;
+    let complete = complete_length(&mut file).map_err(read_error)?;
+    let reader = std::io::BufReader::new(std::io::Read::take(file, complete));
+    read_jsonl_from(reader, shown.clone(), each)
+}
+
+/// The length of `file` up to and including its last newline (0 without
+/// one), found by reading back from its end; the file is left at its
+/// start.
+fn complete_length(file: &mut std::fs::File) -> std::io::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    const BLOCK: u64 = 64 << 10;
+    let mut end = file.metadata()?.len();
+    let mut block = vec![0; BLOCK as usize];
+    let complete = loop {
+        if end == 0 {
+            break 0;
+        }
+        let start = end.saturating_sub(BLOCK);
+        let chunk = &mut block[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(chunk)?;
+        if let Some(at) = chunk.iter().rposition(|&b| b == b'\n') {
+            break start + at as u64 + 1;
+        }
+        end = start;
+    };
+    file.seek(SeekFrom::Start(0))?;
+    Ok(complete)
 }
 
 /// Every line of `epochs.jsonl` as an [`EpochSummary`].
@@ -463,4 +486,33 @@ fn read_replays(path: &Path) -> Result<Vec<ReplayLine>, ReportError> {
     })
     .map_err(|error| ReportError::jsonl(path, error))?;
     Ok(lines)
+}
+
+#[cfg(test)]
+mod complete_length_tests {
+    use super::*;
+
+    #[test]
+    fn a_torn_last_line_of_any_length_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lines.jsonl");
+        let torn = format!("{{\"x\": \"{}", "y".repeat(200_000));
+        for (text, expected) in [
+            (String::new(), 0),
+            ("{}\n".to_string(), 3),
+            (format!("{{}}\n{{}}\n{torn}"), 6),
+            (torn.clone(), 0),
+        ] {
+            std::fs::write(&path, &text).unwrap();
+            let mut file = std::fs::File::open(&path).unwrap();
+            assert_eq!(complete_length(&mut file).unwrap(), expected);
+            let mut count = 0;
+            read_lines(&path, Lines::Complete, |_| {
+                count += 1;
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(count as u64, expected / 3);
+        }
+    }
 }
