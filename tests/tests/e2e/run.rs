@@ -279,17 +279,12 @@ fn a_run_reports_its_compile_each_epoch_and_its_failures_by_type() {
     );
 
     // A resume of the finished run keeps its records and counts them.
-    let resumed = run(&[
-        "run",
-        "--adapter",
+    let resumed = run(&run_args(
         sandloop_tests::HOSTILE_ADAPTER,
-        "--items",
-        s(&items),
-        "--out",
-        s(&out),
-        "--resume",
-        "--json",
-    ]);
+        &items,
+        &out,
+        &["--resume", "--json"],
+    ));
     assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
     assert!(
         !stderr(&resumed).contains("epoch "),
@@ -496,17 +491,12 @@ fn malformed_items_stop_a_fatal_run_before_anything_runs() {
     let dir = tempfile::tempdir().unwrap();
     let items = malformed_items(dir.path());
     let out = dir.path().join("out");
-    let output = run(&[
-        "run",
-        "--adapter",
+    let output = run(&run_args(
         sandloop_tests::HOSTILE_ADAPTER,
-        "--items",
-        s(&items),
-        "--out",
-        s(&out),
-        "--failure-policy",
-        "fatal",
-    ]);
+        &items,
+        &out,
+        &["--failure-policy", "fatal"],
+    ));
     assert_eq!(code(&output), 1, "{}", stderr(&output));
     assert!(
         stderr(&output).contains("duplicated: 'seed-a'"),
