@@ -52,20 +52,6 @@ fn build_component(manifest: &Path, crate_name: &str) -> PathBuf {
     component
 }
 
-/// Copy the directory `from` into `to`, recursively.
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 fn inspect_json(component: &str) -> (i32, Value) {
     let output = run(&["inspect", component, "--json"]);
     let value = serde_json::from_str(&stdout(&output))

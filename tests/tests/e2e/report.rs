@@ -141,12 +141,38 @@ fn the_main_jobs_report_renders_in_a_browser_with_its_charts_drawn() {
     );
     let page = std::fs::read_to_string(&page_path).unwrap();
     assert!(page.len() < 2_000_000, "{} bytes", page.len());
+    // Every section is drawn but the one this adapter cannot fill, which
+    // the page names once, with why.
     for heading in RUN_SECTIONS {
-        assert!(
-            page.contains(&format!(">{heading}</h2>")),
-            "{heading} missing"
-        );
+        let drawn = page.contains(&format!(">{heading}</h2>"));
+        if heading == "Counterfactual fixes" {
+            assert!(!drawn, "the adapter exports no counterfactual interface");
+        } else {
+            assert!(drawn, "{heading} missing");
+        }
     }
+    assert_eq!(
+        page.matches("Not drawn, because this adapter does not export what fills them: Counterfactual fixes (no counterfactual interface).")
+            .count(),
+        1
+    );
+    // Short runs are timed in seconds, never "0 min".
+    assert!(
+        page.contains(" s elapsed on 2 workers"),
+        "elapsed not in seconds"
+    );
+    assert!(page.contains("compute seconds per epoch"));
+    // The novelty curve is drawn against records, and against epochs
+    // from two epochs on.
+    assert!(page.contains("cumulative novel value per record"));
+    let epochs = json_file(&out.join("summary.json"))["epoch_count"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        page.contains("cumulative novel value per epoch"),
+        epochs > 1,
+        "{epochs} epochs"
+    );
     // The sample documents' families and the run's adapter are shown.
     assert!(page.contains("readme"), "no family readme");
     let manifest = json_file(&out.join("manifest.json"));
@@ -161,13 +187,41 @@ fn the_main_jobs_report_renders_in_a_browser_with_its_charts_drawn() {
     assert!(drawn("bar") >= 5, "{} bars", drawn("bar"));
     assert!(!page.contains("d=\"\""), "an empty path");
 
-    // Two runs compared as arms (the same run twice).
+    // The same run twice is a slip, refused.
+    let twice = run(&["report", s(&out), s(&out)]);
+    assert_eq!(code(&twice), 2, "{}", stderr(&twice));
+    assert!(
+        stderr(&twice).contains("are the same run directory"),
+        "{}",
+        stderr(&twice)
+    );
+    // Two runs compared as arms: the run and a copy of it elsewhere, with
+    // the same arm key and directory name, told apart by their paths.
+    let copy = dir.path().join("elsewhere").join("markdown");
+    copy_dir(&out, &copy);
     let arms_page = dir.path().join("arms.html");
-    let arms = run(&["report", s(&out), s(&out), "--out", s(&arms_page)]);
+    let arms = run(&["report", s(&out), s(&copy), "--out", s(&arms_page)]);
     assert_eq!(code(&arms), 0, "{}", stderr(&arms));
     let arms_html = std::fs::read_to_string(&arms_page).unwrap();
     assert!(arms_html.contains("2 arms compared"));
-    assert_eq!(arms_html.matches("<path class=\"series\" d=\"M").count(), 4);
+    let tmp_name = dir.path().file_name().unwrap().to_string_lossy();
+    assert!(
+        arms_html.contains(&format!("main ({tmp_name}/markdown)")),
+        "{arms_html}"
+    );
+    assert!(arms_html.contains("main (elsewhere/markdown)"));
+    assert!(arms_html.contains("every arm ran with the same options"));
+    // Two charts against records, two more against epochs from two on.
+    let charts = if epochs > 1 { 4 } else { 2 };
+    assert_eq!(
+        arms_html.matches("<path class=\"series\" d=\"M").count(),
+        2 * charts
+    );
+    assert_eq!(
+        arms_html.matches("stroke-dasharray=\"7 3\"").count(),
+        2 * charts,
+        "the second arm's lines are dashed (its line and legend in each chart)"
+    );
 
     let Some(browser) = browser() else { return };
     let shot = dir.path().join("report.png");
@@ -206,6 +260,30 @@ fn the_main_jobs_report_renders_in_a_browser_with_its_charts_drawn() {
         "a blank screenshot: {ink} of {total} pixels inked"
     );
     assert!(colour > 2_000, "no chart drawn: {colour} coloured pixels");
+
+    // The arms page in the browser: both arms' lines show although their
+    // figures are equal (the second is dashed, its points are squares).
+    let arms_shot = dir.path().join("arms.png");
+    headless(
+        &browser,
+        &arms_page,
+        &[
+            format!("--screenshot={}", arms_shot.display()),
+            "--window-size=1400,1600".to_owned(),
+        ],
+        Duration::from_secs(120),
+    );
+    let (_, _, rgba) = decode_png(&arms_shot);
+    let near = |want: [u8; 3]| {
+        rgba.chunks(4)
+            .filter(|p| (0..3).all(|i| p[i].abs_diff(want[i]) <= 24))
+            .count()
+    };
+    let (first, second) = (near([0x00, 0x72, 0xb2]), near([0xe6, 0x9f, 0x00]));
+    assert!(
+        first > 300 && second > 300,
+        "both arms drawn: {first} and {second} pixels of their colours"
+    );
 }
 
 #[test]
@@ -362,7 +440,7 @@ fn partial_runs_are_drawn_from_what_they_left_and_watched_until_they_finish() {
     }
     assert!(
         page.contains(&format!(
-            ": {records_total} records in {epochs_total} epochs"
+            ": {records_total} records in {epochs_total} epoch"
         )),
         "the torn line is left out: {page}"
     );

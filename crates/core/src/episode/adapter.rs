@@ -86,6 +86,27 @@ impl Protocols {
         names
     }
 
+    /// The protocols named by `names` as [`Protocols::names`] spells them
+    /// (e.g. a manifest's `adapter.protocols`); unknown names are ignored.
+    pub fn from_names<S: AsRef<str>>(names: &[S]) -> Self {
+        let mut protocols = Protocols::default();
+        for name in names {
+            let flag = match name.as_ref() {
+                "legacy" => &mut protocols.execute,
+                crate::episode::RECOVERABLE_EPISODE_MODE => &mut protocols.episode_groups,
+                crate::replay::REPLAYABLE_EPISODE_MODE => &mut protocols.replay,
+                crate::replay::ISOLATED_CHILD_MODE => &mut protocols.replay_children,
+                crate::replay::CHILD_RISK_MODE => &mut protocols.child_risk,
+                crate::replay::COUNTERFACTUAL_MODE => &mut protocols.counterfactual,
+                "seeds" => &mut protocols.seeds,
+                "variants" => &mut protocols.variants,
+                _ => continue,
+            };
+            *flag = true;
+        }
+        protocols
+    }
+
     /// The reference's `episode_mode`: `Some("recoverable-v0")` when the
     /// adapter offers episode groups, else `None` (standalone execution).
     pub fn episode_mode(&self) -> Option<&'static str> {
@@ -309,4 +330,37 @@ pub trait SeedSource {
     }
     /// Compile a catalog spec against its seed (reference `compile_variant`).
     fn compile_variant(&mut self, spec: &Item, seed: &Item) -> Result<Item, AdapterError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Protocols;
+
+    #[test]
+    fn protocol_names_read_back_as_the_protocols_that_wrote_them() {
+        let all = Protocols {
+            execute: true,
+            seeds: true,
+            variants: true,
+            episode_groups: true,
+            replay: true,
+            replay_children: true,
+            child_risk: true,
+            counterfactual: true,
+        };
+        assert_eq!(Protocols::from_names(&all.names()), all);
+        let some = Protocols {
+            execute: true,
+            replay: true,
+            ..Protocols::default()
+        };
+        assert_eq!(Protocols::from_names(&some.names()), some);
+        assert_eq!(
+            Protocols::from_names(&["legacy", "telepathy"]),
+            Protocols {
+                execute: true,
+                ..Protocols::default()
+            }
+        );
+    }
 }

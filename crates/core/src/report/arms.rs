@@ -2,6 +2,8 @@
 //! reference's `aggregate_arms` (`harness_runtime.py`) over run
 //! directories instead of in-memory arms.
 
+use std::path::Path;
+
 use crate::episode::metrics::ExecutionMetrics;
 
 use super::novelty::step_auc;
@@ -10,8 +12,9 @@ use super::{RunReport, RunState};
 /// One arm's row of the comparison.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ArmRow {
-    /// The arm's label: its `arm_key`, or its run directory's name when
-    /// two compared runs share an `arm_key`.
+    /// The arm's label: its `arm_key`, followed, when compared runs share
+    /// an `arm_key`, by the shortest end of its run directory's path that
+    /// tells it from theirs (`main (b/run-1)`).
     pub label: String,
     /// `novel_value_total` (reference `novel_value_endpoint`).
     pub novel_value_endpoint: f64,
@@ -70,13 +73,17 @@ pub fn aggregate_arms(runs: &[RunReport]) -> ArmsComparison {
         .iter()
         .map(|run| {
             let arm = &run.head;
-            let shared = runs
+            let sharing: Vec<&RunReport> = runs
                 .iter()
                 .filter(|other| other.head.arm_key == arm.arm_key)
-                .count()
-                > 1;
-            let label = if shared {
-                run.dir_name()
+                .collect();
+            let label = if sharing.len() > 1 {
+                let paths: Vec<&Path> = sharing.iter().map(|other| other.dir.as_path()).collect();
+                let mine = sharing
+                    .iter()
+                    .position(|other| std::ptr::eq(*other, run))
+                    .unwrap_or(0);
+                format!("{} ({})", arm.arm_key, path_ends(&paths)[mine])
             } else {
                 arm.arm_key.clone()
             };
@@ -108,5 +115,58 @@ pub fn aggregate_arms(runs: &[RunReport]) -> ArmsComparison {
     ArmsComparison {
         horizon_minutes,
         arms,
+    }
+}
+
+/// For each of `paths`, its shortest end (last components, `/`-joined)
+/// that no other path of the list ends with; a path given twice keeps
+/// its whole text and its place in the list (`runs/a #2`).
+pub fn path_ends(paths: &[&Path]) -> Vec<String> {
+    let parts: Vec<Vec<String>> = paths
+        .iter()
+        .map(|path| {
+            path.components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect()
+        })
+        .collect();
+    // Path `j` ends with the last `n` components of path `i`.
+    let ends_alike = |i: usize, j: usize, n: usize| {
+        let (a, b) = (&parts[i], &parts[j]);
+        b.len() >= n && a[a.len() - n..] == b[b.len() - n..]
+    };
+    (0..paths.len())
+        .map(|i| {
+            (1..=parts[i].len())
+                .find(|&n| (0..paths.len()).all(|j| j == i || !ends_alike(i, j, n)))
+                .map(|n| parts[i][parts[i].len() - n..].join("/"))
+                .unwrap_or_else(|| format!("{} #{}", paths[i].display(), i + 1))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_names_are_told_apart_by_the_shortest_distinct_path_end() {
+        let ends = |paths: &[&str]| {
+            let paths: Vec<&Path> = paths.iter().map(Path::new).collect();
+            path_ends(&paths)
+        };
+        assert_eq!(ends(&["runs/a", "runs/b"]), ["a", "b"]);
+        assert_eq!(ends(&["x/run", "y/run"]), ["x/run", "y/run"]);
+        assert_eq!(
+            ends(&["lab/x/run", "home/y/run", "z"]),
+            ["x/run", "y/run", "z"]
+        );
+        assert_eq!(ends(&["run", "old/run"]), ["run #1", "old/run"]);
+        assert_eq!(ends(&["runs/a", "runs/a"]), ["runs/a #1", "runs/a #2"]);
+        assert_eq!(
+            ends(&["prun", "run"]),
+            ["prun", "run"],
+            "ends are whole components"
+        );
     }
 }

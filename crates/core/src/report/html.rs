@@ -9,13 +9,15 @@ use serde_json::Value;
 
 use super::RunReport;
 use super::arms::aggregate_arms;
-use super::svg::{COLORS, Series, bar_chart, hbar_chart, line_chart, short_number};
+use super::svg::{Axis, COLORS, Series, bar_chart, hbar_chart, line_chart, short_number};
 
 use super::html_sections as sections;
 
 /// The section headings of one run's page, in page order (the manifest
 /// last; "Distributed run" comes before it only when the summary has a
-/// `distributed` block).
+/// `distributed` block). "Replay" and "Counterfactual fixes" are left out
+/// when the adapter has no such protocol and the run no such data; the
+/// page then says so once, under its title.
 pub const RUN_SECTIONS: [&str; 8] = [
     "Novelty curve",
     "Value by family",
@@ -44,17 +46,18 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-const STYLE: &str = "body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;\
-margin:0 auto;max-width:1100px;padding:16px 24px;color:#222;background:#fff}\
+const STYLE: &str = "body{font:15px/1.5 system-ui,-apple-system,'Segoe UI',sans-serif;\
+margin:0 auto;max-width:1800px;padding:16px 32px;color:#222;background:#fff}\
 h1{font-size:22px;margin:8px 0}h2{font-size:18px;margin:28px 0 4px;border-bottom:1px solid #ddd}\
 h3{font-size:15px;margin:16px 0 4px}p.explain{color:#555;margin:2px 0 10px}\
 table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}\
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}\
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f4f4}\
 code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;word-break:break-all}\
-.chart{max-width:100%;height:auto;display:block;margin:4px 0}\
-.chart text{font-size:11px;fill:#333}.chart .axis{font-size:12px;fill:#555}\
-.grid2{display:grid;grid-template-columns:1fr 1fr;gap:8px}.none{color:#777;font-style:italic}\
+.chart{width:100%;max-width:820px;height:auto;display:block;margin:4px 0}\
+.chart text{font-size:12px;fill:#333}.chart .axis{font-size:13px;fill:#555}\
+.grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:12px 24px}\
+.grid2 .chart{max-width:none}.none{color:#777;font-style:italic}\
 pre.guest{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;margin:4px 0 8px;\
 padding:4px 6px;background:#f7f7f7;border-left:3px solid #c33;white-space:pre-wrap;word-break:break-all}\
 p.partial{background:#fff4d6;border:1px solid #e0b84c;padding:6px 10px}\
@@ -162,6 +165,71 @@ pub(super) fn num(x: f64) -> String {
     short_number(x)
 }
 
+/// The unit a page gives times in: seconds for a run shorter than a
+/// minute (so it never reads "0 min"), else minutes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TimeUnit {
+    /// Seconds.
+    Seconds,
+    /// Minutes, as the run's files hold them.
+    Minutes,
+}
+
+impl TimeUnit {
+    /// Seconds when `minutes` (the longest time to show) is under one.
+    pub(super) fn for_minutes(minutes: f64) -> Self {
+        if minutes < 1.0 {
+            TimeUnit::Seconds
+        } else {
+            TimeUnit::Minutes
+        }
+    }
+
+    /// `minutes` in this unit.
+    pub(super) fn of(self, minutes: f64) -> f64 {
+        match self {
+            TimeUnit::Seconds => minutes * 60.0,
+            TimeUnit::Minutes => minutes,
+        }
+    }
+
+    /// The unit's symbol in column headers: `s` or `min`.
+    pub(super) fn symbol(self) -> &'static str {
+        match self {
+            TimeUnit::Seconds => "s",
+            TimeUnit::Minutes => "min",
+        }
+    }
+
+    /// The unit's name on a chart axis.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            TimeUnit::Seconds => "seconds",
+            TimeUnit::Minutes => "minutes",
+        }
+    }
+
+    /// `minutes` written in this unit with its symbol, e.g. `4.27 s`.
+    pub(super) fn text(self, minutes: f64) -> String {
+        format!("{} {}", num(self.of(minutes)), self.symbol())
+    }
+}
+
+/// A duration given in minutes, in seconds when under a minute; 0 (the run
+/// files keep minutes to 3 places) reads `under 0.06 s`.
+pub(super) fn duration(minutes: f64) -> String {
+    if minutes <= 0.0 {
+        return "under 0.06 s".to_owned();
+    }
+    TimeUnit::for_minutes(minutes).text(minutes)
+}
+
+/// `1 epoch`, `2 epochs`.
+fn plural(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// A JSON value as escaped text (strings without quotes).
 pub(super) fn json_text(value: &Value) -> String {
     match value {
@@ -185,20 +253,21 @@ last checkpoint.</p>",
     }
     let _ = writeln!(
         body,
-        "<h1>sandloop report: {}</h1><p class=\"explain\">arm <b>{}</b>: {} records in {} epochs, \
-{}, {} min elapsed on {} workers; raw value {}, novel value {}, {} families, {} variant records.</p>",
+        "<h1>sandloop report: {}</h1><p class=\"explain\">arm <b>{}</b>: {} in {}, \
+{}, {} elapsed on {} workers; raw value {}, novel value {}, {} families, {} variant records.</p>",
         escape(&run.dir.display().to_string()),
         escape(&arm.arm_key),
-        arm.record_count,
-        arm.epoch_count,
+        plural(arm.record_count, "record", "records"),
+        plural(arm.epoch_count as u64, "epoch", "epochs"),
         escape(&arm.state.label()),
-        num(arm.elapsed_minutes),
+        duration(arm.elapsed_minutes),
         arm.worker_count,
         num(arm.raw_value_total),
         num(arm.novel_value_total),
         arm.coverage_count,
         arm.variant_records_total,
     );
+    sections::unfilled_note(&mut body, run);
     sections::novelty(&mut body, run);
     sections::families(&mut body, run);
     sections::economics(&mut body, run);
@@ -217,9 +286,11 @@ last checkpoint.</p>",
 
 /// Several runs compared as arms: per-arm totals and economics in one
 /// table (reference `aggregate_arms`), novelty and coverage curves
-/// overlaid, and each arm's adapter.
+/// overlaid (each arm its own colour, dash and point shape), the options
+/// the arms' runs differ in, and each arm's adapter.
 pub fn render_arms(runs: &[RunReport], drawing: &Drawing) -> String {
     let comparison = aggregate_arms(runs);
+    let unit = TimeUnit::for_minutes(comparison.horizon_minutes);
     let mut body = String::new();
     let _ = writeln!(
         body,
@@ -231,8 +302,8 @@ pub fn render_arms(runs: &[RunReport], drawing: &Drawing) -> String {
         "arms",
         "Arms",
         &format!(
-            "Totals and economics per arm; AUC is the area under the novel-value step curve to a common horizon of {} min, per requested worker minute uses that horizon times the arm's workers.",
-            short_number(comparison.horizon_minutes)
+            "Totals and economics per arm; AUC is the area under the novel-value step curve (value × minutes) to a common horizon of {}, per requested worker minute uses that horizon times the arm's workers.",
+            duration(comparison.horizon_minutes)
         ),
     );
     let rows: Vec<Vec<String>> = comparison
@@ -250,16 +321,18 @@ pub fn render_arms(runs: &[RunReport], drawing: &Drawing) -> String {
                 row.coverage_count.to_string(),
                 row.variant_records_total.to_string(),
                 row.epoch_count.to_string(),
-                num(row.elapsed_minutes),
+                duration(row.elapsed_minutes),
                 escape(&row.stop_reason),
-                num(m.effective_compute_minutes),
-                num(m.avoided_recompute_minutes),
+                num(unit.of(m.effective_compute_minutes)),
+                num(unit.of(m.avoided_recompute_minutes)),
                 num(row.novel_value_per_requested_worker_minute),
                 row.novel_value_per_effective_compute_minute
                     .map_or_else(|| "–".to_owned(), num),
             ]
         })
         .collect();
+    let effective = format!("#effective {}", unit.symbol());
+    let avoided = format!("#avoided {}", unit.symbol());
     table(
         &mut body,
         &[
@@ -271,16 +344,18 @@ pub fn render_arms(runs: &[RunReport], drawing: &Drawing) -> String {
             "#families",
             "#variant records",
             "#epochs",
-            "#elapsed min",
+            "#elapsed",
             "stop",
-            "#effective min",
-            "#avoided min",
+            &effective,
+            &avoided,
             "#novel / worker min",
             "#novel / effective min",
         ],
         &rows,
     );
-    let curves = |value: fn(&super::novelty::CurvePoint) -> f64| -> Vec<Series> {
+    arms_options(&mut body, &comparison, runs);
+    // One series per arm, its points drawn from the arm's run by `points`.
+    let overlay = |points: &dyn Fn(&RunReport) -> Vec<(f64, f64)>| -> Vec<Series> {
         comparison
             .arms
             .iter()
@@ -289,38 +364,66 @@ pub fn render_arms(runs: &[RunReport], drawing: &Drawing) -> String {
             .map(|(i, (row, run))| Series {
                 label: row.label.clone(),
                 color: COLORS[i % COLORS.len()],
-                points: run
-                    .novelty
-                    .points
-                    .iter()
-                    .map(|p| (f64::from(p.epoch), value(p)))
-                    .collect(),
+                points: points(run),
             })
             .collect()
     };
+    let by_record = |value: fn(&super::novelty::RecordPoint) -> f64| {
+        overlay(&|run: &RunReport| {
+            run.novelty
+                .by_record
+                .iter()
+                .map(|p| (p.records as f64, value(p)))
+                .collect()
+        })
+    };
+    let by_epoch = |value: fn(&super::novelty::CurvePoint) -> f64| {
+        overlay(&|run: &RunReport| {
+            run.novelty
+                .points
+                .iter()
+                .map(|p| (f64::from(p.epoch), value(p)))
+                .collect()
+        })
+    };
+    let several_epochs = runs.iter().any(|run| run.novelty.points.len() > 1);
     section(
         &mut body,
         "curves",
         "Novelty curves overlaid",
-        "Cumulative novel value and families covered after each epoch, one line per arm.",
+        "Cumulative novel value and families covered as records were written and, when an arm ran more than one epoch, after each epoch; one line per arm (told apart by colour, dash and point shape).",
     );
     body.push_str("<div class=\"grid2\">");
-    body.push_str(&line_chart(
-        "cumulative novel value per arm",
-        "epoch",
-        "novel value",
-        &curves(|p| p.novel_value_cum),
-        &[],
-        "",
-    ));
-    body.push_str(&line_chart(
-        "families covered per arm",
-        "epoch",
-        "families",
-        &curves(|p| p.coverage_cum as f64),
-        &[],
-        "",
-    ));
+    let mut overlays = vec![(
+        ("record", "records"),
+        by_record(|p| p.novel_value_cum),
+        by_record(|p| p.coverage_cum as f64),
+    )];
+    if several_epochs {
+        overlays.push((
+            ("epoch", "epoch"),
+            by_epoch(|p| p.novel_value_cum),
+            by_epoch(|p| p.coverage_cum as f64),
+        ));
+    }
+    for ((per, x_label), novel, families) in overlays {
+        body.push_str(&line_chart(
+            &format!("cumulative novel value per arm, per {per}"),
+            x_label,
+            Axis::values("novel value"),
+            &novel,
+            &[],
+            "",
+        ));
+        body.push_str(&line_chart(
+            &format!("families covered per arm, per {per}"),
+            x_label,
+            Axis::counts("families"),
+            &families,
+            &[],
+            "",
+        ));
+    }
     body.push_str("</div>\n");
     section(
         &mut body,
@@ -343,6 +446,53 @@ pub fn render_arms(runs: &[RunReport], drawing: &Drawing) -> String {
         .collect();
     table(&mut body, &["arm", "adapter sha256", "path", "host"], &rows);
     page("sandloop report: arms compared", &body, drawing)
+}
+
+/// The table of the `sandloop run` options (each arm's last invocation,
+/// as its manifest recorded them) whose values are not the same in every
+/// arm; `out`, which always differs, is left out.
+fn arms_options(out: &mut String, comparison: &super::ArmsComparison, runs: &[RunReport]) {
+    let options: Vec<Option<&serde_json::Map<String, Value>>> = runs
+        .iter()
+        .map(|run| run.manifest.last_invocation().map(|i| &i.options))
+        .collect();
+    let keys: std::collections::BTreeSet<&String> = options
+        .iter()
+        .flatten()
+        .flat_map(|map| map.keys())
+        .filter(|key| key.as_str() != "out")
+        .collect();
+    let value = |arm: usize, key: &str| options[arm].and_then(|map| map.get(key));
+    let differing: Vec<&String> = keys
+        .into_iter()
+        .filter(|key| (1..runs.len()).any(|arm| value(arm, key) != value(0, key)))
+        .collect();
+    let mut header = vec!["option".to_owned()];
+    header.extend(comparison.arms.iter().map(|row| row.label.clone()));
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let _ = write!(
+        out,
+        "<h3>Options that differ</h3><p class=\"explain\">{}</p>",
+        escape(
+            "The sandloop run options of each arm's last invocation (manifest.json) that are not the same in every arm; a dash: not recorded."
+        )
+    );
+    table_of(
+        out,
+        &differing,
+        "every arm ran with the same options",
+        &header,
+        |key| {
+            let mut cells = vec![escape(key)];
+            cells.extend((0..runs.len()).map(|arm| {
+                value(arm, key).map_or_else(
+                    || "–".to_owned(),
+                    |v| format!("<span class=\"mono\">{}</span>", json_text(v)),
+                )
+            }));
+            cells
+        },
+    );
 }
 
 /// `hbar_chart` of raw and novel value per label.
@@ -370,7 +520,7 @@ pub(super) fn raw_novel_bars(
 /// `bar_chart` of named per-category values.
 pub(super) fn bars(
     title: &str,
-    y_label: &str,
+    y_axis: Axis,
     categories: &[String],
     series: Vec<(&str, Vec<f64>)>,
     stacked: bool,
@@ -384,5 +534,5 @@ pub(super) fn bars(
             points: values.into_iter().map(|v| (0.0, v)).collect(),
         })
         .collect();
-    bar_chart(title, y_label, categories, &series, stacked)
+    bar_chart(title, y_axis, categories, &series, stacked)
 }

@@ -4,8 +4,64 @@ use std::fmt::Write;
 
 use super::RunReport;
 use super::counterfactuals::{CandidateEnd, CandidateRow};
-use super::html::{bars, escape, json_text, none, num, raw_novel_bars, section, table, table_of};
-use super::svg::{COLORS, Series, line_chart};
+use super::html::{
+    TimeUnit, bars, escape, json_text, none, num, raw_novel_bars, section, table, table_of,
+};
+use super::svg::{Axis, COLORS, Series, line_chart};
+use crate::episode::adapter::Protocols;
+
+/// Parts of the page the adapter's protocols cannot fill.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Unfilled {
+    /// No `replay` interface and no replay data: "Replay" is left out.
+    pub replay: bool,
+    /// No `counterfactual` interface and no `counterfactuals.jsonl`:
+    /// "Counterfactual fixes" is left out.
+    pub counterfactuals: bool,
+    /// No `variants` interface and no catalog yield: the yield table is
+    /// left out.
+    pub variants: bool,
+}
+
+impl Unfilled {
+    /// What `run`'s adapter (its manifest's `adapter.protocols`) cannot
+    /// fill and the run did not fill either.
+    pub(super) fn of(run: &RunReport) -> Self {
+        let protocols = Protocols::from_names(&run.manifest.adapter.protocols);
+        let replay = &run.replay;
+        Unfilled {
+            replay: !protocols.replay
+                && replay.points.is_none()
+                && replay.children.forked == 0
+                && replay.replays.is_empty(),
+            counterfactuals: !protocols.counterfactual && run.counterfactuals.is_none(),
+            variants: !protocols.variants && run.spec_yield.is_empty(),
+        }
+    }
+}
+
+/// The one note, under the page's title, naming what is not drawn
+/// because the adapter cannot fill it, and why.
+pub(super) fn unfilled_note(out: &mut String, run: &RunReport) {
+    let unfilled = Unfilled::of(run);
+    let mut parts = Vec::new();
+    if unfilled.replay {
+        parts.push("Replay (no replay interface)");
+    }
+    if unfilled.counterfactuals {
+        parts.push("Counterfactual fixes (no counterfactual interface)");
+    }
+    if unfilled.variants {
+        parts.push("the variant catalog's yield (no variants interface)");
+    }
+    if !parts.is_empty() {
+        let _ = writeln!(
+            out,
+            "<p class=\"explain\">Not drawn, because this adapter does not export what fills them: {}. See the guide's chapter on protocols.</p>",
+            escape(&parts.join("; "))
+        );
+    }
+}
 
 /// How many rows (or chart bars) a list shows at most; the rest is
 /// counted in a note, so a huge run still makes a small page.
@@ -31,56 +87,102 @@ fn ms(minutes: f64) -> String {
     format!("{} ms", num(minutes * 60_000.0))
 }
 
-/// The novelty curve.
+/// The novelty curve, against records written and, for a run of more
+/// than one epoch, against epochs.
 pub(super) fn novelty(out: &mut String, run: &RunReport) {
     section(
         out,
         "novelty",
         "Novelty curve",
-        "Cumulative novel value (observation keys seen for the first time), families covered and variant records after each epoch; dashed lines mark the epochs in which the variant catalog admitted variants.",
+        "Cumulative novel value (observation keys seen for the first time), families covered and variant records as records were written and after each epoch; dashed lines mark the epochs in which the variant catalog admitted variants.",
     );
-    let points = &run.novelty.points;
-    if points.is_empty() {
-        none(out, "no epoch completed in this run");
+    let curve = &run.novelty;
+    if curve.by_record.is_empty() && curve.points.is_empty() {
+        none(out, "no records in this run yet");
         return;
     }
-    let markers: Vec<f64> = run
-        .novelty
-        .variant_epochs()
-        .into_iter()
-        .map(f64::from)
-        .collect();
-    let series = |label: &str, color, value: &dyn Fn(&super::novelty::CurvePoint) -> f64| Series {
+    out.push_str("<div class=\"grid2\">");
+    if !curve.by_record.is_empty() {
+        let points: Vec<CurveAt> = curve
+            .by_record
+            .iter()
+            .map(|p| CurveAt {
+                x: p.records as f64,
+                novel: p.novel_value_cum,
+                families: p.coverage_cum as f64,
+                variants: p.variant_records_cum as f64,
+            })
+            .collect();
+        curve_charts(out, ("record", "records"), &points, &[]);
+    }
+    let points = &curve.points;
+    if points.len() > 1 {
+        let markers: Vec<f64> = curve.variant_epochs().into_iter().map(f64::from).collect();
+        let at: Vec<CurveAt> = points
+            .iter()
+            .map(|p| CurveAt {
+                x: f64::from(p.epoch),
+                novel: p.novel_value_cum,
+                families: p.coverage_cum as f64,
+                variants: p.variant_records_cum as f64,
+            })
+            .collect();
+        curve_charts(out, ("epoch", "epoch"), &at, &markers);
+    }
+    out.push_str("</div>\n");
+    if points.len() <= 1 {
+        none(
+            out,
+            &format!(
+                "{} epoch completed: the curves per epoch are drawn from two epochs on",
+                points.len()
+            ),
+        );
+    }
+}
+
+/// One point of a novelty curve, whatever its x axis counts.
+struct CurveAt {
+    x: f64,
+    novel: f64,
+    families: f64,
+    variants: f64,
+}
+
+/// The two charts of a novelty curve over `x` (`(per, axis label)`):
+/// cumulative novel value, and families covered with variant records;
+/// dashed `markers` where variants entered.
+fn curve_charts(
+    out: &mut String,
+    (per, x_label): (&str, &str),
+    points: &[CurveAt],
+    markers: &[f64],
+) {
+    let series = |label: &str, color, value: fn(&CurveAt) -> f64| Series {
         label: label.to_owned(),
         color,
-        points: points
-            .iter()
-            .map(|p| (f64::from(p.epoch), value(p)))
-            .collect(),
+        points: points.iter().map(|p| (p.x, value(p))).collect(),
     };
-    out.push_str("<div class=\"grid2\">");
+    let marker_label = "variants entered in epoch";
     out.push_str(&line_chart(
-        "cumulative novel value per epoch",
-        "epoch",
-        "novel value",
-        &[series("novel value", COLORS[0], &|p| p.novel_value_cum)],
-        &markers,
-        "variants entered in epoch",
+        &format!("cumulative novel value per {per}"),
+        x_label,
+        Axis::values("novel value"),
+        &[series("novel value", COLORS[0], |p| p.novel)],
+        markers,
+        marker_label,
     ));
     out.push_str(&line_chart(
-        "families covered and variant records per epoch",
-        "epoch",
-        "count",
+        &format!("families covered and variant records per {per}"),
+        x_label,
+        Axis::counts("count"),
         &[
-            series("families covered", COLORS[2], &|p| p.coverage_cum as f64),
-            series("variant records", COLORS[3], &|p| {
-                p.variant_records_cum as f64
-            }),
+            series("families covered", COLORS[2], |p| p.families),
+            series("variant records", COLORS[3], |p| p.variants),
         ],
-        &markers,
-        "variants entered in epoch",
+        markers,
+        marker_label,
     ));
-    out.push_str("</div>\n");
 }
 
 /// Value by family and the catalog's yield.
@@ -112,6 +214,9 @@ pub(super) fn families(out: &mut String, run: &RunReport) {
             shown.iter().map(|f| f.novel_value).collect(),
         ));
         more(out, run.families.len(), "families, by novel value,");
+    }
+    if Unfilled::of(run).variants {
+        return;
     }
     let _ = write!(
         out,
@@ -161,12 +266,18 @@ pub(super) fn economics(out: &mut String, run: &RunReport) {
         none(out, "no epoch completed in this run");
         return;
     }
+    let m = &run.head.execution_metrics;
+    let unit = TimeUnit::for_minutes(run.head.elapsed_minutes.max(m.effective_compute_minutes));
     let categories: Vec<String> = run.economics.iter().map(|e| e.epoch.to_string()).collect();
-    let column =
-        |f: fn(&super::EpochEconomics) -> f64| run.economics.iter().map(f).collect::<Vec<f64>>();
+    let column = |f: fn(&super::EpochEconomics) -> f64| {
+        run.economics
+            .iter()
+            .map(|e| unit.of(f(e)))
+            .collect::<Vec<f64>>()
+    };
     out.push_str(&bars(
-        "compute minutes per epoch",
-        "minutes",
+        &format!("compute {} per epoch", unit.name()),
+        Axis::values(unit.name()),
         &categories,
         vec![
             (
@@ -195,7 +306,7 @@ pub(super) fn economics(out: &mut String, run: &RunReport) {
         ],
         true,
     ));
-    let m = &run.head.execution_metrics;
+    let t = |minutes: f64| num(unit.of(minutes));
     let mut rows: Vec<Vec<String>> = run
         .economics
         .iter()
@@ -203,14 +314,14 @@ pub(super) fn economics(out: &mut String, run: &RunReport) {
             let m = &e.metrics;
             vec![
                 e.epoch.to_string(),
-                num(e.wall_minutes),
-                num(m.effective_compute_minutes),
-                num(m.shared_prefix_compute_minutes),
-                num(m.episode_suffix_compute_minutes),
-                num(m.standalone_compute_minutes),
-                num(e.error_charge.total_minutes()),
-                num(m.avoided_recompute_minutes),
-                num(m.successful_avoided_recompute_minutes),
+                t(e.wall_minutes),
+                t(m.effective_compute_minutes),
+                t(m.shared_prefix_compute_minutes),
+                t(m.episode_suffix_compute_minutes),
+                t(m.standalone_compute_minutes),
+                t(e.error_charge.total_minutes()),
+                t(m.avoided_recompute_minutes),
+                t(m.successful_avoided_recompute_minutes),
                 m.episode_group_count.to_string(),
             ]
         })
@@ -222,32 +333,33 @@ pub(super) fn economics(out: &mut String, run: &RunReport) {
         .sum();
     rows.push(vec![
         "<b>total</b>".to_owned(),
-        num(run.head.elapsed_minutes),
-        num(m.effective_compute_minutes),
-        num(m.shared_prefix_compute_minutes),
-        num(m.episode_suffix_compute_minutes),
-        num(m.standalone_compute_minutes),
-        num(charged),
-        num(m.avoided_recompute_minutes),
-        num(m.successful_avoided_recompute_minutes),
+        t(run.head.elapsed_minutes),
+        t(m.effective_compute_minutes),
+        t(m.shared_prefix_compute_minutes),
+        t(m.episode_suffix_compute_minutes),
+        t(m.standalone_compute_minutes),
+        t(charged),
+        t(m.avoided_recompute_minutes),
+        t(m.successful_avoided_recompute_minutes),
         m.episode_group_count.to_string(),
     ]);
-    table(
-        out,
-        &[
-            "epoch",
-            "#wall min",
-            "#effective min",
-            "#shared prefix min",
-            "#suffix min",
-            "#standalone min",
-            "#error charge min",
-            "#avoided min",
-            "#avoided by successes",
-            "#groups",
-        ],
-        &rows,
-    );
+    let header: Vec<String> = [
+        "wall",
+        "effective",
+        "shared prefix",
+        "suffix",
+        "standalone",
+        "error charge",
+        "avoided",
+        "avoided by successes",
+    ]
+    .iter()
+    .map(|name| format!("#{name} {}", unit.symbol()))
+    .collect();
+    let mut header: Vec<&str> = header.iter().map(String::as_str).collect();
+    header.insert(0, "epoch");
+    header.push("#groups");
+    table(out, &header, &rows);
 }
 
 /// Errors by class.
@@ -299,8 +411,12 @@ pub(super) fn errors(out: &mut String, run: &RunReport) {
     );
 }
 
-/// Replay points, children, snapshots and offline replays.
+/// Replay points, children, snapshots and offline replays; left out (see
+/// [`unfilled_note`]) when the adapter has no replay protocol.
 pub(super) fn replay(out: &mut String, run: &RunReport) {
+    if Unfilled::of(run).replay {
+        return;
+    }
     section(
         out,
         "replay",
@@ -343,8 +459,13 @@ pub(super) fn replay(out: &mut String, run: &RunReport) {
     more(out, figures.replays.len(), "replays");
 }
 
-/// The outcomes of `sandloop counterfactual`, one table per line.
+/// The outcomes of `sandloop counterfactual`, one table per line; left
+/// out (see [`unfilled_note`]) when the adapter has no counterfactual
+/// protocol.
 pub(super) fn counterfactuals(out: &mut String, run: &RunReport) {
+    if Unfilled::of(run).counterfactuals {
+        return;
+    }
     section(
         out,
         "counterfactuals",
@@ -561,7 +682,7 @@ pub(super) fn durations(out: &mut String, run: &RunReport) {
         );
         out.push_str(&bars(
             &format!("{} durations", h.label),
-            "records",
+            Axis::counts("records"),
             &categories,
             vec![(
                 &format!("{} (bin start, ms)", h.label),

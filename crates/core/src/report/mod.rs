@@ -98,7 +98,7 @@ impl RunReport {
     /// Computes every figure of a run already read.
     pub fn of_files(files: RunFiles) -> Self {
         Self {
-            novelty: NoveltyCurve::of_run(&files.head.checkpoints, &files.epochs),
+            novelty: NoveltyCurve::of_run(&files.head.checkpoints, &files.epochs, &files.records),
             families: families::value_by_family(&files.records),
             spec_yield: families::spec_yield(&files.epochs, &files.records),
             economics: economics::per_epoch(&files.epochs, &files.records),

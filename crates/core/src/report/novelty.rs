@@ -1,9 +1,14 @@
 //! The novelty curve: cumulative novel value, raw value and coverage after
 //! each epoch (the arm summary's anytime `checkpoints`), with the epochs
-//! in which the variant catalog admitted variants; and the reference's
-//! `step_auc` of such a curve.
+//! in which the variant catalog admitted variants; the same against
+//! records written, so a run of one epoch still draws a curve; and the
+//! reference's `step_auc` of such a curve.
+
+use std::collections::BTreeSet;
 
 use crate::harness::{AnytimeCheckpoint, EpochSummary};
+
+use super::load::RecordFacts;
 
 /// One point of the curve, after an epoch.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,17 +29,43 @@ pub struct CurvePoint {
     pub variants_admitted: usize,
 }
 
+/// One point of the curve against records: after the first `records`
+/// lines of `records.jsonl`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordPoint {
+    /// Records written so far.
+    pub records: u64,
+    /// Cumulative `novel_value` of those records.
+    pub novel_value_cum: f64,
+    /// Distinct non-empty families among them (the reference's coverage).
+    pub coverage_cum: usize,
+    /// Variant records among them.
+    pub variant_records_cum: u64,
+}
+
+/// At most this many points of the curve against records (a longer run
+/// is drawn through evenly spaced records, its last always among them).
+pub const MAX_RECORD_POINTS: usize = 500;
+
 /// The curve of a run.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NoveltyCurve {
     /// One point per epoch, in order.
     pub points: Vec<CurvePoint>,
+    /// The curve against records, in file order: at most
+    /// [`MAX_RECORD_POINTS`] points, starting at 0 records.
+    pub by_record: Vec<RecordPoint>,
 }
 
 impl NoveltyCurve {
     /// The curve of a run: `checkpoints` from `summary.json` joined, by
     /// epoch, with the frontier audits of `epochs` (`admitted`).
-    pub fn of_run(checkpoints: &[AnytimeCheckpoint], epochs: &[EpochSummary]) -> Self {
+    /// `records` (in file order) give the curve against records.
+    pub fn of_run(
+        checkpoints: &[AnytimeCheckpoint],
+        epochs: &[EpochSummary],
+        records: &[RecordFacts],
+    ) -> Self {
         let admitted = |epoch: u32| {
             epochs
                 .iter()
@@ -56,6 +87,7 @@ impl NoveltyCurve {
                     variants_admitted: admitted(checkpoint.epoch),
                 })
                 .collect(),
+            by_record: by_record(records),
         }
     }
 
@@ -67,6 +99,35 @@ impl NoveltyCurve {
             .map(|point| point.epoch)
             .collect()
     }
+}
+
+/// The curve against `records`, thinned to [`MAX_RECORD_POINTS`].
+fn by_record(records: &[RecordFacts]) -> Vec<RecordPoint> {
+    let every = records.len().div_ceil(MAX_RECORD_POINTS - 1).max(1);
+    let mut families = BTreeSet::new();
+    let mut point = RecordPoint {
+        records: 0,
+        novel_value_cum: 0.0,
+        coverage_cum: 0,
+        variant_records_cum: 0,
+    };
+    let mut points = vec![point.clone()];
+    for (i, record) in records.iter().enumerate() {
+        point.records += 1;
+        point.novel_value_cum += record.novel_value;
+        if !record.family.is_empty() {
+            families.insert(record.family.as_str());
+        }
+        point.coverage_cum = families.len();
+        point.variant_records_cum += u64::from(record.is_variant);
+        if (i + 1) % every == 0 || i + 1 == records.len() {
+            points.push(point.clone());
+        }
+    }
+    if points.len() == 1 {
+        points.clear();
+    }
+    points
 }
 
 /// The area under the step curve of novel value over elapsed minutes, up

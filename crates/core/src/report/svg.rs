@@ -50,6 +50,54 @@ pub fn short_number(x: f64) -> String {
     }
 }
 
+/// A chart's value axis: its label, and whether it counts things (its
+/// ticks are then whole numbers, never `0.5` records).
+#[derive(Clone, Copy, Debug)]
+pub struct Axis<'a> {
+    /// The axis label (escaped when drawn).
+    pub label: &'a str,
+    /// True when the values are counts.
+    pub counts: bool,
+}
+
+impl<'a> Axis<'a> {
+    /// An axis of measured values (minutes, value): ticks at quarters.
+    pub fn values(label: &'a str) -> Self {
+        Axis {
+            label,
+            counts: false,
+        }
+    }
+
+    /// An axis of counts (records, families): whole-number ticks.
+    pub fn counts(label: &'a str) -> Self {
+        Axis {
+            label,
+            counts: true,
+        }
+    }
+
+    /// The top of the axis and its tick values (0 first) for data up to
+    /// `max`: a top of 1, 2 or 5 times a power of ten cut in quarters; for
+    /// counts, a whole step of 1, 2 or 5 times a power of ten, at most 5
+    /// ticks above 0.
+    fn scale(self, max: f64) -> (f64, Vec<f64>) {
+        if !self.counts {
+            let top = nice_max(max);
+            return (top, (0..=4).map(|i| top * f64::from(i) / 4.0).collect());
+        }
+        let max = if max.is_finite() {
+            max.max(1.0).ceil()
+        } else {
+            1.0
+        };
+        let step = nice_max(max / 5.0).max(1.0);
+        let steps = (max / step).ceil().max(1.0) as u32;
+        let top = step * f64::from(steps);
+        (top, (0..=steps).map(|i| step * f64::from(i)).collect())
+    }
+}
+
 /// Round `max` up to 1, 2 or 5 times a power of ten (at least `max`, >0).
 fn nice_max(max: f64) -> f64 {
     if max <= 0.0 || !max.is_finite() {
@@ -68,6 +116,22 @@ struct Frame {
     x0: f64,
     x1: f64,
     y_max: f64,
+    y_ticks: Vec<f64>,
+}
+
+impl Frame {
+    /// A frame `height` px high over `x0..=x1`, its value axis scaled by
+    /// `axis` to hold `y_max`.
+    fn new(height: f64, (x0, x1): (f64, f64), axis: Axis, y_max: f64) -> Self {
+        let (y_max, y_ticks) = axis.scale(y_max);
+        Frame {
+            height,
+            x0,
+            x1,
+            y_max,
+            y_ticks,
+        }
+    }
 }
 
 impl Frame {
@@ -104,8 +168,7 @@ fn open(out: &mut String, frame: &Frame, title: &str, y_label: &str) {
         h = frame.height,
         t = escape(title),
     );
-    for i in 0..=4 {
-        let value = frame.y_max * f64::from(i) / 4.0;
+    for &value in &frame.y_ticks {
         let y = frame.y(value);
         let _ = write!(
             out,
@@ -126,7 +189,7 @@ fn open(out: &mut String, frame: &Frame, title: &str, y_label: &str) {
     );
 }
 
-/// Legend entries along the top.
+/// Legend entries along the top: a swatch per bar series.
 fn legend(out: &mut String, series: &[(&str, &str)]) {
     let mut x = MARGIN.0;
     for (label, color) in series {
@@ -136,17 +199,98 @@ fn legend(out: &mut String, series: &[(&str, &str)]) {
             x + 14.0,
             escape(label),
         );
-        x += 24.0 + 7.0 * label.chars().count().min(40) as f64;
+        x += legend_width(label);
     }
 }
 
+/// The room a legend entry takes, px.
+fn legend_width(label: &str) -> f64 {
+    30.0 + 6.5 * label.chars().count().min(40) as f64
+}
+
+/// Dash patterns of line series, in order (the first solid).
+const DASHES: [&str; 4] = ["", "7 3", "2 3", "9 3 2 3"];
+
+/// The `d` of a point mark of the `k`-th series centred at `(x, y)`,
+/// `r` px in radius: circle, square, triangle, diamond, plus, cross, in
+/// turn, so lines of one colour family or in grey print are still told
+/// apart.
+fn mark(k: usize, x: f64, y: f64, r: f64) -> String {
+    match k % 6 {
+        0 => format!(
+            "M{:.1} {y:.1}a{r} {r} 0 1 0 {:.1} 0a{r} {r} 0 1 0 {:.1} 0Z",
+            x - r,
+            2.0 * r,
+            -2.0 * r
+        ),
+        1 => format!(
+            "M{:.1} {:.1}h{:.1}v{:.1}h{:.1}Z",
+            x - r,
+            y - r,
+            2.0 * r,
+            2.0 * r,
+            -2.0 * r
+        ),
+        2 => format!(
+            "M{x:.1} {:.1}L{:.1} {:.1}H{:.1}Z",
+            y - r - 0.5,
+            x + r + 0.5,
+            y + r,
+            x - r - 0.5
+        ),
+        3 => format!(
+            "M{x:.1} {:.1}L{:.1} {y:.1}L{x:.1} {:.1}L{:.1} {y:.1}Z",
+            y - r - 1.0,
+            x + r + 1.0,
+            y + r + 1.0,
+            x - r - 1.0
+        ),
+        4 => format!(
+            "M{:.1} {y:.1}h{:.1}M{x:.1} {:.1}v{:.1}",
+            x - r - 1.0,
+            2.0 * r + 2.0,
+            y - r - 1.0,
+            2.0 * r + 2.0
+        ),
+        _ => format!(
+            "M{:.1} {:.1}l{:.1} {:.1}m0 {:.1}l{:.1} {:.1}",
+            x - r,
+            y - r,
+            2.0 * r,
+            2.0 * r,
+            -2.0 * r,
+            -2.0 * r,
+            2.0 * r
+        ),
+    }
+}
+
+/// A point mark, filled (or stroked, for the open shapes) in `color`.
+fn mark_path(k: usize, x: f64, y: f64, r: f64, color: &str) -> String {
+    let open = k % 6 >= 4;
+    format!(
+        r#"<path class="point" d="{}" {}"#,
+        mark(k, x, y, r),
+        if open {
+            format!(r#"fill="none" stroke="{color}" stroke-width="2""#)
+        } else {
+            format!(r#"fill="{color}""#)
+        }
+    )
+}
+
+/// At most this many point marks per line; a longer series gets them at
+/// evenly spaced points (its shape still says which line is which).
+const MAX_MARKS: usize = 60;
+
 /// A line chart of `series` over a numeric x axis labelled `x_label`,
 /// with dashed vertical markers at `markers` (e.g. the epochs in which
-/// variants entered), labelled `marker_label`.
+/// variants entered), labelled `marker_label`. Series are told apart by
+/// colour, dash pattern and point shape together.
 pub fn line_chart(
     title: &str,
     x_label: &str,
-    y_label: &str,
+    y_axis: Axis,
     series: &[Series],
     markers: &[f64],
     marker_label: &str,
@@ -159,14 +303,9 @@ pub fn line_chart(
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
         .fold(0.0, f64::max);
-    let frame = Frame {
-        height: 280.0,
-        x0,
-        x1,
-        y_max: nice_max(y_max),
-    };
+    let frame = Frame::new(280.0, (x0, x1), y_axis, y_max);
     let mut out = String::new();
-    open(&mut out, &frame, title, y_label);
+    open(&mut out, &frame, title, y_axis.label);
     x_axis_numeric(&mut out, &frame, x_label);
     for &marker in markers {
         let x = frame.x(marker);
@@ -178,7 +317,10 @@ pub fn line_chart(
             escape(&format!("{marker_label} {}", short_number(marker))),
         );
     }
-    for s in series {
+    // Earlier series are drawn wider, so a later one drawn over the same
+    // values leaves them showing on both sides.
+    let under = |k: usize| 1.5 * (series.len() - 1 - k).min(2) as f64;
+    for (k, s) in series.iter().enumerate() {
         let mut d = String::new();
         for (i, (x, y)) in s.points.iter().enumerate() {
             let _ = write!(
@@ -192,47 +334,84 @@ pub fn line_chart(
         if s.points.len() == 1 {
             d.push_str("h2");
         }
+        let dash = DASHES[k % DASHES.len()];
+        let dash = if dash.is_empty() {
+            String::new()
+        } else {
+            format!(r#" stroke-dasharray="{dash}""#)
+        };
         let _ = write!(
             out,
-            r#"<path class="series" d="{d}" fill="none" stroke="{}" stroke-width="2"/>"#,
-            s.color
+            r#"<path class="series" d="{d}" fill="none" stroke="{}" stroke-width="{}"{dash}/>"#,
+            s.color,
+            2.0 + under(k),
         );
-        for (x, y) in &s.points {
+        let every = s.points.len().div_ceil(MAX_MARKS).max(1);
+        let last = s.points.len().saturating_sub(1);
+        for (i, (x, y)) in s.points.iter().enumerate() {
+            if i % every != 0 && i != last {
+                continue;
+            }
             let _ = write!(
                 out,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="2.5" fill="{}"><title>{}</title></circle>"#,
-                frame.x(*x),
-                frame.y(*y),
-                s.color,
+                "{}><title>{}</title></path>",
+                mark_path(k, frame.x(*x), frame.y(*y), 3.5 + under(k), s.color),
                 escape(&format!(
-                    "{}: {} at {}",
+                    "{}: {} at {} {}",
                     s.label,
                     short_number(*y),
+                    x_label,
                     short_number(*x)
                 )),
             );
         }
     }
-    let mut entries: Vec<(&str, &str)> =
-        series.iter().map(|s| (s.label.as_str(), s.color)).collect();
-    if !markers.is_empty() {
-        entries.push((marker_label, "#d55e00"));
+    let mut x = MARGIN.0;
+    for (k, s) in series.iter().enumerate() {
+        let dash = DASHES[k % DASHES.len()];
+        let _ = write!(
+            out,
+            r#"<path d="M{x:.1} 13h18" stroke="{}" stroke-width="2" stroke-dasharray="{dash}"/>{}/><text x="{:.1}" y="17" class="legend">{}</text>"#,
+            s.color,
+            mark_path(k, x + 9.0, 13.0, 3.5, s.color),
+            x + 22.0,
+            escape(&s.label),
+        );
+        x += legend_width(&s.label) + 8.0;
     }
-    legend(&mut out, &entries);
+    if !markers.is_empty() {
+        let _ = write!(
+            out,
+            r##"<path d="M{x:.1} 13h18" stroke="#d55e00" stroke-width="1.5" stroke-dasharray="5 3"/><text x="{:.1}" y="17" class="legend">{}</text>"##,
+            x + 22.0,
+            escape(marker_label),
+        );
+    }
     out.push_str("</svg>");
     out
 }
 
-/// The x axis's tick values: whole numbers (at most about 10) when both
-/// ends are whole, such as epochs; else 6 evenly spaced values.
+/// The x axis's tick values: for whole ends (epochs, records) the
+/// multiples of a whole step of 1, 2 or 5 times a power of ten (at most
+/// about 10 ticks), led by `x0` unless a multiple is within half a step of
+/// it; else 6 evenly spaced values.
 fn x_ticks(x0: f64, x1: f64) -> Vec<f64> {
     if x1 <= x0 {
         return vec![x0];
     }
     if x0.fract() == 0.0 && x1.fract() == 0.0 {
-        let step = ((x1 - x0) / 10.0).ceil().max(1.0);
-        let count = ((x1 - x0) / step).floor() as usize;
-        return (0..=count).map(|i| x0 + step * i as f64).collect();
+        let step = nice_max((x1 - x0) / 10.0).max(1.0);
+        let first = (x0 / step).ceil() * step;
+        let mut ticks = Vec::new();
+        if first - x0 >= step / 2.0 {
+            ticks.push(x0);
+        }
+        let mut tick = first;
+        while tick <= x1 {
+            ticks.push(tick);
+            tick += step;
+        }
+        return ticks;
     }
     (0..=5).map(|i| x0 + (x1 - x0) * i as f64 / 5.0).collect()
 }
@@ -262,7 +441,7 @@ fn x_axis_numeric(out: &mut String, frame: &Frame, x_label: &str) {
 /// to at most 10.
 pub fn bar_chart(
     title: &str,
-    y_label: &str,
+    y_axis: Axis,
     categories: &[String],
     series: &[Series],
     stacked: bool,
@@ -278,14 +457,9 @@ pub fn bar_chart(
             }
         })
         .fold(0.0, f64::max);
-    let frame = Frame {
-        height: 280.0,
-        x0: 0.0,
-        x1: categories.len().max(1) as f64,
-        y_max: nice_max(y_max),
-    };
+    let frame = Frame::new(280.0, (0.0, categories.len().max(1) as f64), y_axis, y_max);
     let mut out = String::new();
-    open(&mut out, &frame, title, y_label);
+    open(&mut out, &frame, title, y_axis.label);
     let slot = (frame.plot_right() - frame.plot_left()) / categories.len().max(1) as f64;
     let every = categories.len().div_ceil(10).max(1);
     for (i, category) in categories.iter().enumerate() {
@@ -407,13 +581,67 @@ mod tests {
         assert_eq!(x_ticks(1.0, 8.0), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
         assert_eq!(
             x_ticks(1.0, 50.0),
-            [1.0, 6.0, 11.0, 16.0, 21.0, 26.0, 31.0, 36.0, 41.0, 46.0]
+            [
+                1.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 45.0, 50.0
+            ]
+        );
+        assert_eq!(x_ticks(1.0, 2.0), [1.0, 2.0]);
+        assert_eq!(
+            x_ticks(0.0, 1234.0),
+            [0.0, 200.0, 400.0, 600.0, 800.0, 1000.0, 1200.0]
         );
         assert_eq!(x_ticks(0.0, 0.5).len(), 6);
         assert_eq!(x_ticks(3.0, 3.0), [3.0]);
         assert_eq!(nice_max(0.052), 0.1);
         assert_eq!(nice_max(307.5), 500.0);
         assert_eq!(nice_max(0.0), 1.0);
+    }
+
+    #[test]
+    fn a_count_axis_ticks_whole_numbers_and_a_value_axis_quarters() {
+        let (top, ticks) = Axis::counts("records").scale(2.0);
+        assert_eq!((top, ticks), (2.0, vec![0.0, 1.0, 2.0]));
+        let (top, ticks) = Axis::counts("records").scale(0.0);
+        assert_eq!((top, ticks), (1.0, vec![0.0, 1.0]));
+        let (top, ticks) = Axis::counts("records").scale(7.0);
+        assert_eq!((top, ticks), (8.0, vec![0.0, 2.0, 4.0, 6.0, 8.0]));
+        let (top, ticks) = Axis::counts("records").scale(1234.0);
+        assert_eq!(top, 1500.0);
+        assert!(ticks.iter().all(|t| t.fract() == 0.0), "{ticks:?}");
+        let (top, ticks) = Axis::values("minutes").scale(2.0);
+        assert_eq!((top, ticks), (2.0, vec![0.0, 0.5, 1.0, 1.5, 2.0]));
+    }
+
+    #[test]
+    fn lines_differ_in_dash_and_point_shape_as_well_as_colour() {
+        let line = |k: usize| Series {
+            label: format!("arm {k}"),
+            color: COLORS[0],
+            points: vec![(1.0, 1.0), (2.0, 2.0)],
+        };
+        let svg = line_chart(
+            "t",
+            "epoch",
+            Axis::values("v"),
+            &[line(0), line(1), line(2)],
+            &[],
+            "",
+        );
+        assert_eq!(svg.matches("<path class=\"series\"").count(), 3);
+        assert_eq!(
+            svg.matches("stroke-dasharray=\"7 3\"").count(),
+            2,
+            "line and legend of the second"
+        );
+        let shapes: std::collections::BTreeSet<String> = (0..6)
+            .map(|k| {
+                mark(k, 0.0, 0.0, 3.5)
+                    .chars()
+                    .filter(|c| c.is_alphabetic())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(shapes.len(), 6, "six distinct shapes: {shapes:?}");
     }
 
     #[test]
@@ -424,7 +652,7 @@ mod tests {
             color: COLORS[0],
             points: (0..16).map(|i| (0.0, f64::from(i))).collect(),
         };
-        let svg = bar_chart("t", "y", &categories, &[series], false);
+        let svg = bar_chart("t", Axis::counts("y"), &categories, &[series], false);
         // Category 0 has value 0: no bar; the other 15 are drawn.
         assert_eq!(svg.matches("<path class=\"bar\" d=\"M").count(), 15);
         assert!(svg.contains(">c0<") && svg.contains(">c2<") && svg.contains(">c14<"));

@@ -143,7 +143,9 @@ fn write_tiny_run(dir: &Path, arm: &str, with_replay: bool) {
     .unwrap();
     std::fs::write(
         dir.join("manifest.json"),
-        json!({"adapter": {"sha256": "ab12", "path": "a.wasm"},
+        json!({"adapter": {"sha256": "ab12", "path": "a.wasm",
+                           "protocols": ["legacy", "recoverable-v0", "replayable-v2",
+                                         "isolated-child-v0", "counterfactual-v0", "variants"]},
                "invocations": [{"options": {"workers": 2, "note": "<i>x</i>"}}]})
         .to_string(),
     )
@@ -449,7 +451,7 @@ fn arms_compared_share_one_horizon_and_label_runs_of_the_same_arm_by_directory()
     let comparison = aggregate_arms(&runs);
     assert_eq!(comparison.horizon_minutes, 1.5);
     let labels: Vec<&str> = comparison.arms.iter().map(|a| a.label.as_str()).collect();
-    assert_eq!(labels, ["a", "b", "other"]);
+    assert_eq!(labels, ["main (a)", "main (b)", "other"]);
     let row = &comparison.arms[0];
     // 6 from 0.5 to 1.5 min.
     assert_eq!(row.novel_value_auc, 6.0);
@@ -523,7 +525,8 @@ fn adapter_strings_are_escaped_and_the_page_loads_nothing() {
     // Every chart draws marks.
     let charts = page.matches("<svg").count();
     assert!(charts >= 6, "{charts} charts");
-    assert_eq!(page.matches("<path class=\"series\" d=\"M").count(), 3);
+    // Against records (novel value; families and variants) and per epoch.
+    assert_eq!(page.matches("<path class=\"series\" d=\"M").count(), 6);
     assert_eq!(
         page.matches("<path class=\"marker\" d=\"M").count(),
         2,
@@ -855,6 +858,124 @@ fn a_damaged_counterfactual_line_is_named_with_its_line_and_field() {
     assert!(
         text.contains("counterfactuals.jsonl:2: replay_point.fidelity: invalid type"),
         "{text}"
+    );
+}
+
+#[test]
+fn sections_a_plain_adapter_cannot_fill_are_left_out_with_one_note() {
+    let (dir, _) = tiny(false);
+    let run = dir.path().join("run");
+    let path = run.join("manifest.json");
+    let mut manifest: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    manifest["adapter"]["protocols"] = json!(["legacy"]);
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    // Records that never ran from a replay point.
+    let plain: Vec<Value> = tiny_records()
+        .into_iter()
+        .map(|mut record| {
+            record.as_object_mut().unwrap().remove("replay");
+            record
+        })
+        .collect();
+    write_lines(&run.join("records.jsonl"), &plain);
+    let page = html::render_run(&RunReport::load(&run).unwrap(), &html::Drawing::now());
+    assert!(!page.contains(">Replay</h2>") && !page.contains(">Counterfactual fixes</h2>"));
+    assert_eq!(
+        page.matches("Not drawn, because this adapter does not export what fills them: Replay (no replay interface); Counterfactual fixes (no counterfactual interface).").count(),
+        1,
+        "{page}"
+    );
+    // The catalog's yield has data, so it stays although `variants` is
+    // not listed; the other sections are all there.
+    assert!(page.contains("Variant catalog yield per spec family"));
+    for heading in [
+        "Novelty curve",
+        "Value by family",
+        "Execution economics",
+        "Errors by class",
+        "Durations",
+        "Manifest",
+    ] {
+        assert!(page.contains(&format!(">{heading}</h2>")), "{heading}");
+    }
+    // A run with replay data keeps its Replay section whatever it lists.
+    let (dir, _) = tiny(true);
+    let run = dir.path().join("run");
+    let path = run.join("manifest.json");
+    let mut manifest: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    manifest["adapter"]["protocols"] = json!(["legacy"]);
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    let page = html::render_run(&RunReport::load(&run).unwrap(), &html::Drawing::now());
+    assert!(page.contains(">Replay</h2>"));
+    assert!(page.contains("them: Counterfactual fixes (no counterfactual interface)."));
+}
+
+#[test]
+fn short_runs_are_timed_in_seconds_and_long_ones_in_minutes() {
+    let (dir, report) = tiny(false);
+    // 1.5 minutes.
+    let page = html::render_run(&report, &html::Drawing::now());
+    assert!(page.contains("1.5 min elapsed"), "{page}");
+    assert!(page.contains(">wall min<"));
+    let path = dir.path().join("run/summary.json");
+    let mut summary: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    summary["elapsed_minutes"] = json!(0.0125);
+    std::fs::write(&path, summary.to_string()).unwrap();
+    let report = RunReport::load(&dir.path().join("run")).unwrap();
+    let page = html::render_run(&report, &html::Drawing::now());
+    assert!(page.contains("0.75 s elapsed"), "{page}");
+    assert!(page.contains("compute seconds per epoch") && page.contains(">wall s<"));
+    assert!(!page.contains(" 0 min"));
+}
+
+#[test]
+fn the_curve_against_records_runs_through_every_record_in_file_order() {
+    let (_dir, report) = tiny(false);
+    let points = &report.novelty.by_record;
+    let records = tiny_records();
+    assert_eq!(points.len(), records.len() + 1, "0 records, then each");
+    assert_eq!(points[0].records, 0);
+    let novel: f64 = records
+        .iter()
+        .map(|r| r["novel_value"].as_f64().unwrap_or(0.0))
+        .sum();
+    let last = points.last().unwrap();
+    assert_eq!(last.records, records.len() as u64);
+    assert!((last.novel_value_cum - novel).abs() < 1e-9);
+    assert!(
+        points
+            .windows(2)
+            .all(|w| w[0].coverage_cum <= w[1].coverage_cum)
+    );
+}
+
+#[test]
+fn arms_that_differ_in_options_show_them_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, workers) in [("a", 2), ("b", 4)] {
+        write_tiny_run(&dir.path().join(name), "main", false);
+        let path = dir.path().join(name).join("manifest.json");
+        let mut manifest: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        manifest["invocations"][0]["options"]["workers"] = json!(workers);
+        manifest["invocations"][0]["options"]["out"] = json!(name);
+        std::fs::write(&path, manifest.to_string()).unwrap();
+    }
+    let runs: Vec<RunReport> = ["a", "b"]
+        .iter()
+        .map(|name| RunReport::load(&dir.path().join(name)).unwrap())
+        .collect();
+    let page = html::render_arms(&runs, &html::Drawing::now());
+    let table = &page[page.find("<h3>Options that differ</h3>").unwrap()..];
+    let table = &table[..table.find("</table>").unwrap()];
+    assert!(
+        table.contains("<th>main (a)</th><th>main (b)</th>"),
+        "{table}"
+    );
+    assert!(table.contains("<td>workers</td><td><span class=\"mono\">2</span></td><td><span class=\"mono\">4</span></td>"), "{table}");
+    assert!(!table.contains(">out<"), "out always differs: {table}");
+    assert!(
+        !table.contains(">note<"),
+        "equal options are left out: {table}"
     );
 }
 
