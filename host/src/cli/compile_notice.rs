@@ -55,6 +55,7 @@ pub fn while_compiling<T>(
         "--no-cache: compiled every run"
     };
     let after = notice_after();
+    let doing = format!("compiling {what}");
     let (done, finished) = mpsc::channel::<()>();
     std::thread::scope(|scope| {
         let notice = scope.spawn(move || {
@@ -70,7 +71,9 @@ pub fn while_compiling<T>(
                         .expect("static template"),
                 );
                 bar.enable_steady_tick(Duration::from_millis(120));
+                super::interrupt::set_spinner(Some(bar.clone()));
                 let _ = finished.recv();
+                super::interrupt::set_spinner(None);
                 bar.finish_and_clear();
             } else {
                 eprintln!("{heading}…");
@@ -81,7 +84,7 @@ pub fn while_compiling<T>(
                 started.elapsed().as_secs_f64()
             );
         });
-        let result = work();
+        let result = super::interrupt::while_interruptible(&doing, work);
         let _ = done.send(());
         let _ = notice.join();
         result

@@ -441,7 +441,7 @@ fn serve(args: LoopServeArgs) -> Result<(), CliError> {
     {
         let shutdown = shutdown.clone();
         let asked = std::sync::atomic::AtomicBool::new(false);
-        let _ = ctrlc::set_handler(move || {
+        super::interrupt::on_interrupt(move || {
             if asked.swap(true, std::sync::atomic::Ordering::SeqCst) {
                 std::process::exit(130);
             }

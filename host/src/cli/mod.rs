@@ -7,6 +7,7 @@ pub mod counterfactual;
 pub mod diagnostics;
 pub mod finished_run;
 pub mod inspect;
+mod interrupt;
 pub mod loop_cmd;
 pub mod loop_templates;
 pub mod manual;

@@ -32,7 +32,7 @@ pub fn try_items(args: TryArgs) -> Result<(), CliError> {
     // Ctrl-C removes the scratch directory (and says nothing of resuming
     // a run the user never named).
     let root = scratch.path().to_path_buf();
-    let _ = ctrlc::set_handler(move || {
+    super::interrupt::on_interrupt(move || {
         let _ = std::fs::remove_dir_all(&root);
         std::process::exit(130);
     });

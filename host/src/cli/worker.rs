@@ -67,7 +67,7 @@ pub fn worker(args: WorkerArgs) -> Result<(), CliError> {
 /// On Ctrl-C or `SIGTERM`: remove `scratch` (the replay points not yet
 /// shipped go with it; their units are delivered again) and exit 130.
 fn stop_on_signal(scratch: std::path::PathBuf) {
-    let _ = ctrlc::set_handler(move || {
+    super::interrupt::on_interrupt(move || {
         let _ = std::fs::remove_dir_all(&scratch);
         super::complain(
             "\n",
