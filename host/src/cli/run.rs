@@ -274,6 +274,14 @@ pub(crate) fn run_with(args: RunArgs, closing: Closing) -> Result<(), CliError> 
                 return Err(error);
             }
             session.record_failure(&error.to_string());
+            if args.json {
+                say(&serde_json::to_string_pretty(&failure_json(
+                    &error.to_string(),
+                    &args.out,
+                    &progress.errors.counts(),
+                ))
+                .expect("the failure serialises"));
+            }
             return Err(CliError::Failed(format!(
                 "{error}\nwhat the finished epochs wrote is kept: once the cause is fixed, \
                  continue with the same command and --resume"
@@ -620,7 +628,7 @@ fn interrupt_message(out: &Path, dispatcher: Option<&Arc<crate::distributed::Dis
     let out = out.display().to_string();
     // Weak: the run's own stop drops the dispatcher, which withdraws then.
     let dispatcher = dispatcher.map(Arc::downgrade);
-    let _ = ctrlc::set_handler(move || {
+    super::interrupt::on_interrupt(move || {
         super::complain(
             "\ninterrupted: ",
             &format!(
@@ -765,6 +773,36 @@ fn summary_json(
     value
 }
 
+/// What `run --json` prints when the run fails after it began: the
+/// `failure.json` it wrote (`error`, `exit_code`, `resume`), the run
+/// directory, and the failures counted until then.
+fn failure_json(error: &str, out: &std::path::Path, errors: &ErrorCounts) -> Value {
+    let mut value = json!({
+        "failure": crate::harness::RunFailure::new(error),
+        "out": out,
+    });
+    if let (Value::Object(map), Value::Object(counts)) = (
+        &mut value,
+        serde_json::to_value(errors).expect("the counts serialise"),
+    ) {
+        map.extend(counts);
+    }
+    value
+}
+
+/// A rate for the spinner: `1234 records/s`, `3.5 records/s` below 10,
+/// `0.12 records/s` below 1; never the raw float.
+fn records_per_sec(rate: f64) -> String {
+    let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
+    if rate >= 10.0 {
+        format!("{rate:.0} records/s")
+    } else if rate >= 1.0 {
+        format!("{rate:.1} records/s")
+    } else {
+        format!("{rate:.2} records/s")
+    }
+}
+
 /// `1 record`, `2 records`.
 fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
@@ -874,9 +912,15 @@ impl Progress {
             let bar = ProgressBar::new_spinner();
             bar.set_style(
                 ProgressStyle::with_template(
-                    "{spinner} {prefix} · {pos} records · {per_sec} · {elapsed} · {msg}",
+                    "{spinner} {prefix} · {pos} records · {rate} · {elapsed} · {msg}",
                 )
-                .expect("static template"),
+                .expect("static template")
+                .with_key(
+                    "rate",
+                    |state: &indicatif::ProgressState, out: &mut dyn std::fmt::Write| {
+                        let _ = out.write_str(&records_per_sec(state.per_sec()));
+                    },
+                ),
             );
             bar.enable_steady_tick(std::time::Duration::from_millis(120));
             bar
@@ -1091,6 +1135,14 @@ mod tests {
     use clap::Parser;
 
     use super::*;
+
+    #[test]
+    fn the_spinner_rate_is_rounded_to_what_a_reader_can_use() {
+        assert_eq!(records_per_sec(12345.678), "12346 records/s");
+        assert_eq!(records_per_sec(3.456), "3.5 records/s");
+        assert_eq!(records_per_sec(0.1234), "0.12 records/s");
+        assert_eq!(records_per_sec(f64::NAN), "0.00 records/s");
+    }
 
     #[test]
     fn the_closing_line_names_the_report_command_quoting_odd_paths() {

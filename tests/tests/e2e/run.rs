@@ -506,3 +506,87 @@ fn malformed_items_stop_a_fatal_run_before_anything_runs() {
     assert!(records(&out).is_empty(), "fatal preflight runs nothing");
     assert!(!out.join("summary.json").exists());
 }
+
+#[test]
+fn a_failed_run_with_json_prints_its_failure_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "items.jsonl",
+        &[json!({"item_id": "boom", "family": "h", "attack": "trap_execute"})],
+    );
+    let out = dir.path().join("out");
+    let output = run(&run_args(
+        sandloop_tests::HOSTILE_ADAPTER,
+        &items,
+        &out,
+        &["--failure-policy", "fatal", "--json"],
+    ));
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    let printed: Value = serde_json::from_str(&stdout(&output))
+        .unwrap_or_else(|error| panic!("--json prints JSON ({error}): {output:?}"));
+    let failure = json_file(&out.join("failure.json"));
+    assert_eq!(printed["failure"], failure, "the failure.json it wrote");
+    assert!(
+        failure["error"].as_str().unwrap().contains("trap"),
+        "{failure}"
+    );
+    assert_eq!(printed["out"], json!(s(&out)));
+    assert_eq!(
+        printed["error_count"],
+        json!(0),
+        "no error record under fatal"
+    );
+    assert!(
+        stderr(&output).contains("--resume"),
+        "stderr still explains: {}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn ctrl_c_while_the_component_compiles_says_so_and_writes_nothing() {
+    // A JavaScript component takes seconds to compile: time to interrupt.
+    let Some([_, (_, js)]) = guest_langs(
+        "adapters",
+        sandloop_tests::python_adapter(),
+        sandloop_tests::js_adapter(),
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let items = write_items(
+        dir.path(),
+        "items.jsonl",
+        &[json!({"item_id": "a", "text": "x"})],
+    );
+    let out = dir.path().join("out");
+    let cache = dir.path().join("cache");
+    let mut child = KillOnDrop(
+        sandloop()
+            .env("SANDLOOP_COMPILE_NOTICE_MS", "0")
+            .args(run_args(js, &items, &out, &["--cache-dir", s(&cache)]))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stderr_pipe = std::io::BufReader::new(child.0.stderr.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stderr_pipe, &mut first).unwrap();
+    assert!(first.starts_with("compiling "), "{first}");
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &child.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let exit = child.wait_within(std::time::Duration::from_secs(60), "the interrupted run");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr_pipe, &mut rest).unwrap();
+    assert_eq!(exit, 130, "{rest}");
+    assert!(
+        rest.contains("interrupted while compiling ") && rest.contains("; nothing was written"),
+        "{rest}"
+    );
+    assert!(!out.exists(), "nothing was written to {}", out.display());
+}
