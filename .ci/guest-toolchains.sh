@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# Install the pinned guest toolchains that build the Python and JavaScript
-# adapters (examples/python-adapter, examples/js-adapter):
+# Install the pinned guest toolchains that build the Python, JavaScript, C
+# and Zig adapters (examples/python-adapter, examples/js-adapter,
+# examples/c-adapter, examples/zig-adapter):
 #
 # - componentize-py, the version pinned in examples/python-adapter/requirements.txt,
 #   from PyPI into the virtualenv target/guest-toolchains/venv;
 # - componentize-js, jco and preview2-shim, from the npm registry into
-#   examples/js-adapter/node_modules, exactly as package-lock.json says (npm ci).
+#   examples/js-adapter/node_modules, exactly as package-lock.json says (npm ci);
+# - clang-19, lld-19, the wasm32 compiler runtime and wasi-libc from Debian
+#   (apt-get, only when missing; it needs root);
+# - wasm-tools and Zig, the versions pinned in guest-sdk/c/requirements.txt,
+#   from PyPI into the same virtualenv;
+# - the WASI preview-1 reactor adapter (wasi-preview1-component-adapter-provider
+#   48.0.8 from crates.io, checked against its sha256) into
+#   target/guest-toolchains/.
 #
 # Idempotent: a toolchain already installed at the pinned version is left
 # alone, so a second call takes well under a second. Needs python3 (with
-# venv) and node 20+ with npm; uses no network but the two registries.
+# venv), node 20+ with npm, and curl; uses no network but the registries
+# (PyPI, npm, Debian's apt, crates.io).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -55,4 +64,59 @@ else
     echo "guest-toolchains: npm ci in $js"
     (cd "$js" && npm ci --no-audit --no-fund --loglevel=error)
     echo "$want" >"$stamp"
+fi
+
+# ---- C and Zig: clang-19 + wasi-libc (apt), wasm-tools + zig (PyPI) -----------
+packages=(clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc)
+missing=()
+for package in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$package")
+    fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "guest-toolchains: ${packages[*]} already installed"
+else
+    echo "guest-toolchains: apt-get install ${missing[*]}"
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+    $sudo apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null \
+        || { $sudo apt-get update >/dev/null \
+            && $sudo apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
+fi
+
+c_requirements="$repo/guest-sdk/c/requirements.txt"
+c_stamp="$venv/.sandloop-c-requirements.sha256"
+c_want="$(sha256sum "$c_requirements" | awk '{print $1}')"
+if [ -f "$c_stamp" ] && [ "$(cat "$c_stamp")" = "$c_want" ] && [ -x "$venv/bin/wasm-tools" ]; then
+    echo "guest-toolchains: wasm-tools and zig already in $venv"
+else
+    echo "guest-toolchains: installing wasm-tools and zig into $venv"
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        --requirement "$c_requirements"
+    "$venv/bin/wasm-tools" --version
+    echo "zig $("$venv/bin/python" -m ziglang version)"
+    echo "$c_want" >"$c_stamp"
+fi
+
+reactor="$repo/target/guest-toolchains/wasi_snapshot_preview1.reactor.wasm"
+reactor_sha256="134b86dc09c6b62077f2307b96fa8b83b94dc86737bc705ac3dbe27cb107b1f9"
+if [ -f "$reactor" ] && [ "$(sha256sum "$reactor" | awk '{print $1}')" = "$reactor_sha256" ]; then
+    echo "guest-toolchains: the WASI reactor adapter is already in $reactor"
+else
+    crate="wasi-preview1-component-adapter-provider-48.0.8"
+    crate_sha256="d3a1674fffec103c1d4367d4417a3bd5423cde3cfd56ff3b326b5fc72c0a8ebd"
+    scratch="$(mktemp -d)"
+    echo "guest-toolchains: fetching $crate from crates.io"
+    curl -sSfL -o "$scratch/$crate.crate" \
+        "https://static.crates.io/crates/wasi-preview1-component-adapter-provider/$crate.crate"
+    if [ "$(sha256sum "$scratch/$crate.crate" | awk '{print $1}')" != "$crate_sha256" ]; then
+        echo "guest-toolchains: $crate.crate does not have the pinned sha256" >&2
+        exit 1
+    fi
+    tar -xzf "$scratch/$crate.crate" -C "$scratch" "$crate/artefacts/wasi_snapshot_preview1.reactor.wasm"
+    mkdir -p "$(dirname "$reactor")"
+    mv "$scratch/$crate/artefacts/wasi_snapshot_preview1.reactor.wasm" "$reactor"
+    rm -rf "$scratch"
 fi

@@ -69,31 +69,53 @@ fn main() {
     build_other_languages(&workspace, &target_dir);
 }
 
-/// The Python and JavaScript example adapters, built by their own scripts
+/// The Python, JavaScript, C and Zig example adapters, built by their own scripts
 /// when their toolchains are installed (`.ci/guest-toolchains.sh`). Each
 /// component's path is exported as `{NAME}_WASM`, empty when its toolchain
 /// is missing: the tests that need it then fail and say how to install it
 /// (or, with `SANDLOOP_SKIP_GUEST_LANGS=1`, report themselves skipped).
 fn build_other_languages(workspace: &std::path::Path, target_dir: &std::path::Path) {
-    let languages: &[(&str, &str, &[&str])] = &[
+    // (example, the files its toolchain needs, the components it builds)
+    let reactor = "target/guest-toolchains/wasi_snapshot_preview1.reactor.wasm";
+    let wasm_tools = "target/guest-toolchains/venv/bin/wasm-tools";
+    let languages: &[(&str, &[&str], &[&str])] = &[
         (
             "python-adapter",
-            "target/guest-toolchains/venv/bin/componentize-py",
+            &["target/guest-toolchains/venv/bin/componentize-py"],
             &["python_adapter", "python_ledger", "python_noop"],
         ),
         (
             "js-adapter",
-            "examples/js-adapter/node_modules/.bin/componentize-js",
+            &["examples/js-adapter/node_modules/.bin/componentize-js"],
             &["js_adapter", "js_ledger", "js_noop"],
+        ),
+        (
+            "c-adapter",
+            &[
+                "/usr/bin/clang-19",
+                "/usr/lib/wasm32-wasi/libc.a",
+                wasm_tools,
+                reactor,
+            ],
+            &["c_adapter"],
+        ),
+        (
+            "zig-adapter",
+            &[
+                "target/guest-toolchains/venv/bin/python-zig",
+                wasm_tools,
+                reactor,
+            ],
+            &["zig_adapter"],
         ),
     ];
     println!(
         "cargo:rerun-if-changed={}",
         workspace.join("target/guest-toolchains").display()
     );
-    for (example, tool, components) in languages {
+    for (example, tools, components) in languages {
         let out = target_dir.join("other-languages");
-        let installed = workspace.join(tool).exists();
+        let installed = tools.iter().all(|tool| workspace.join(tool).exists());
         let built = installed && {
             let script = workspace.join("examples").join(example).join("build.sh");
             let status = Command::new("bash")

@@ -64,3 +64,14 @@ pub fn js_noop() -> Option<&'static str> {
 pub fn js_ledger() -> Option<&'static str> {
     other_language(env!("JS_LEDGER_WASM"))
 }
+
+/// `examples/c-adapter/adapter.c`: hello-adapter in C (world `plain`), built
+/// with clang-19, wasi-libc and wasm-tools.
+pub fn c_adapter() -> Option<&'static str> {
+    other_language(env!("C_ADAPTER_WASM"))
+}
+
+/// `examples/zig-adapter/adapter.zig`: hello-adapter in Zig (world `plain`).
+pub fn zig_adapter() -> Option<&'static str> {
+    other_language(env!("ZIG_ADAPTER_WASM"))
+}

@@ -1,6 +1,7 @@
 //! End-to-end tests: the example components, built for `wasm32-wasip2` by
 //! this package's build script, driven through the real `sandloop` binary.
 
+mod c_zig;
 mod children;
 mod cli_errors;
 mod cli_output;
