@@ -179,6 +179,10 @@ pub enum AdapterLang {
     Python,
     /// A JavaScript module built into a component.
     Js,
+    /// A C file built with clang-19, wasi-libc and wasm-tools.
+    C,
+    /// A Zig file built with Zig and wasm-tools, using the C helper.
+    Zig,
 }
 
 /// Options of `sandloop new adapter`.

@@ -1,5 +1,5 @@
 //! `sandloop new adapter NAME`: scaffold a working adapter project — in Rust,
-//! Python or JavaScript — with its own copy of `wit/adapter.wit`, so it
+//! Python, JavaScript, C or Zig — with its own copy of `wit/adapter.wit`, so it
 //! builds outside this repository, and print the commands that build and
 //! run it.
 //!
@@ -140,7 +140,117 @@ pub const TEMPLATES: &[Template] = &[
         component: "{{name}}.wasm",
         items: "items.jsonl",
     },
+    Template {
+        lang: AdapterLang::C,
+        files: &[
+            (
+                "adapter.c",
+                include_str!("../../templates/adapter/c/adapter.c"),
+            ),
+            C_HELPER_H,
+            C_HELPER_C,
+            C_BINDINGS_H,
+            C_BINDINGS_C,
+            C_BINDINGS_TYPE,
+            (
+                "setup.sh",
+                include_str!("../../templates/adapter/c/setup.sh"),
+            ),
+            (
+                "build.sh",
+                include_str!("../../templates/adapter/c/build.sh"),
+            ),
+            (
+                "requirements.txt",
+                include_str!("../../templates/adapter/c/requirements.txt"),
+            ),
+            (
+                "items.jsonl",
+                include_str!("../../templates/adapter/c/items.jsonl"),
+            ),
+            (
+                "README.md",
+                include_str!("../../templates/adapter/c/README.md"),
+            ),
+            (
+                ".gitignore",
+                include_str!("../../templates/adapter/c/gitignore.tmpl"),
+            ),
+        ],
+        setup: &[
+            "sudo apt-get install -y clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc && ./setup.sh",
+        ],
+        build: &["./build.sh"],
+        component: "{{name}}.wasm",
+        items: "items.jsonl",
+    },
+    Template {
+        lang: AdapterLang::Zig,
+        files: &[
+            (
+                "adapter.zig",
+                include_str!("../../templates/adapter/zig/adapter.zig"),
+            ),
+            C_HELPER_H,
+            C_HELPER_C,
+            C_BINDINGS_H,
+            C_BINDINGS_C,
+            C_BINDINGS_TYPE,
+            (
+                "setup.sh",
+                include_str!("../../templates/adapter/zig/setup.sh"),
+            ),
+            (
+                "build.sh",
+                include_str!("../../templates/adapter/zig/build.sh"),
+            ),
+            (
+                "requirements.txt",
+                include_str!("../../templates/adapter/zig/requirements.txt"),
+            ),
+            (
+                "items.jsonl",
+                include_str!("../../templates/adapter/zig/items.jsonl"),
+            ),
+            (
+                "README.md",
+                include_str!("../../templates/adapter/zig/README.md"),
+            ),
+            (
+                ".gitignore",
+                include_str!("../../templates/adapter/zig/gitignore.tmpl"),
+            ),
+        ],
+        setup: &["./setup.sh"],
+        build: &["./build.sh"],
+        component: "{{name}}.wasm",
+        items: "items.jsonl",
+    },
 ];
+
+/// guest-sdk/c, which the C and Zig projects carry in `sandloop/`.
+const C_HELPER_H: TemplateFile = (
+    "sandloop/sandloop.h",
+    include_str!("../../../guest-sdk/c/sandloop.h"),
+);
+const C_HELPER_C: TemplateFile = (
+    "sandloop/sandloop.c",
+    include_str!("../../../guest-sdk/c/sandloop.c"),
+);
+/// The C bindings of world `plain` (guest-sdk/c/bindings.sh), in
+/// `bindings/`.
+const C_BINDINGS_H: TemplateFile = (
+    "bindings/plain.h",
+    include_str!("../../../guest-sdk/c/bindings/plain/plain.h"),
+);
+const C_BINDINGS_C: TemplateFile = (
+    "bindings/plain.c",
+    include_str!("../../../guest-sdk/c/bindings/plain/plain.c"),
+);
+const C_BINDINGS_TYPE: TemplateFile = (
+    "bindings/plain_component_type.c",
+    include_str!("../../../guest-sdk/c/bindings/plain/plain_component_type.c"),
+);
 
 /// Where every project keeps its copy of the contract.
 pub const WIT_PATH: &str = "wit/adapter.wit";
@@ -166,6 +276,8 @@ fn lang_name(lang: AdapterLang) -> &'static str {
         AdapterLang::Rust => "rust",
         AdapterLang::Python => "python",
         AdapterLang::Js => "js",
+        AdapterLang::C => "c",
+        AdapterLang::Zig => "zig",
     }
 }
 

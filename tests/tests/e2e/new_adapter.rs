@@ -101,14 +101,24 @@ fn run_sample_items(component: &Path, project: &Path, out: &Path) {
 }
 
 /// An author's bug in the scaffold: an item whose text is `crash` reaches
-/// a line that throws (Python `KeyError`, JavaScript `TypeError`). Returns
-/// that line's `file:line`.
+/// a line that throws (Python `KeyError`, JavaScript `TypeError`) or panics
+/// (C `SL_PANIC`, Zig `sl_panic_at`). Returns that line's `file:line`.
 fn plant_a_bug(project: &Path, lang: &str) -> String {
     let (file, anchor, bug) = match lang {
         "python" => (
             "app.py",
             "        # Observation keys are the novelty currency",
             "        if text == \"crash\":\n            {}[\"missing\"]\n",
+        ),
+        "c" => (
+            "adapter.c",
+            "    /* Observation keys are the novelty currency",
+            "    if (strcmp(text, \"crash\") == 0) SL_PANIC(\"planted bug\");\n",
+        ),
+        "zig" => (
+            "adapter.zig",
+            "    // Observation keys are the novelty currency",
+            "    if (std.mem.eql(u8, text, \"crash\")) c.sl_panic_at(\"adapter.zig\", @intCast(@src().line), \"planted bug\");\n",
         ),
         _ => (
             "adapter.js",
@@ -147,10 +157,10 @@ fn check_the_bug_is_named(component: &Path, dir: &Path, lang: &str, bug_line: &s
     let record = &records(&out)[0];
     assert_eq!(record["adapter_error"]["type"], "trap", "{record}");
     let message = record["adapter_error"]["message"].as_str().unwrap();
-    let exception = if lang == "python" {
-        "KeyError: 'missing'"
-    } else {
-        "TypeError: "
+    let exception = match lang {
+        "python" => "KeyError: 'missing'",
+        "c" | "zig" => "panic: planted bug",
+        _ => "TypeError: ",
     };
     assert!(
         message.starts_with(&format!("{bug_line}: {exception}")),
@@ -479,6 +489,74 @@ fn scaffolded_python_and_js_adapters_build_and_run() {
         );
         let component = project.join(format!("{name}.wasm"));
         assert!(component.is_file(), "{lang}: {}", component.display());
+        run_sample_items(
+            &component,
+            &project,
+            &dir.path().join(format!("out-{lang}")),
+        );
+        check_the_bug_is_named(&component, dir.path(), lang, &bug_line);
+        println!("covered --lang {lang}");
+    }
+}
+
+#[test]
+fn scaffolded_c_and_zig_adapters_build_and_run() {
+    let tools = workspace_file("target/guest-toolchains");
+    let wasm_tools = tools.join("venv/bin/wasm-tools");
+    let reactor = tools.join("wasi_snapshot_preview1.reactor.wasm");
+    let installed = wasm_tools.is_file()
+        && reactor.is_file()
+        && Path::new("/usr/bin/clang-19").is_file()
+        && tools.join("venv/bin/python-zig").is_file();
+    if !installed {
+        assert!(
+            std::env::var_os("SANDLOOP_SKIP_GUEST_LANGS").is_some(),
+            "--lang c/zig: their toolchains are not installed; run `bash .ci/guest-toolchains.sh` \
+             (or set SANDLOOP_SKIP_GUEST_LANGS=1 to skip them knowingly)"
+        );
+        eprintln!(
+            "SKIPPED --lang c and zig: SANDLOOP_SKIP_GUEST_LANGS is set; not covered by this run"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for lang in ["c", "zig"] {
+        let name = format!("demo-{lang}");
+        let output = run(&[
+            "new",
+            "adapter",
+            &name,
+            "--lang",
+            lang,
+            "--dir",
+            s(dir.path()),
+        ]);
+        assert_eq!(code(&output), 0, "{lang}: {}", stderr(&output));
+        let said = stdout(&output);
+        for expected in [
+            "sandloop/sandloop.c",
+            "bindings/plain.h",
+            "./setup.sh",
+            "./build.sh",
+        ] {
+            assert!(said.contains(expected), "{lang}: {expected}: {said}");
+        }
+        let project = dir.path().join(&name);
+        let bug_line = plant_a_bug(&project, lang);
+        // The toolchains ./setup.sh would install, already here.
+        let output = Command::new(project.join("build.sh"))
+            .env("WASM_TOOLS", &wasm_tools)
+            .env("WASI_REACTOR", &reactor)
+            .env("ZIG_PYTHON", tools.join("venv/bin/python"))
+            .output()
+            .expect("run build.sh");
+        assert!(
+            output.status.success(),
+            "{lang}: build.sh failed:\n{}{}",
+            stdout(&output),
+            stderr(&output)
+        );
+        let component = project.join(format!("{name}.wasm"));
         run_sample_items(
             &component,
             &project,
