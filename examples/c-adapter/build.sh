@@ -4,8 +4,9 @@
 #   examples/c-adapter/build.sh OUT_DIR
 #
 # writes OUT_DIR/c_adapter.wasm (adapter.c with guest-sdk/c/sandloop.c and
-# the generated bindings of world `plain`, against the repository's
-# wit/adapter.wit). Works from any directory.
+# the generated bindings of world `plain`) and OUT_DIR/c_noop.wasm (noop.c,
+# world `grouped`, for the languages bench), against the repository's
+# wit/adapter.wit. Works from any directory.
 #
 # Needs clang-19 and lld-19 with Debian's wasi-libc (apt-get install -y
 # clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc), wasm-tools, and the
@@ -34,16 +35,20 @@ for need in "$cc" "$wasm_tools" "$reactor"; do
     fi
 done
 
-world=plain
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
-"$cc" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 -std=c99 \
-    -Wall -Wextra -Werror -I "$sdk" -I "$sdk/bindings/$world" \
-    "$here/adapter.c" "$sdk/sandloop.c" "$sdk/bindings/$world/$world.c" \
-    "$sdk/bindings/$world/${world}_component_type.c" \
-    -o "$scratch/core.wasm"
-"$wasm_tools" component embed "$repo/wit/adapter.wit" --world "$world" \
-    "$scratch/core.wasm" -o "$scratch/embedded.wasm"
-"$wasm_tools" component new "$scratch/embedded.wasm" \
-    --adapt "wasi_snapshot_preview1=$reactor" -o "$out/c_adapter.wasm"
-echo "built $out/c_adapter.wasm (world $world, $("$cc" --version | head -1))"
+build() { # SOURCE WORLD OUTPUT
+    local world="$2"
+    "$cc" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 -std=c99 \
+        -Wall -Wextra -Werror -I "$sdk" -I "$sdk/bindings/$world" \
+        "$here/$1" "$sdk/sandloop.c" "$sdk/bindings/$world/$world.c" \
+        "$sdk/bindings/$world/${world}_component_type.c" \
+        -o "$scratch/core.wasm"
+    "$wasm_tools" component embed "$repo/wit/adapter.wit" --world "$world" \
+        "$scratch/core.wasm" -o "$scratch/embedded.wasm"
+    "$wasm_tools" component new "$scratch/embedded.wasm" \
+        --adapt "wasi_snapshot_preview1=$reactor" -o "$out/$3"
+    echo "built $out/$3 (world $world, $("$cc" --version | head -1))"
+}
+build adapter.c plain c_adapter.wasm
+build noop.c grouped c_noop.wasm

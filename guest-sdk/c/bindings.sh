@@ -13,7 +13,7 @@ if [ "$have" != "$want" ]; then
     echo "bindings.sh: needs $want (have: ${have:-none}); cargo install wit-bindgen-cli --version 0.46.0" >&2
     exit 1
 fi
-for world in plain; do
+for world in plain grouped; do
     wit-bindgen c "$here/../../wit/adapter.wit" --world "$world" --no-object-file \
         --out-dir "$here/bindings/$world"
     # The generated code still references the object file it did not

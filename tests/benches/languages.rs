@@ -1,12 +1,14 @@
-//! The same no-op adapter logic as a Rust, Python and JavaScript component,
-//! side by side in one run: size, first compile, and host cost per item
-//! through `sandloop run` (`examples/bench-adapter`,
-//! `examples/python-adapter/noop.py`, `examples/js-adapter/noop.js`).
+//! The same no-op adapter logic as a Rust, Python, JavaScript and C
+//! component, side by side in one run: size, first compile, and host cost
+//! per item through `sandloop run` (`examples/bench-adapter`,
+//! `examples/python-adapter/noop.py`, `examples/js-adapter/noop.js`,
+//! `examples/c-adapter/noop.c`), then one line per language against Rust
+//! (`c adapter: N.NNx rust`).
 //!
 //! Run: `cargo bench -p sandloop-tests --bench languages`
 //! (`SANDLOOP_BENCH_SEEDS=N`, default 4,546 seeds = 50,006 items;
-//! `SANDLOOP_BENCH_RUNS=N`, default 3; figures are medians). The Python
-//! and JavaScript components exist when `.ci/guest-toolchains.sh` was run
+//! `SANDLOOP_BENCH_RUNS=N`, default 3; figures are medians). The Python,
+//! JavaScript and C components exist when `.ci/guest-toolchains.sh` was run
 //! before the build.
 //!
 //! - compile: wall time of a 1-item run with an empty compiled-component
@@ -33,9 +35,22 @@ fn main() {
     let items = write_items(&items_path, seeds);
     let one = write_items(&one_path, 1);
     let components = [
-        ("Rust (bench-adapter)", Some(sandloop_tests::BENCH_ADAPTER)),
-        ("Python (componentize-py)", sandloop_tests::python_noop()),
-        ("JavaScript (componentize-js)", sandloop_tests::js_noop()),
+        (
+            "rust",
+            "Rust (bench-adapter)",
+            Some(sandloop_tests::BENCH_ADAPTER),
+        ),
+        (
+            "python",
+            "Python (componentize-py)",
+            sandloop_tests::python_noop(),
+        ),
+        (
+            "js",
+            "JavaScript (componentize-js)",
+            sandloop_tests::js_noop(),
+        ),
+        ("c", "C (clang 19, wasi-libc)", sandloop_tests::c_noop()),
     ];
     println!(
         "no-op adapter per language: {items} items ({seeds} seeds x (1 + {VARIANTS_PER_SEED} variants)), 1 worker, median of {runs} runs"
@@ -45,7 +60,8 @@ fn main() {
         "", "size KB", "compile s", "wall s", "µs / item", "vs Rust"
     );
     let mut rust_per_item = None;
-    for (name, component) in components {
+    let mut ratios = Vec::new();
+    for (lang, name, component) in components {
         let Some(component) = component else {
             println!("{name:<30} not built (run bash .ci/guest-toolchains.sh, then build again)");
             continue;
@@ -72,5 +88,11 @@ fn main() {
             cold - base,
             per_item / *ratio
         );
+        if lang != "rust" {
+            ratios.push((lang, per_item / *ratio));
+        }
+    }
+    for (lang, ratio) in ratios {
+        println!("{lang} adapter: {ratio:.2}x rust");
     }
 }

@@ -75,3 +75,9 @@ pub fn c_adapter() -> Option<&'static str> {
 pub fn zig_adapter() -> Option<&'static str> {
     other_language(env!("ZIG_ADAPTER_WASM"))
 }
+
+/// `examples/c-adapter/noop.c`: bench-adapter's no-op logic in C (world
+/// `grouped`).
+pub fn c_noop() -> Option<&'static str> {
+    other_language(env!("C_NOOP_WASM"))
+}
