@@ -15,6 +15,9 @@
 //!   by the stack, one `function@file:line:column` frame a line.
 //! - **Rust**: the panic hook's `panicked at src/lib.rs:9:5:` and the
 //!   message on the next lines.
+//! - **C and Zig** (guest-sdk/c): `SL_PANIC` and `sl_panic_at` print
+//!   `adapter.c:42: panic: MESSAGE`; wasi-libc's failed `assert` prints
+//!   `Assertion failed: EXPR (FILE: FUNCTION: LINE)`.
 //!
 //! Anything else keeps its last two non-empty stderr lines. The summary
 //! leads the error record's `adapter_error.message`, which keeps 240
@@ -80,6 +83,8 @@ pub fn read_crash(stderr: &str) -> Option<Crash> {
     python_traceback(stderr)
         .or_else(|| js_uncaught(stderr))
         .or_else(|| rust_panic(stderr))
+        .or_else(|| c_panic(stderr))
+        .or_else(|| c_assert(stderr))
         .or_else(|| last_lines(stderr))
 }
 
@@ -163,6 +168,39 @@ fn rust_panic(stderr: &str) -> Option<Crash> {
     Some(Crash {
         place: Some(format!("{file}:{line}")),
         what: cut(&format!("panic: {}", message.join(" "))),
+    })
+}
+
+/// The last `FILE:LINE: panic: MESSAGE` line (guest-sdk/c's `SL_PANIC`).
+fn c_panic(stderr: &str) -> Option<Crash> {
+    stderr.lines().rev().find_map(|line| {
+        let (at, message) = line.trim().split_once(": panic: ")?;
+        let (file, number) = at.rsplit_once(':')?;
+        number.parse::<u64>().ok()?;
+        (!file.is_empty() && !file.contains(' ')).then(|| Crash {
+            place: Some(format!("{file}:{number}")),
+            what: cut(&format!("panic: {message}")),
+        })
+    })
+}
+
+/// wasi-libc's failed `assert`: `Assertion failed: EXPR (FILE: FUNCTION:
+/// LINE)`.
+fn c_assert(stderr: &str) -> Option<Crash> {
+    const MARK: &str = "Assertion failed: ";
+    let line = stderr.lines().rev().find(|line| line.contains(MARK))?;
+    let rest = &line[line.find(MARK)? + MARK.len()..];
+    let open = rest.rfind(" (")?;
+    let (expression, place) = (
+        &rest[..open],
+        rest[open + 2..].trim_end().strip_suffix(')')?,
+    );
+    let mut parts = place.split(": ");
+    let (file, _function, number) = (parts.next()?, parts.next()?, parts.next()?);
+    number.parse::<u64>().ok()?;
+    Some(Crash {
+        place: Some(format!("{file}:{number}")),
+        what: cut(&format!("assertion failed: {expression}")),
     })
 }
 
@@ -251,6 +289,22 @@ mod tests {
         let stderr = "\nthread '<unnamed>' panicked at src/lib.rs:9:5:\n\
             trap_execute requested\nnote: run with `RUST_BACKTRACE=1`\n";
         assert_eq!(crash(stderr), "src/lib.rs:9: panic: trap_execute requested");
+    }
+
+    #[test]
+    fn a_c_panic_or_failed_assert_gives_its_place_whatever_was_printed_before() {
+        let stderr = "reading item a\nadapter.c:86: panic: asked to crash on 'x: y'\n";
+        assert_eq!(
+            crash(stderr),
+            "adapter.c:86: panic: asked to crash on 'x: y'"
+        );
+        let stderr = "some log\nAssertion failed: n > 0 (adapter.c: count_words: 42)\n";
+        assert_eq!(crash(stderr), "adapter.c:42: assertion failed: n > 0");
+        // Prose that merely contains ": panic: " is not a place.
+        assert_eq!(
+            crash("the word was: panic: no\n"),
+            "the word was: panic: no"
+        );
     }
 
     #[test]
