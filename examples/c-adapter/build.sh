@@ -40,6 +40,7 @@ trap 'rm -rf "$scratch"' EXIT
 build() { # SOURCE WORLD OUTPUT
     local world="$2"
     "$cc" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 -std=c99 \
+        -ffile-prefix-map="$here/=" -ffile-prefix-map="$repo/=" \
         -Wall -Wextra -Werror -I "$sdk" -I "$sdk/bindings/$world" \
         "$here/$1" "$sdk/sandloop.c" "$sdk/bindings/$world/$world.c" \
         "$sdk/bindings/$world/${world}_component_type.c" \

@@ -32,7 +32,10 @@ fi
 
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
+# -ffile-prefix-map: __FILE__ (in an assert's message) is adapter.c, not
+# this directory's absolute path.
 "$cc" --target=wasm32-wasi --sysroot=/usr -mexec-model=reactor -O2 -std=c99 -Wall -Wextra \
+    -ffile-prefix-map="$here/=" \
     -I "$here/sandloop" -I "$here/bindings" \
     "$here/adapter.c" "$here/sandloop/sandloop.c" \
     "$here/bindings/$WORLD.c" "$here/bindings/${WORLD}_component_type.c" \
