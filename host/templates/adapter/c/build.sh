@@ -22,7 +22,7 @@ cc="${CC_WASM:-clang-19}"
 wasm_tools="${WASM_TOOLS:-$here/.venv/bin/wasm-tools}"
 reactor="${WASI_REACTOR:-$here/.tools/wasi_snapshot_preview1.reactor.wasm}"
 if ! command -v "$cc" >/dev/null || [ ! -f /usr/lib/wasm32-wasi/libc.a ]; then
-    echo "error: $cc or wasi-libc is missing: sudo apt-get install -y clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc" >&2
+    echo "error: $cc or wasi-libc is missing: apt-get install -y clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc (as root, or with sudo)" >&2
     exit 1
 fi
 if [ ! -x "$wasm_tools" ] || [ ! -f "$reactor" ]; then

@@ -8,7 +8,7 @@
 #   sha256, into .tools/.
 #
 # clang-19, lld-19, the wasm32 runtime and wasi-libc come from Debian:
-#   sudo apt-get install -y clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc
+#   sudo apt-get install -y clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc (as root: without sudo)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 

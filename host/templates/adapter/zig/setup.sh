@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what ./build.sh needs, once (about a minute: Zig is a 50 MB download):
+# Install what ./build.sh needs, once (10-60 s: Zig is a 100 MB wheel):
 
 # - Zig and wasm-tools, pinned in requirements.txt, from PyPI into .venv/;
 # - the WASI preview-1 reactor adapter, which turns the core module zig
