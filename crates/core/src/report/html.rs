@@ -267,13 +267,18 @@ last checkpoint.</p>",
         arm.coverage_count,
         arm.variant_records_total,
     );
-    sections::unfilled_note(&mut body, run);
+    let unfilled = sections::Unfilled::of(run);
+    sections::unfilled_note(&mut body, &unfilled);
     sections::novelty(&mut body, run);
-    sections::families(&mut body, run);
+    sections::families(&mut body, run, !unfilled.variants);
     sections::economics(&mut body, run);
     sections::errors(&mut body, run);
-    sections::replay(&mut body, run);
-    sections::counterfactuals(&mut body, run);
+    if !unfilled.replay {
+        sections::replay(&mut body, run);
+    }
+    if !unfilled.counterfactuals {
+        sections::counterfactuals(&mut body, run);
+    }
     sections::durations(&mut body, run);
     sections::distributed(&mut body, run);
     sections::manifest(&mut body, run);

@@ -42,8 +42,7 @@ impl Unfilled {
 
 /// The one note, under the page's title, naming what is not drawn
 /// because the adapter cannot fill it, and why.
-pub(super) fn unfilled_note(out: &mut String, run: &RunReport) {
-    let unfilled = Unfilled::of(run);
+pub(super) fn unfilled_note(out: &mut String, unfilled: &Unfilled) {
     let mut parts = Vec::new();
     if unfilled.replay {
         parts.push("Replay (no replay interface)");
@@ -185,8 +184,8 @@ fn curve_charts(
     ));
 }
 
-/// Value by family and the catalog's yield.
-pub(super) fn families(out: &mut String, run: &RunReport) {
+/// Value by family and, when `catalog_yield`, the catalog's yield.
+pub(super) fn families(out: &mut String, run: &RunReport, catalog_yield: bool) {
     section(
         out,
         "families",
@@ -215,7 +214,7 @@ pub(super) fn families(out: &mut String, run: &RunReport) {
         ));
         more(out, run.families.len(), "families, by novel value,");
     }
-    if Unfilled::of(run).variants {
+    if !catalog_yield {
         return;
     }
     let _ = write!(
@@ -411,12 +410,9 @@ pub(super) fn errors(out: &mut String, run: &RunReport) {
     );
 }
 
-/// Replay points, children, snapshots and offline replays; left out (see
-/// [`unfilled_note`]) when the adapter has no replay protocol.
+/// Replay points, children, snapshots and offline replays (left out of a
+/// page whose adapter has no replay protocol: see [`Unfilled`]).
 pub(super) fn replay(out: &mut String, run: &RunReport) {
-    if Unfilled::of(run).replay {
-        return;
-    }
     section(
         out,
         "replay",
@@ -459,13 +455,10 @@ pub(super) fn replay(out: &mut String, run: &RunReport) {
     more(out, figures.replays.len(), "replays");
 }
 
-/// The outcomes of `sandloop counterfactual`, one table per line; left
-/// out (see [`unfilled_note`]) when the adapter has no counterfactual
-/// protocol.
+/// The outcomes of `sandloop counterfactual`, one table per line (left
+/// out of a page whose adapter has no counterfactual protocol: see
+/// [`Unfilled`]).
 pub(super) fn counterfactuals(out: &mut String, run: &RunReport) {
-    if Unfilled::of(run).counterfactuals {
-        return;
-    }
     section(
         out,
         "counterfactuals",
