@@ -273,10 +273,10 @@ pub(crate) fn run_with(args: RunArgs, closing: Closing) -> Result<(), CliError> 
             if matches!(error, CliError::Input(_)) {
                 return Err(error);
             }
-            session.record_failure(&error.to_string());
+            let failure = session.record_failure(&error.to_string());
             if args.json {
                 say(&serde_json::to_string_pretty(&failure_json(
-                    &error.to_string(),
+                    &failure,
                     &args.out,
                     &progress.errors.counts(),
                 ))
@@ -760,11 +760,11 @@ fn summary_json(
     info: &crate::sandbox::ComponentInfo,
     errors: &ErrorCounts,
 ) -> Value {
-    let mut value = serde_json::to_value(summary).expect("summary serialises");
+    let mut value = with_error_counts(
+        serde_json::to_value(summary).expect("summary serialises"),
+        errors,
+    );
     if let Value::Object(map) = &mut value {
-        if let Value::Object(counts) = serde_json::to_value(errors).expect("the counts serialise") {
-            map.extend(counts);
-        }
         map.insert(
             "adapter".into(),
             json!({"path": info.path, "sha256": info.sha256, "protocols": info.protocols}),
@@ -776,11 +776,16 @@ fn summary_json(
 /// What `run --json` prints when the run fails after it began: the
 /// `failure.json` it wrote (`error`, `exit_code`, `resume`), the run
 /// directory, and the failures counted until then.
-fn failure_json(error: &str, out: &std::path::Path, errors: &ErrorCounts) -> Value {
-    let mut value = json!({
-        "failure": crate::harness::RunFailure::new(error),
-        "out": out,
-    });
+fn failure_json(
+    failure: &crate::harness::RunFailure,
+    out: &std::path::Path,
+    errors: &ErrorCounts,
+) -> Value {
+    with_error_counts(json!({"failure": failure, "out": out}), errors)
+}
+
+/// The JSON object `value` with `error_count` and `errors_by_type` added.
+fn with_error_counts(mut value: Value, errors: &ErrorCounts) -> Value {
     if let (Value::Object(map), Value::Object(counts)) = (
         &mut value,
         serde_json::to_value(errors).expect("the counts serialise"),

@@ -408,12 +408,13 @@ impl RunSession {
         write_run_file(&path, &manifest).map_err(|error| SessionError::Io(error.to_string()))
     }
 
-    /// Write `failure.json` for a run that failed with `message`. Best
-    /// effort: the run is failing already, and its error is what the user
-    /// sees.
-    pub fn record_failure(&self, message: &str) {
+    /// Write `failure.json` for a run that failed with `message`, and
+    /// return what it holds. Best effort: the run is failing already, and
+    /// its error is what the user sees.
+    pub fn record_failure(&self, message: &str) -> RunFailure {
         let failure = RunFailure::new(message);
         let _ = write_run_file(&self.out.join(FAILURE_FILE), &failure);
+        failure
     }
 }
 
