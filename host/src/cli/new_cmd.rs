@@ -3,8 +3,10 @@
 //! builds outside this repository, and print the commands that build and
 //! run it.
 //!
-//! Templates live in `host/templates/adapter/LANG/` and are embedded in the
-//! binary: [`TEMPLATES`] maps each language to its files. File contents may
+//! Templates live in `host/templates/adapter/LANG/` (the files several
+//! languages share, such as `items.jsonl`, in `host/templates/adapter/`)
+//! and are embedded in the binary: [`TEMPLATES`] maps each language to its
+//! files. File contents may
 //! use the placeholders `{{name}}` (the project name, `my-adapter`) and
 //! `{{crate}}` (the name with `-` turned into `_`, `my_adapter`, as in the
 //! file name of a Rust component).
@@ -52,10 +54,7 @@ pub const TEMPLATES: &[Template] = &[
                 "src/lib.rs",
                 include_str!("../../templates/adapter/rust/src/lib.rs"),
             ),
-            (
-                "items.jsonl",
-                include_str!("../../templates/adapter/rust/items.jsonl"),
-            ),
+            ITEMS_JSONL,
             (
                 "README.md",
                 include_str!("../../templates/adapter/rust/README.md"),
@@ -85,10 +84,7 @@ pub const TEMPLATES: &[Template] = &[
                 "requirements.txt",
                 include_str!("../../templates/adapter/python/requirements.txt"),
             ),
-            (
-                "items.jsonl",
-                include_str!("../../templates/adapter/python/items.jsonl"),
-            ),
+            ITEMS_JSONL,
             (
                 "README.md",
                 include_str!("../../templates/adapter/python/README.md"),
@@ -122,10 +118,7 @@ pub const TEMPLATES: &[Template] = &[
                 "package-lock.json",
                 include_str!("../../templates/adapter/js/package-lock.json.tmpl"),
             ),
-            (
-                "items.jsonl",
-                include_str!("../../templates/adapter/js/items.jsonl"),
-            ),
+            ITEMS_JSONL,
             (
                 "README.md",
                 include_str!("../../templates/adapter/js/README.md"),
@@ -152,10 +145,7 @@ pub const TEMPLATES: &[Template] = &[
             C_BINDINGS_H,
             C_BINDINGS_C,
             C_BINDINGS_TYPE,
-            (
-                "setup.sh",
-                include_str!("../../templates/adapter/c/setup.sh"),
-            ),
+            SETUP_SH,
             (
                 "build.sh",
                 include_str!("../../templates/adapter/c/build.sh"),
@@ -164,18 +154,12 @@ pub const TEMPLATES: &[Template] = &[
                 "requirements.txt",
                 include_str!("../../templates/adapter/c/requirements.txt"),
             ),
-            (
-                "items.jsonl",
-                include_str!("../../templates/adapter/c/items.jsonl"),
-            ),
+            ITEMS_JSONL,
             (
                 "README.md",
                 include_str!("../../templates/adapter/c/README.md"),
             ),
-            (
-                ".gitignore",
-                include_str!("../../templates/adapter/c/gitignore.tmpl"),
-            ),
+            PREVIEW1_GITIGNORE,
         ],
         setup: &[
             "sudo apt-get install -y clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc && ./setup.sh",
@@ -196,10 +180,7 @@ pub const TEMPLATES: &[Template] = &[
             C_BINDINGS_H,
             C_BINDINGS_C,
             C_BINDINGS_TYPE,
-            (
-                "setup.sh",
-                include_str!("../../templates/adapter/zig/setup.sh"),
-            ),
+            SETUP_SH,
             (
                 "build.sh",
                 include_str!("../../templates/adapter/zig/build.sh"),
@@ -208,18 +189,12 @@ pub const TEMPLATES: &[Template] = &[
                 "requirements.txt",
                 include_str!("../../templates/adapter/zig/requirements.txt"),
             ),
-            (
-                "items.jsonl",
-                include_str!("../../templates/adapter/zig/items.jsonl"),
-            ),
+            ITEMS_JSONL,
             (
                 "README.md",
                 include_str!("../../templates/adapter/zig/README.md"),
             ),
-            (
-                ".gitignore",
-                include_str!("../../templates/adapter/zig/gitignore.tmpl"),
-            ),
+            PREVIEW1_GITIGNORE,
         ],
         setup: &["./setup.sh"],
         build: &["./build.sh"],
@@ -228,6 +203,19 @@ pub const TEMPLATES: &[Template] = &[
     },
 ];
 
+/// Every project's sample items.
+const ITEMS_JSONL: TemplateFile = (
+    "items.jsonl",
+    include_str!("../../templates/adapter/items.jsonl"),
+);
+/// The C and Zig projects' `.gitignore`: their tools, components and runs.
+const PREVIEW1_GITIGNORE: TemplateFile = (
+    ".gitignore",
+    include_str!("../../templates/adapter/preview1-gitignore.tmpl"),
+);
+/// The C and Zig projects' `setup.sh`: their pinned tools and the WASI
+/// reactor adapter.
+const SETUP_SH: TemplateFile = ("setup.sh", include_str!("../../templates/adapter/setup.sh"));
 /// guest-sdk/c, which the C and Zig projects carry in `sandloop/`.
 const C_HELPER_H: TemplateFile = (
     "sandloop/sandloop.h",

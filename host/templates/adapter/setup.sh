@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Install what ./build.sh needs besides clang, once (about 10 s):
+# Install what ./build.sh needs besides a C compiler, once (for a C project
+# about 10 s; for a Zig one 10-60 s, Zig being a 100 MB wheel):
 #
-# - wasm-tools, pinned in requirements.txt, from PyPI into .venv/;
-# - the WASI preview-1 reactor adapter, which turns the core module clang
-#   writes into a component: wasi-preview1-component-adapter-provider 48.0.8
-#   from crates.io (Apache-2.0 WITH LLVM-exception), checked against its
-#   sha256, into .tools/.
+# - the tools pinned in requirements.txt (wasm-tools; Zig too in a Zig
+#   project), from PyPI into .venv/;
+# - the WASI preview-1 reactor adapter, which turns the core module the
+#   build writes into a component: wasi-preview1-component-adapter-provider
+#   48.0.8 from crates.io (Apache-2.0 WITH LLVM-exception), checked against
+#   its sha256, into .tools/.
 #
-# clang-19, lld-19, the wasm32 runtime and wasi-libc come from Debian:
+# A C project compiles with clang-19, lld-19, the wasm32 runtime and
+# wasi-libc from Debian:
 #   sudo apt-get install -y clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc (as root: without sudo)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
