@@ -10,24 +10,12 @@ use serde_json::{Value, json};
 use crate::support::*;
 use sandloop_tests::{c_adapter, zig_adapter};
 
-/// The C and Zig components, or `None` (after printing why) when their
-/// toolchains are missing and `SANDLOOP_SKIP_GUEST_LANGS` asks to skip;
-/// otherwise a missing one panics and says how to install it.
+/// The C and Zig components (see [`guest_pair`]).
 fn ports() -> Option<[(&'static str, &'static str); 2]> {
-    match (c_adapter(), zig_adapter()) {
-        (Some(c), Some(zig)) => Some([("c", c), ("zig", zig)]),
-        _ if std::env::var_os("SANDLOOP_SKIP_GUEST_LANGS").is_some() => {
-            eprintln!(
-                "SKIPPED: the C/Zig adapters were not built (SANDLOOP_SKIP_GUEST_LANGS is set)"
-            );
-            None
-        }
-        _ => panic!(
-            "the C/Zig adapters were not built: their toolchains are missing. Run \
-             `bash .ci/guest-toolchains.sh`, then the tests again (or set \
-             SANDLOOP_SKIP_GUEST_LANGS=1 to skip them knowingly)"
-        ),
-    }
+    guest_pair(
+        "adapters",
+        [("c", "C", c_adapter()), ("zig", "Zig", zig_adapter())],
+    )
 }
 
 /// Records without the host's timing, in file order.

@@ -445,57 +445,13 @@ fn scaffolded_python_and_js_adapters_build_and_run() {
             );
             continue;
         };
-        let name = format!("demo-{lang}");
-        let output = run(&[
-            "new",
-            "adapter",
-            &name,
-            "--lang",
-            lang,
-            "--dir",
-            s(dir.path()),
-        ]);
-        assert_eq!(code(&output), 0, "{lang}: {}", stderr(&output));
-        let said = stdout(&output);
-        for expected in [
-            "wit/adapter.wit",
-            "items.jsonl",
-            "./build.sh",
-            &format!("run --adapter {name}.wasm --items items.jsonl"),
-        ] {
-            assert!(said.contains(expected), "{lang}: {expected}: {said}");
-        }
-        let project = dir.path().join(&name);
-        let build = project.join("build.sh");
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(&build).unwrap().permissions().mode();
-            assert_eq!(mode & 0o777, 0o755, "{lang}: build.sh is executable");
-        }
-        let bug_line = plant_a_bug(&project, lang);
-        let mut command = Command::new(&build);
-        if lang == "python" {
-            command.env("COMPONENTIZE_PY", &toolchain);
-        } else {
-            std::os::unix::fs::symlink(&toolchain, project.join("node_modules")).unwrap();
-        }
-        let output = command.output().expect("run build.sh");
-        assert!(
-            output.status.success(),
-            "{lang}: build.sh failed:\n{}{}",
-            stdout(&output),
-            stderr(&output)
-        );
-        let component = project.join(format!("{name}.wasm"));
-        assert!(component.is_file(), "{lang}: {}", component.display());
-        run_sample_items(
-            &component,
-            &project,
-            &dir.path().join(format!("out-{lang}")),
-        );
-        check_the_bug_is_named(&component, dir.path(), lang, &bug_line);
-        println!("covered --lang {lang}");
+        scaffold_build_and_run(dir.path(), lang, &[], |project, build| {
+            if lang == "python" {
+                build.env("COMPONENTIZE_PY", &toolchain);
+            } else {
+                std::os::unix::fs::symlink(&toolchain, project.join("node_modules")).unwrap();
+            }
+        });
     }
 }
 
@@ -521,48 +477,64 @@ fn scaffolded_c_and_zig_adapters_build_and_run() {
     }
     let dir = tempfile::tempdir().unwrap();
     for lang in ["c", "zig"] {
-        let name = format!("demo-{lang}");
-        let output = run(&[
-            "new",
-            "adapter",
-            &name,
-            "--lang",
-            lang,
-            "--dir",
-            s(dir.path()),
-        ]);
-        assert_eq!(code(&output), 0, "{lang}: {}", stderr(&output));
-        let said = stdout(&output);
-        for expected in [
-            "sandloop/sandloop.c",
-            "bindings/plain.h",
-            "./setup.sh",
-            "./build.sh",
-        ] {
-            assert!(said.contains(expected), "{lang}: {expected}: {said}");
-        }
-        let project = dir.path().join(&name);
-        let bug_line = plant_a_bug(&project, lang);
+        let expected = ["sandloop/sandloop.c", "bindings/plain.h", "./setup.sh"];
         // The toolchains ./setup.sh would install, already here.
-        let output = Command::new(project.join("build.sh"))
-            .env("WASM_TOOLS", &wasm_tools)
-            .env("WASI_REACTOR", &reactor)
-            .env("ZIG_PYTHON", tools.join("venv/bin/python"))
-            .output()
-            .expect("run build.sh");
-        assert!(
-            output.status.success(),
-            "{lang}: build.sh failed:\n{}{}",
-            stdout(&output),
-            stderr(&output)
-        );
-        let component = project.join(format!("{name}.wasm"));
-        run_sample_items(
-            &component,
-            &project,
-            &dir.path().join(format!("out-{lang}")),
-        );
-        check_the_bug_is_named(&component, dir.path(), lang, &bug_line);
-        println!("covered --lang {lang}");
+        scaffold_build_and_run(dir.path(), lang, &expected, |_, build| {
+            build
+                .env("WASM_TOOLS", &wasm_tools)
+                .env("WASI_REACTOR", &reactor)
+                .env("ZIG_PYTHON", tools.join("venv/bin/python"));
+        });
     }
+}
+
+/// `sandloop new adapter demo-LANG --lang LANG` in `dir`: the printed
+/// steps name `expected` and every template's files and commands, build.sh
+/// is executable; a bug is planted, `prepare` readies the project and its
+/// build.sh command (the toolchain), the build succeeds, the sample items
+/// run (see [`run_sample_items`]) and the planted bug's record names its
+/// line.
+fn scaffold_build_and_run(
+    dir: &Path,
+    lang: &str,
+    expected: &[&str],
+    prepare: impl FnOnce(&Path, &mut Command),
+) {
+    let name = format!("demo-{lang}");
+    let output = run(&["new", "adapter", &name, "--lang", lang, "--dir", s(dir)]);
+    assert_eq!(code(&output), 0, "{lang}: {}", stderr(&output));
+    let said = stdout(&output);
+    let run_line = format!("run --adapter {name}.wasm --items items.jsonl");
+    let common = [
+        "wit/adapter.wit",
+        "items.jsonl",
+        "./build.sh",
+        run_line.as_str(),
+    ];
+    for expected in common.iter().chain(expected) {
+        assert!(said.contains(expected), "{lang}: {expected}: {said}");
+    }
+    let project = dir.join(&name);
+    let build = project.join("build.sh");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&build).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o755, "{lang}: build.sh is executable");
+    }
+    let bug_line = plant_a_bug(&project, lang);
+    let mut command = Command::new(&build);
+    prepare(&project, &mut command);
+    let output = command.output().expect("run build.sh");
+    assert!(
+        output.status.success(),
+        "{lang}: build.sh failed:\n{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    let component = project.join(format!("{name}.wasm"));
+    assert!(component.is_file(), "{lang}: {}", component.display());
+    run_sample_items(&component, &project, &dir.join(format!("out-{lang}")));
+    check_the_bug_is_named(&component, dir, lang, &bug_line);
+    println!("covered --lang {lang}");
 }
