@@ -67,7 +67,10 @@ else
 fi
 
 # ---- C and Zig: clang-19 + wasi-libc (apt), wasm-tools + zig (PyPI) -----------
-packages=(clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc)
+# libclang-rt-19-dev is the native sanitizer runtime: the e2e suite runs
+# guest-sdk/c's own tests natively under ASan and UBSan (clang-19 only
+# recommends it, and recommends are not installed here).
+packages=(clang-19 lld-19 libclang-rt-19-dev-wasm32 libclang-rt-19-dev wasi-libc)
 missing=()
 for package in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
