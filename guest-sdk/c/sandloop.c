@@ -524,3 +524,76 @@ _Noreturn void sl_panic_at(const char *file, int line, const char *format, ...) 
     fflush(stderr);
     abort();
 }
+
+/* ---- State as bytes ---------------------------------------------------------- */
+
+static void bytes_put(sl_bytes *out, const void *data, size_t len) {
+    if (out->len + len > out->cap) {
+        size_t cap = out->cap ? out->cap * 2 : 64;
+        while (cap < out->len + len) cap *= 2;
+        out->ptr = checked(realloc(out->ptr, cap));
+        out->cap = cap;
+    }
+    if (len) memcpy(out->ptr + out->len, data, len);
+    out->len += len;
+}
+
+void sl_bytes_put_u64(sl_bytes *out, uint64_t value) {
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++) le[i] = (uint8_t)(value >> (8 * i));
+    bytes_put(out, le, sizeof le);
+}
+
+void sl_bytes_put_string(sl_bytes *out, const char *text) {
+    size_t len = strlen(text);
+    sl_bytes_put_u64(out, len);
+    bytes_put(out, text, len);
+}
+
+void sl_bytes_free(sl_bytes *bytes) {
+    free(bytes->ptr);
+    bytes->ptr = NULL;
+    bytes->len = bytes->cap = 0;
+}
+
+sl_reader sl_reader_new(const uint8_t *ptr, size_t len) {
+    sl_reader in = {ptr, len, 0, false};
+    return in;
+}
+
+uint64_t sl_read_u64(sl_reader *in) {
+    if (in->failed || in->len - in->at < 8) {
+        in->failed = true;
+        return 0;
+    }
+    uint64_t value = 0;
+    for (int i = 0; i < 8; i++) value |= (uint64_t)in->ptr[in->at + i] << (8 * i);
+    in->at += 8;
+    return value;
+}
+
+char *sl_read_string(sl_reader *in) {
+    uint64_t len = sl_read_u64(in);
+    if (in->failed || len > in->len - in->at ||
+        (len > 0 && memchr(in->ptr + in->at, 0, (size_t)len) != NULL)) {
+        in->failed = true;
+        return NULL;
+    }
+    if (len == 0) return copy_text("", 0);
+    char *text = copy_text((const char *)in->ptr + in->at, (size_t)len);
+    in->at += (size_t)len;
+    return text;
+}
+
+bool sl_reader_done(const sl_reader *in) { return !in->failed && in->at == in->len; }
+
+char *sl_state_digest(const uint8_t *ptr, size_t len) {
+    uint64_t hash = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < len; i++) {
+        hash ^= ptr[i];
+        hash *= 0x100000001b3ULL;
+    }
+    char *text = checked(malloc(8 + 16 + 1));
+    snprintf(text, 8 + 16 + 1, "fnv1a64:%016llx", (unsigned long long)hash);
+    return text;
+}

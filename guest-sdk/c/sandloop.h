@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -111,6 +112,55 @@ void sl_error_free(sl_error *error);
 #define SL_PANIC(...) sl_panic_at(__FILE__, __LINE__, __VA_ARGS__)
 _Noreturn void sl_panic_at(const char *file, int line, const char *format, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* ---- State as bytes (replay points) --------------------------------------- */
+
+/*
+ * A replay point's state leaves the instance as bytes
+ * (`export-replay-state`) and comes back in another instance or process
+ * (`import-replay-state`). These write and read a simple encoding: unsigned
+ * integers as 8 bytes little-endian, strings as their length (8 bytes) then
+ * their UTF-8 bytes. The adapter chooses the fields and their order.
+ */
+typedef struct sl_bytes {
+    uint8_t *ptr;
+    size_t len, cap;
+} sl_bytes;
+
+/* Appends `value` as 8 bytes, little-endian. */
+void sl_bytes_put_u64(sl_bytes *out, uint64_t value);
+
+/* Appends `text`'s length (as `sl_bytes_put_u64`) and its bytes. */
+void sl_bytes_put_string(sl_bytes *out, const char *text);
+
+/* Frees the bytes (the struct itself is the caller's). */
+void sl_bytes_free(sl_bytes *bytes);
+
+/*
+ * Reads what `sl_bytes_put_*` wrote, in the same order. A read past the
+ * end, or a string holding a NUL byte, sets `failed` and returns 0 or NULL;
+ * every later read fails too, so a decoder checks once, at the end, with
+ * `sl_reader_done`.
+ */
+typedef struct sl_reader {
+    const uint8_t *ptr;
+    size_t len, at;
+    bool failed;
+} sl_reader;
+
+sl_reader sl_reader_new(const uint8_t *ptr, size_t len);
+uint64_t sl_read_u64(sl_reader *in);
+/* A malloc'd NUL-terminated copy, or NULL (and `failed`). */
+char *sl_read_string(sl_reader *in);
+/* True when every read succeeded and every byte was read. */
+bool sl_reader_done(const sl_reader *in);
+
+/*
+ * The projection digest of state bytes: "fnv1a64:" and 16 lowercase hex
+ * digits of their FNV-1a 64-bit hash. It tells a faithful copy from a
+ * corrupted one; it is not a cryptographic hash.
+ */
+char *sl_state_digest(const uint8_t *ptr, size_t len);
 
 /* ---- Text ------------------------------------------------------------------ */
 
