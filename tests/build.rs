@@ -97,7 +97,7 @@ fn build_other_languages(workspace: &std::path::Path, target_dir: &std::path::Pa
                 wasm_tools,
                 reactor,
             ],
-            &["c_adapter", "c_noop"],
+            &["c_adapter", "c_noop", "c_replay"],
         ),
         (
             "zig-adapter",

@@ -4,9 +4,11 @@
 #   examples/c-adapter/build.sh OUT_DIR
 #
 # writes OUT_DIR/c_adapter.wasm (adapter.c with guest-sdk/c/sandloop.c and
-# the generated bindings of world `plain`) and OUT_DIR/c_noop.wasm (noop.c,
-# world `grouped`, for the languages bench), against the repository's
-# wit/adapter.wit. Works from any directory.
+# the generated bindings of world `plain`), OUT_DIR/c_noop.wasm (noop.c,
+# world `grouped`, for the languages bench) and OUT_DIR/c_replay.wasm
+# (replay.c, world `replayable`: replay points whose state is exported as
+# bytes), against the repository's wit/adapter.wit. Works from any
+# directory.
 #
 # Needs clang-19 and lld-19 with Debian's wasi-libc (apt-get install -y
 # clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc), wasm-tools, and the
@@ -53,3 +55,4 @@ build() { # SOURCE WORLD OUTPUT
 }
 build adapter.c plain c_adapter.wasm
 build noop.c grouped c_noop.wasm
+build replay.c replayable c_replay.wasm

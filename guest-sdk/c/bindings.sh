@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate the C bindings of world plain under bindings/ from
+# Regenerate the C bindings of worlds plain, grouped and replayable under bindings/ from
 # ../../wit/adapter.wit with the pinned wit-bindgen (the version the Rust
 # guest sdk uses): `cargo install wit-bindgen-cli --version 0.46.0`, then
 # `bash guest-sdk/c/bindings.sh`. The type information is not compiled in
@@ -13,7 +13,7 @@ if [ "$have" != "$want" ]; then
     echo "bindings.sh: needs $want (have: ${have:-none}); cargo install wit-bindgen-cli --version 0.46.0" >&2
     exit 1
 fi
-for world in plain grouped; do
+for world in plain grouped replayable; do
     wit-bindgen c "$here/../../wit/adapter.wit" --world "$world" --no-object-file \
         --out-dir "$here/bindings/$world"
     # The generated code still references the object file it did not

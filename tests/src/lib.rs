@@ -81,3 +81,10 @@ pub fn zig_adapter() -> Option<&'static str> {
 pub fn c_noop() -> Option<&'static str> {
     other_language(env!("C_NOOP_WASM"))
 }
+
+/// `examples/c-adapter/replay.c`: word-length buckets with a shared prefix
+/// per seed and replay points whose state is exported as bytes (world
+/// `replayable`).
+pub fn c_replay() -> Option<&'static str> {
+    other_language(env!("C_REPLAY_WASM"))
+}

@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 use crate::support::*;
 use sandloop_tests::{c_adapter, zig_adapter};
 
-/// The C and Zig components (see [`guest_pair`]).
+/// The C and Zig components (see [`guest_set`]).
 fn ports() -> Option<[(&'static str, &'static str); 2]> {
-    guest_pair(
+    guest_set(
         "adapters",
         [("c", "C", c_adapter()), ("zig", "Zig", zig_adapter())],
     )

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::support::*;
-use sandloop_tests::{HELLO_ADAPTER, MARKDOWN_EXPLORER, js_adapter, python_adapter};
+use sandloop_tests::{HELLO_ADAPTER, MARKDOWN_EXPLORER, c_replay, js_adapter, python_adapter};
 
 /// Every `adapter_error.type` the host writes (see `docs/src/error-records.md`).
 const ERROR_TYPES: &[&str] = &[
@@ -530,4 +530,146 @@ fn python_and_javascript_adapters_fork_children_from_snapshots() {
         &comparable(&js),
         "forked from snapshots, Python against JavaScript",
     );
+}
+
+/// The C adapter of world `replayable` (`examples/c-adapter/replay.c`),
+/// whose replay state leaves the instance as bytes: a variant run from its
+/// group's replay point (in place, or in a child forked from a snapshot)
+/// gets the record it gets without replay, and a later process replays it
+/// from the exported bytes, or from the snapshot, with an exact restore.
+#[test]
+fn the_c_replayable_adapter_replays_from_its_exported_bytes_and_from_snapshots() {
+    let Some([(_, adapter)]) = guest_set("replayable C adapter", [("c", "C", c_replay())]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let info = inspect_info(adapter);
+    let protocols = info["protocols"].to_string();
+    for protocol in ["seeds", "variants", "recoverable-v0", "replayable-v2"] {
+        assert!(protocols.contains(protocol), "{protocols}");
+    }
+    assert_eq!(info["forks"]["auto"], "snapshot", "{info}");
+
+    // Seed s1 is prepared once; s2 opts out of the shared prefix; the spec
+    // without `append` is the declared error `invalid-spec`.
+    let items = workspace_file("examples/c-adapter/replay-items.jsonl");
+    let catalog = workspace_file("examples/c-adapter/replay-catalog.json");
+    let out = |name: &str| dir.path().join(name);
+    let group = ["--items", s(&items), "--variants", s(&catalog)];
+    let with =
+        |extra: &[&'static str]| -> Vec<&str> { group.iter().chain(extra).copied().collect() };
+    let forked = run_adapter(
+        adapter,
+        &out("snapshot"),
+        &with(&["--fork", "auto", "--child-workers", "1"]),
+    );
+    let in_place = run_adapter(adapter, &out("in-place"), &with(&["--child-workers", "0"]));
+    let plain = run_adapter(adapter, &out("no-replay"), &with(&["--no-replay"]));
+    for (name, run) in [
+        ("snapshot", &forked),
+        ("in place", &in_place),
+        ("no replay", &plain),
+    ] {
+        check_conformance(name, run);
+    }
+
+    // The records say what the adapter computed, replay or not.
+    let by_id = |run: &Run, id: &str| -> Value {
+        run.records
+            .iter()
+            .find(|record| record["item_id"] == id)
+            .unwrap_or_else(|| panic!("no record for {id}"))
+            .clone()
+    };
+    let tiny = by_id(&forked, "s1~tiny");
+    assert_eq!(
+        tiny["observation_keys"],
+        json!([
+            "word_len:9+",
+            "word_len:6-8",
+            "word_len:4-5",
+            "word_len:1",
+            "word_len:2",
+            "gained:word_len:1",
+            "gained:word_len:2"
+        ]),
+        "{tiny}"
+    );
+    assert_eq!(
+        tiny["weighted_flags"],
+        json!({"gained_bucket": 1.5}),
+        "{tiny}"
+    );
+    assert_eq!(
+        (tiny["episode"].clone(), tiny["word_count_delta"].clone()),
+        (json!("variant"), json!(3))
+    );
+    assert_eq!(by_id(&forked, "s1")["episode"], "seed");
+    let opted_out = by_id(&forked, "s2~plain-tiny");
+    assert_eq!(
+        (&opted_out["episode"], &opted_out["record_kind"]),
+        (&json!("standalone"), &json!("standalone")),
+        "s2 opts out of the prefix: {opted_out}"
+    );
+    let no_append = by_id(&forked, "no-append");
+    assert_eq!(
+        no_append["adapter_error"]["kind"], "invalid-spec",
+        "{no_append}"
+    );
+
+    let points = jsonl(&out("in-place").join("replay-points.jsonl"));
+    assert_eq!(points.len(), 1, "one prepared group, one point: {points:?}");
+    assert_eq!(points[0]["durable_state"]["kind"], "state", "{points:?}");
+    let digest = points[0]["captured_projection_digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        digest.starts_with("fnv1a64:") && digest.len() == 8 + 16,
+        "{digest}"
+    );
+    for run in [&forked, &in_place] {
+        for id in ["s1", "s1~long-word", "s1~tiny"] {
+            let replay = &by_id(run, id)["replay"];
+            assert_eq!(replay["achieved_fidelity"], "exact", "{id}: {replay}");
+            assert_eq!(replay["equivalent"], true, "{id}: {replay}");
+            assert_eq!(replay["observed_digest"], digest.as_str(), "{id}: {replay}");
+        }
+    }
+    assert_eq!(by_id(&forked, "s1~tiny")["replay"]["fork"], "snapshot");
+    assert_same_records(
+        &without_fork(&forked),
+        &without_fork(&in_place),
+        "forked from a snapshot against run in place",
+    );
+    let adapter_fields = |run: &Run| -> BTreeMap<String, Value> {
+        comparable(run)
+            .into_iter()
+            .map(|(id, mut record)| {
+                let record_map = record.as_object_mut().unwrap();
+                for host_replay_field in ["replay", "replay_fidelity", "replay_point_id"] {
+                    record_map.remove(host_replay_field);
+                }
+                (id, record)
+            })
+            .collect()
+    };
+    assert_same_records(
+        &adapter_fields(&in_place),
+        &adapter_fields(&plain),
+        "run from the replay point against no replay",
+    );
+
+    // A later process: from the exported bytes (run in place) and from the
+    // snapshot (forked).
+    for (run_dir, from) in [(out("in-place"), "state"), (out("snapshot"), "snapshot")] {
+        let report = replay_report(&run_dir, "s1~tiny");
+        assert_eq!(report["restored_from"], from, "{report}");
+        assert_eq!(report["restore"]["achieved_fidelity"], "exact", "{report}");
+        assert_eq!(report["restore"]["equivalent"], true, "{report}");
+        assert_eq!(
+            report["outcome"]["record"]["observation_keys"],
+            tiny["observation_keys"]
+        );
+    }
 }

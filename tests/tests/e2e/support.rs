@@ -263,34 +263,37 @@ pub fn guest_langs(
     python: Option<&'static str>,
     js: Option<&'static str>,
 ) -> Option<[(&'static str, &'static str); 2]> {
-    guest_pair(
+    guest_set(
         what,
         [("python", "Python", python), ("js", "JavaScript", js)],
     )
 }
 
-/// [`guest_langs`] for any two languages: each `(label, name, component)`;
-/// the components labelled, or `None` (after printing why) when one is
-/// missing and `SANDLOOP_SKIP_GUEST_LANGS` asks to skip; otherwise a
+/// [`guest_langs`] for any set of components: each `(label, name,
+/// component)`; the components labelled, or `None` (after printing why) when
+/// one is missing and `SANDLOOP_SKIP_GUEST_LANGS` asks to skip; otherwise a
 /// missing one panics and says how to install it.
-pub fn guest_pair(
+pub fn guest_set<const N: usize>(
     what: &str,
-    [(a, a_name, a_path), (b, b_name, b_path)]: [(&'static str, &str, Option<&'static str>); 2],
-) -> Option<[(&'static str, &'static str); 2]> {
-    match (a_path, b_path) {
-        (Some(a_path), Some(b_path)) => Some([(a, a_path), (b, b_path)]),
-        _ if std::env::var_os("SANDLOOP_SKIP_GUEST_LANGS").is_some() => {
-            eprintln!(
-                "SKIPPED: the {a_name}/{b_name} {what} were not built (SANDLOOP_SKIP_GUEST_LANGS is set)"
-            );
-            None
-        }
-        _ => panic!(
-            "the {a_name}/{b_name} {what} were not built: their toolchains are \
-             missing. Run `bash .ci/guest-toolchains.sh`, then the tests again \
-             (or set SANDLOOP_SKIP_GUEST_LANGS=1 to skip them knowingly)"
-        ),
+    set: [(&'static str, &str, Option<&'static str>); N],
+) -> Option<[(&'static str, &'static str); N]> {
+    let names = set
+        .iter()
+        .map(|(_, name, _)| *name)
+        .collect::<Vec<_>>()
+        .join("/");
+    if set.iter().all(|(_, _, path)| path.is_some()) {
+        return Some(set.map(|(label, _, path)| (label, path.unwrap())));
     }
+    if std::env::var_os("SANDLOOP_SKIP_GUEST_LANGS").is_some() {
+        eprintln!("SKIPPED: the {names} {what} were not built (SANDLOOP_SKIP_GUEST_LANGS is set)");
+        return None;
+    }
+    panic!(
+        "the {names} {what} were not built: their toolchains are \
+         missing. Run `bash .ci/guest-toolchains.sh`, then the tests again \
+         (or set SANDLOOP_SKIP_GUEST_LANGS=1 to skip them knowingly)"
+    )
 }
 
 /// Copy the directory `from` into `to`, recursively.
