@@ -26,8 +26,11 @@ pub type TemplateFile = (&'static str, &'static str);
 pub struct Template {
     /// The language (`--lang`).
     pub lang: AdapterLang,
-    /// Every file but `wit/adapter.wit`, which every project gets.
+    /// The language's own files (not `wit/adapter.wit`, which every
+    /// project gets).
     pub files: &'static [TemplateFile],
+    /// The files it shares with other languages' templates.
+    pub shared: &'static [TemplateFile],
     /// What to install once before the first build, run in the project
     /// directory.
     pub setup: &'static [&'static str],
@@ -37,6 +40,36 @@ pub struct Template {
     pub component: &'static str,
     /// The sample items, relative to the project directory.
     pub items: &'static str,
+}
+
+/// One file of guest-sdk/c/bindings/WORLD/ as `bindings/WORLD.EXT` (or
+/// `bindings/WORLD_component_type.c` for the suffix `_component_type.c`).
+macro_rules! c_bindings {
+    ($world:literal, "_component_type.c") => {
+        (
+            concat!("bindings/", $world, "_component_type.c"),
+            include_str!(concat!(
+                "../../../guest-sdk/c/bindings/",
+                $world,
+                "/",
+                $world,
+                "_component_type.c"
+            )),
+        )
+    };
+    ($world:literal, $ext:literal) => {
+        (
+            concat!("bindings/", $world, ".", $ext),
+            include_str!(concat!(
+                "../../../guest-sdk/c/bindings/",
+                $world,
+                "/",
+                $world,
+                ".",
+                $ext
+            )),
+        )
+    };
 }
 
 /// The templates, one entry per language (see
@@ -54,7 +87,6 @@ pub const TEMPLATES: &[Template] = &[
                 "src/lib.rs",
                 include_str!("../../templates/adapter/rust/src/lib.rs"),
             ),
-            ITEMS_JSONL,
             (
                 "README.md",
                 include_str!("../../templates/adapter/rust/README.md"),
@@ -64,6 +96,7 @@ pub const TEMPLATES: &[Template] = &[
                 include_str!("../../templates/adapter/rust/gitignore.tmpl"),
             ),
         ],
+        shared: &[ITEMS_JSONL],
         setup: &["rustup target add wasm32-wasip2"],
         build: &["cargo build --release --target wasm32-wasip2"],
         component: "target/wasm32-wasip2/release/{{crate}}.wasm",
@@ -84,7 +117,6 @@ pub const TEMPLATES: &[Template] = &[
                 "requirements.txt",
                 include_str!("../../templates/adapter/python/requirements.txt"),
             ),
-            ITEMS_JSONL,
             (
                 "README.md",
                 include_str!("../../templates/adapter/python/README.md"),
@@ -94,6 +126,7 @@ pub const TEMPLATES: &[Template] = &[
                 include_str!("../../templates/adapter/python/gitignore.tmpl"),
             ),
         ],
+        shared: &[ITEMS_JSONL],
         setup: &["python3 -m venv .venv && .venv/bin/pip install -r requirements.txt"],
         build: &["./build.sh"],
         component: "{{name}}.wasm",
@@ -118,7 +151,6 @@ pub const TEMPLATES: &[Template] = &[
                 "package-lock.json",
                 include_str!("../../templates/adapter/js/package-lock.json.tmpl"),
             ),
-            ITEMS_JSONL,
             (
                 "README.md",
                 include_str!("../../templates/adapter/js/README.md"),
@@ -128,6 +160,7 @@ pub const TEMPLATES: &[Template] = &[
                 include_str!("../../templates/adapter/js/gitignore.tmpl"),
             ),
         ],
+        shared: &[ITEMS_JSONL],
         setup: &["npm ci"],
         build: &["./build.sh"],
         component: "{{name}}.wasm",
@@ -140,12 +173,6 @@ pub const TEMPLATES: &[Template] = &[
                 "adapter.c",
                 include_str!("../../templates/adapter/c/adapter.c"),
             ),
-            C_HELPER_H,
-            C_HELPER_C,
-            C_BINDINGS_H,
-            C_BINDINGS_C,
-            C_BINDINGS_TYPE,
-            SETUP_SH,
             (
                 "build.sh",
                 include_str!("../../templates/adapter/c/build.sh"),
@@ -154,13 +181,12 @@ pub const TEMPLATES: &[Template] = &[
                 "requirements.txt",
                 include_str!("../../templates/adapter/c/requirements.txt"),
             ),
-            ITEMS_JSONL,
             (
                 "README.md",
                 include_str!("../../templates/adapter/c/README.md"),
             ),
-            PREVIEW1_GITIGNORE,
         ],
+        shared: PREVIEW1_PROJECT,
         setup: &[
             "sudo apt-get install -y clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc && ./setup.sh",
         ],
@@ -175,12 +201,6 @@ pub const TEMPLATES: &[Template] = &[
                 "adapter.zig",
                 include_str!("../../templates/adapter/zig/adapter.zig"),
             ),
-            C_HELPER_H,
-            C_HELPER_C,
-            C_BINDINGS_H,
-            C_BINDINGS_C,
-            C_BINDINGS_TYPE,
-            SETUP_SH,
             (
                 "build.sh",
                 include_str!("../../templates/adapter/zig/build.sh"),
@@ -189,13 +209,12 @@ pub const TEMPLATES: &[Template] = &[
                 "requirements.txt",
                 include_str!("../../templates/adapter/zig/requirements.txt"),
             ),
-            ITEMS_JSONL,
             (
                 "README.md",
                 include_str!("../../templates/adapter/zig/README.md"),
             ),
-            PREVIEW1_GITIGNORE,
         ],
+        shared: PREVIEW1_PROJECT,
         setup: &["./setup.sh"],
         build: &["./build.sh"],
         component: "{{name}}.wasm",
@@ -208,37 +227,37 @@ const ITEMS_JSONL: TemplateFile = (
     "items.jsonl",
     include_str!("../../templates/adapter/items.jsonl"),
 );
-/// The C and Zig projects' `.gitignore`: their tools, components and runs.
-const PREVIEW1_GITIGNORE: TemplateFile = (
-    ".gitignore",
-    include_str!("../../templates/adapter/preview1-gitignore.tmpl"),
-);
-/// The C and Zig projects' `setup.sh`: their pinned tools and the WASI
-/// reactor adapter.
-const SETUP_SH: TemplateFile = ("setup.sh", include_str!("../../templates/adapter/setup.sh"));
-/// guest-sdk/c, which the C and Zig projects carry in `sandloop/`.
-const C_HELPER_H: TemplateFile = (
-    "sandloop/sandloop.h",
-    include_str!("../../../guest-sdk/c/sandloop.h"),
-);
-const C_HELPER_C: TemplateFile = (
-    "sandloop/sandloop.c",
-    include_str!("../../../guest-sdk/c/sandloop.c"),
-);
-/// The C bindings of world `plain` (guest-sdk/c/bindings.sh), in
-/// `bindings/`.
-const C_BINDINGS_H: TemplateFile = (
-    "bindings/plain.h",
-    include_str!("../../../guest-sdk/c/bindings/plain/plain.h"),
-);
-const C_BINDINGS_C: TemplateFile = (
-    "bindings/plain.c",
-    include_str!("../../../guest-sdk/c/bindings/plain/plain.c"),
-);
-const C_BINDINGS_TYPE: TemplateFile = (
-    "bindings/plain_component_type.c",
-    include_str!("../../../guest-sdk/c/bindings/plain/plain_component_type.c"),
-);
+
+/// What the C and Zig projects share: guest-sdk/c in `sandloop/`, the C
+/// bindings of worlds `plain`, `grouped` and `replayable`
+/// (guest-sdk/c/bindings.sh) in `bindings/` (`WORLD` in `build.sh` picks
+/// one), `setup.sh` (their pinned tools and the WASI reactor adapter), the
+/// sample items and a `.gitignore` for their tools, components and runs.
+const PREVIEW1_PROJECT: &[TemplateFile] = &[
+    (
+        "sandloop/sandloop.h",
+        include_str!("../../../guest-sdk/c/sandloop.h"),
+    ),
+    (
+        "sandloop/sandloop.c",
+        include_str!("../../../guest-sdk/c/sandloop.c"),
+    ),
+    c_bindings!("plain", "h"),
+    c_bindings!("plain", "c"),
+    c_bindings!("plain", "_component_type.c"),
+    c_bindings!("grouped", "h"),
+    c_bindings!("grouped", "c"),
+    c_bindings!("grouped", "_component_type.c"),
+    c_bindings!("replayable", "h"),
+    c_bindings!("replayable", "c"),
+    c_bindings!("replayable", "_component_type.c"),
+    ("setup.sh", include_str!("../../templates/adapter/setup.sh")),
+    ITEMS_JSONL,
+    (
+        ".gitignore",
+        include_str!("../../templates/adapter/preview1-gitignore.tmpl"),
+    ),
+];
 
 /// Where every project keeps its copy of the contract.
 pub const WIT_PATH: &str = "wit/adapter.wit";
@@ -298,6 +317,7 @@ pub fn project_files(template: &Template, name: &str) -> Vec<(String, String)> {
     let mut files: Vec<(String, String)> = template
         .files
         .iter()
+        .chain(template.shared)
         .map(|(path, text)| (render(path, name), render(text, name)))
         .collect();
     files.push((WIT_PATH.to_string(), WIT_SOURCE.to_string()));

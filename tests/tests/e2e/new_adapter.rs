@@ -486,6 +486,38 @@ fn scaffolded_c_and_zig_adapters_build_and_run() {
                 .env("ZIG_PYTHON", tools.join("venv/bin/python"));
         });
     }
+    // The C project builds world `replayable` as it is: its bindings are
+    // there, so examples/c-adapter/replay.c as adapter.c and
+    // `WORLD=replayable` are the whole change.
+    let project = dir.path().join("demo-c");
+    std::fs::copy(
+        workspace_file("examples/c-adapter/replay.c"),
+        project.join("adapter.c"),
+    )
+    .unwrap();
+    let script = std::fs::read_to_string(project.join("build.sh")).unwrap();
+    assert!(script.contains("\nWORLD=plain\n"), "{script}");
+    std::fs::write(
+        project.join("build.sh"),
+        script.replace("\nWORLD=plain\n", "\nWORLD=replayable\n"),
+    )
+    .unwrap();
+    let output = Command::new(project.join("build.sh"))
+        .env("WASM_TOOLS", &wasm_tools)
+        .env("WASI_REACTOR", &reactor)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "world replayable: {}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    let info = inspect_info(s(&project.join("demo-c.wasm")));
+    assert!(
+        info["protocols"].to_string().contains("replayable-v2"),
+        "{info}"
+    );
 }
 
 /// `sandloop new adapter demo-LANG --lang LANG` in `dir`: the printed

@@ -11,8 +11,9 @@
 # $CC_WASM, $WASM_TOOLS and $WASI_REACTOR override where they are found.
 set -euo pipefail
 
-# The world of wit/adapter.wit that adapter.c implements, and whose
-# bindings are in bindings/.
+# The world of wit/adapter.wit that adapter.c implements: `plain` exports
+# `episode`; `grouped` adds `episode-groups`, `replayable` adds `seeds`,
+# `variants` and `replay` (bindings/ holds the C bindings of all three).
 WORLD=plain
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -12,8 +12,9 @@
 # $WASM_TOOLS and $WASI_REACTOR override where they are found.
 set -euo pipefail
 
-# The world of wit/adapter.wit that adapter.zig implements, and whose
-# bindings are in bindings/.
+# The world of wit/adapter.wit that adapter.zig implements: `plain` exports
+# `episode`; `grouped` adds `episode-groups`, `replayable` adds `seeds`,
+# `variants` and `replay` (bindings/ holds the C bindings of all three).
 WORLD=plain
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
