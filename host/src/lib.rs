@@ -19,6 +19,8 @@ pub mod allocator;
 pub mod cli;
 
 #[cfg(test)]
+mod code_map_check;
+#[cfg(test)]
 mod docs_check;
 
 pub use sandloop_core::{digest, dir_grant, episode, harness, replay, report, step, trace};
