@@ -15,6 +15,7 @@ use super::finished_run::{
 };
 use super::{CliError, say};
 use crate::episode::adapter::{CallContext, Record};
+use crate::episode::records::quarantine_host_owned;
 use crate::replay::RiskAssessmentRules;
 use crate::replay::durable::{PointLine, load_points};
 use crate::replay::offline::{
@@ -128,7 +129,11 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
             // events go to their own `replay-N:ITEM` branch.
             &args.item,
             minimum,
-            |adapter, binding, _| adapter.run_replay_suffix(binding, &item, &ctx, &mut trace),
+            |adapter, binding, _| {
+                let mut record = adapter.run_replay_suffix(binding, &item, &ctx, &mut trace)?;
+                quarantine_host_owned(&mut record);
+                Ok(record)
+            },
         )
     });
     // The adapter's failure to release is reported, not hidden: the replay

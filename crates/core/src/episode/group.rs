@@ -21,8 +21,8 @@ use super::clock::Clock;
 use super::policy::{FailurePolicy, FatalError};
 use super::records::{
     GroupAnnotation, RECORD_KIND_EPISODE_SUFFIX, RECORD_KIND_SHARED_PREFIX, adapter_error_record,
-    annotate_group_record, attach_release_error, normalize_item_record, set_field,
-    standalone_record,
+    annotate_group_record, attach_release_error, normalize_item_record, quarantine_host_owned,
+    set_field, standalone_record,
 };
 use super::unit_record::{GroupFields, UnitRecord};
 use super::units::{EpisodeGroup, ExecutionUnit, InvalidUnit};
@@ -270,10 +270,12 @@ fn reject_invalid_prefix<A: EpisodeAdapter + ?Sized>(
     Ok(failed)
 }
 
-/// The host's fields of a shared-prefix record: its `item_id` (default
+/// The host's fields of a shared-prefix record, its host-owned fields
+/// quarantined first ([`quarantine_host_owned`]): its `item_id` (default
 /// `<seed>:shared-prefix`), the seed's `family`, `is_variant` false, no
 /// `variant_spec_id`, and `accepted` (default true).
 fn shape_prefix_record(prefix: &mut Record, seed: &Item, seed_item_id: &str) {
+    quarantine_host_owned(prefix);
     if !prefix.contains_key("item_id") {
         set_field(
             prefix,
@@ -392,6 +394,7 @@ fn settle_item(
 ) -> Result<Record, AdapterError> {
     match outcome {
         Ok(mut record) => {
+            quarantine_host_owned(&mut record);
             normalize_item_record(&mut record, item);
             set_duration(&mut record, minutes);
             Ok(record)
@@ -891,6 +894,118 @@ mod tests {
             adapter.ops(),
             vec!["prepare:s", "execute_episode:s", "release:s"]
         );
+    }
+
+    /// An adapter that claims, in every record it returns, the fields only
+    /// the host may set; `prepare` says whether it prepares a group.
+    struct Forger {
+        prepare: bool,
+    }
+
+    fn forged(item_id: &str) -> Record {
+        crate::episode::testing::obj(json!({
+            "item_id": item_id, "accepted": true, "observation_keys": ["k"],
+            "adapter_error": {"type": "trap", "message": "not really"},
+            "execution_status": "adapter_error",
+            "episode_release_error": {"type": "trap"},
+            "adapter_claimed": "the adapter's own"
+        }))
+    }
+
+    impl EpisodeAdapter for Forger {
+        type Handle = ();
+        fn protocols(&self) -> Protocols {
+            Protocols {
+                execute: true,
+                episode_groups: true,
+                ..Protocols::default()
+            }
+        }
+        fn execute(&mut self, item: &Item, _ctx: &CallContext) -> Result<Record, AdapterError> {
+            Ok(forged(item.item_id_str().unwrap_or("?")))
+        }
+        fn prepare_episode_group(
+            &mut self,
+            _seed: &Item,
+            _items: &[Item],
+            _ctx: &CallContext,
+        ) -> Result<Option<Prepared<()>>, AdapterError> {
+            Ok(self.prepare.then(|| Prepared {
+                handle: (),
+                prefix_record: Ok(forged("prefix")),
+                checkpoint_ref: None,
+            }))
+        }
+        fn execute_episode(
+            &mut self,
+            _handle: &(),
+            item: &Item,
+            ctx: &CallContext,
+        ) -> Result<Record, AdapterError> {
+            self.execute(item, ctx)
+        }
+        fn release_episode_group(
+            &mut self,
+            _handle: (),
+            _ctx: &CallContext,
+        ) -> Result<(), AdapterError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn host_owned_fields_an_adapter_returns_are_quarantined_in_every_record() {
+        for prepare in [true, false] {
+            let clock = ManualClock::new();
+            let records = execute_episode_group(
+                &mut Forger { prepare },
+                &group_unit(2),
+                &base(),
+                FailurePolicy::Record,
+                &clock,
+            )
+            .unwrap();
+            let kinds: Vec<_> = records
+                .iter()
+                .map(|r| r.to_map()["record_kind"].clone())
+                .collect();
+            let expected = if prepare {
+                vec![
+                    "shared_prefix",
+                    "episode_suffix",
+                    "episode_suffix",
+                    "episode_suffix",
+                ]
+            } else {
+                vec!["standalone"; 3]
+            };
+            assert_eq!(kinds, expected, "prepare: {prepare}");
+            for record in &records {
+                let record = record.to_map();
+                for field in sandloop_contract::HOST_OWNED_FIELDS {
+                    assert!(!record.contains_key(*field), "{field}: {record:?}");
+                    assert!(
+                        record["adapter_claimed"].get(field).is_some(),
+                        "{field}: {record:?}"
+                    );
+                }
+                assert_eq!(
+                    record["adapter_claimed"]["adapter_error"]["message"],
+                    "not really"
+                );
+                assert_eq!(record["accepted"], json!(true));
+            }
+            let maps: Vec<Record> = records.iter().map(UnitRecord::to_map).collect();
+            let summary = summarize_execution_records(&maps);
+            assert_eq!(
+                summary.episode_error_count, 0,
+                "prepare: {prepare}: {summary:?}"
+            );
+        }
+        // A record without them keeps its own `adapter_claimed`.
+        let mut honest = crate::episode::testing::obj(json!({"adapter_claimed": 1, "a": 2}));
+        quarantine_host_owned(&mut honest);
+        assert_eq!(Value::Object(honest), json!({"adapter_claimed": 1, "a": 2}));
     }
 
     #[test]

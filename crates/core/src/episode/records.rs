@@ -25,6 +25,35 @@ pub const RECORD_KIND_EPISODE_SUFFIX: &str = "episode_suffix";
 /// `record_kind` of a record produced outside a prepared group.
 pub const RECORD_KIND_STANDALONE: &str = "standalone";
 
+/// Moves the fields only the host may set
+/// ([`HOST_OWNED_FIELDS`](sandloop_contract::HOST_OWNED_FIELDS):
+/// `adapter_error`, `execution_status`, `episode_release_error`) out of an
+/// adapter's `record` and under `adapter_claimed`, where they are visible
+/// but never counted: an adapter cannot claim a failure it did not have, or
+/// hide one it had. A record without them is left as it is (three lookups);
+/// an `adapter_claimed` of the adapter's own is replaced only when there is
+/// something to move. The reference has no such rule (its adapters are
+/// trusted in-process code); the episode runtime applies it to every record
+/// an adapter returns — a prefix, a suffix, a fallback or standalone item,
+/// a suffix replayed from a point, a child's outcome — before adding its own
+/// fields.
+pub fn quarantine_host_owned(record: &mut Record) {
+    use sandloop_contract::HOST_OWNED_FIELDS;
+    if !HOST_OWNED_FIELDS
+        .iter()
+        .any(|field| record.contains_key(*field))
+    {
+        return;
+    }
+    let mut claimed = Record::new();
+    for field in HOST_OWNED_FIELDS {
+        if let Some(value) = record.remove(*field) {
+            claimed.insert((*field).to_string(), value);
+        }
+    }
+    record.insert("adapter_claimed".into(), Value::Object(claimed));
+}
+
 /// Sets `record[key] = value`. One search of the map: the host's fields
 /// are rarely in an adapter's record already, so the key is inserted
 /// straight away (an existing entry keeps its key and takes the value).

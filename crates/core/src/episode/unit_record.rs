@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use super::adapter::{Item, Record};
 use super::item::ItemIdentity;
-use super::records::GroupAnnotation;
+use super::records::{GroupAnnotation, quarantine_host_owned};
 use super::value::json_f64;
 
 /// Read access to a record's fields, whichever form it is in.
@@ -122,12 +122,14 @@ impl From<Record> for UnitRecord {
 }
 
 impl UnitRecord {
-    /// A suffix's `record` as the adapter returned it for `item`, with the
+    /// A suffix's `record` as the adapter returned it for `item`, its
+    /// host-owned fields quarantined ([`quarantine_host_owned`]), with the
     /// host's fields: the item's ids (`item_id`, `family`, `is_variant`,
     /// `variant_spec_id`), `duration_minutes = minutes` and the group's
     /// `group` fields — what `normalize_item_record`, the duration and
     /// `annotate_group_record` would insert, in that order.
-    pub fn suffix(record: Record, item: &Item, minutes: f64, group: &Arc<GroupFields>) -> Self {
+    pub fn suffix(mut record: Record, item: &Item, minutes: f64, group: &Arc<GroupFields>) -> Self {
+        quarantine_host_owned(&mut record);
         UnitRecord {
             host: Some(Box::new(SuffixFields {
                 identity: item.shared_identity(),

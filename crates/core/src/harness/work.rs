@@ -8,7 +8,7 @@ use crate::episode::adapter::{AdapterError, CallContext, EpisodeAdapter, ErrorTy
 use crate::episode::clock::Clock;
 use crate::episode::group::execute_episode_group;
 use crate::episode::policy::{FailurePolicy, FatalError};
-use crate::episode::records::{adapter_error_record, set_field};
+use crate::episode::records::{adapter_error_record, quarantine_host_owned, set_field};
 use crate::episode::stored::StoredGroup;
 use crate::episode::unit_record::UnitRecord;
 use crate::episode::units::{ExecutionUnit, item_concurrency_keys};
@@ -87,6 +87,7 @@ pub fn execute_standalone_item<A: EpisodeAdapter + ?Sized>(
     let minutes = clock.minutes_since(started);
     match outcome {
         Ok(mut record) => {
+            quarantine_host_owned(&mut record);
             set_if_missing(&mut record, "item_id", item.get("item_id"));
             set_if_missing(&mut record, "family", item.get("family"));
             let is_variant = truthy(item.get("is_variant"));

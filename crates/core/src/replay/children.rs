@@ -21,6 +21,7 @@ use super::super::metrics::{ReplayCount, ReplayMetricLedger};
 use super::super::point::{EquivalenceReport, ReplayPoint, ReplayRestoreResult, RestoreReceipt};
 use super::{ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage};
 use crate::episode::adapter::{AdapterError, Item, Record};
+use crate::episode::records::quarantine_host_owned;
 use crate::trace::{validate_public_object, validate_public_payload};
 
 #[path = "child_forks.rs"]
@@ -667,12 +668,13 @@ impl<K> ChildRun<'_, '_, K> {
                     .map_err(ExecutionError::Contract)?;
             }
             let (outcome, checked) = match &child.task.counterfactual {
-                None => (
-                    session
+                None => {
+                    let mut record = session
                         .run(&child.task.item)
-                        .map_err(ExecutionError::Adapter)?,
-                    None,
-                ),
+                        .map_err(ExecutionError::Adapter)?;
+                    quarantine_host_owned(&mut record);
+                    (record, None)
+                }
                 Some(request) => {
                     let reported = session
                         .run_counterfactual(&child.task.item, request)

@@ -32,6 +32,7 @@ use super::point::{Lifecycle, ReplayPoint};
 use super::registry::SerialChildGroup;
 use super::registry::{ReplayAdapter, ReplayError, ReplayPointRegistry};
 use crate::episode::adapter::{AdapterError, CallContext, Item, Record};
+use crate::episode::records::quarantine_host_owned;
 use crate::trace::TraceLog;
 
 /// What a group's replay rules need from the adapter besides the
@@ -335,7 +336,11 @@ impl<B> GroupLane<B> {
             point_id,
             &target,
             minimum,
-            |adapter, binding, _| adapter.run_replay_suffix(binding, item, ctx, &mut trace),
+            |adapter, binding, _| {
+                let mut record = adapter.run_replay_suffix(binding, item, ctx, &mut trace)?;
+                quarantine_host_owned(&mut record);
+                Ok(record)
+            },
         );
         let (trace_id, branch_id) = trace
             .as_ref()
