@@ -114,6 +114,43 @@ struct Live {
     snapshot_growth: u64,
 }
 
+/// Picks one contract interface of a live instance, as bound, beside the
+/// store its calls run in: `Live::episode`, `Live::replay`, … (see
+/// [`WasmAdapter::call_export`]).
+type Export<G> = for<'a> fn(&'a mut Live) -> (Option<&'a G>, &'a mut Store<HostState>);
+
+/// One accessor per contract interface, each an [`Export`].
+macro_rules! exports {
+    ($($field:ident: $guest:ty),* $(,)?) => {
+        impl Live {
+            $(
+                fn $field(&mut self) -> (Option<&$guest>, &mut Store<HostState>) {
+                    (self.$field.as_ref(), &mut self.store)
+                }
+            )*
+        }
+    };
+}
+exports!(
+    episode: episode::Guest,
+    seeds: seeds::Guest,
+    variants: variants::Guest,
+    groups: episode_groups::Guest,
+    replay: replay_wit::Guest,
+    replay_children: replay_children_wit::Guest,
+    child_risk: child_risk_wit::Guest,
+    counterfactual: counterfactual_wit::Guest,
+);
+
+/// The error of a call whose interface is not bound: the callers check the
+/// component exports it before calling (a binding or a child implies it),
+/// so this is the host's mistake; it fails the call, never the host.
+fn unbound(name: &str) -> wasmtime::Error {
+    wasmtime::Error::msg(format!(
+        "{name}: the interface that declares it is not bound in this instance"
+    ))
+}
+
 /// A parent instance whose snapshots grew its memory by more than this
 /// fraction of `--max-memory` is replaced after its group is released:
 /// wizer's accessors leave a page behind per memory read, and memories never
@@ -335,6 +372,23 @@ impl WasmAdapter {
         (result, trace)
     }
 
+    /// [`call`](Self::call) the function `name` of the interface `export`
+    /// picks: `body` gets that interface, bound, and the store to call it
+    /// in. The one place that binds, calls and classifies a contract call.
+    fn call_export<G, R>(
+        &mut self,
+        name: &'static str,
+        item_id: Option<&str>,
+        trace: Option<TraceLog>,
+        export: Export<G>,
+        body: impl FnOnce(&G, &mut Store<HostState>) -> wasmtime::Result<R>,
+    ) -> (Result<R, AdapterError>, Option<TraceLog>) {
+        self.call(name, item_id, trace, |live| match export(live) {
+            (Some(guest), store) => body(guest, store),
+            (None, _) => Err(unbound(name)),
+        })
+    }
+
     /// Hand events the host appended outside an adapter call (a replay
     /// point's capture event) to the observer, like a call's own events.
     fn report_events(
@@ -411,10 +465,13 @@ impl WasmAdapter {
     ) -> Result<Result<Option<PreparedGroup>, wit::AdapterError>, AdapterError> {
         let wit_ctx = self.context(ctx);
         let trace = self.trace_for(ctx, &Item::new());
-        let (result, trace) = self.call("prepare-episode-group", item_id, trace, |live| {
-            let guest = live.groups.as_ref().expect("callers check the export");
-            guest.call_prepare_episode_group(&mut live.store, seed_json, items_json, &wit_ctx)
-        });
+        let (result, trace) = self.call_export(
+            "prepare-episode-group",
+            item_id,
+            trace,
+            Live::groups,
+            |guest, store| guest.call_prepare_episode_group(store, seed_json, items_json, &wit_ctx),
+        );
         self.keep_group_trace(ctx, trace);
         result
     }
@@ -473,16 +530,16 @@ impl WasmAdapter {
         let wit_ctx = self.context(ctx);
         let trace = self.trace_for(ctx, item);
         let resource = handle.resource.get();
-        let (result, trace) = self.call("execute-episode", item.item_id_str(), trace, |live| {
-            let guest = live
-                .groups
-                .as_ref()
-                .expect("a live group implies the export");
-            guest.call_execute_episode(&mut live.store, resource, &json, &wit_ctx)
-        });
+        let (result, trace) = self.call_export(
+            "execute-episode",
+            item.item_id_str(),
+            trace,
+            Live::groups,
+            |guest, store| guest.call_execute_episode(store, resource, &json, &wit_ctx),
+        );
         self.keep_group_trace(ctx, trace);
         let text = result?.map_err(declared)?;
-        let mut record = parse_record(&text, self.max_output(), "the observation record")?;
+        let mut record = parse_object(&text, self.max_output(), "the observation record")?;
         if handle.reprepared.get() {
             record.insert("prefix_reprepared".into(), serde_json::Value::Bool(true));
         }
@@ -496,7 +553,10 @@ impl WasmAdapter {
 
 /// Parse what the adapter returned as one JSON object within `max_bytes`
 /// and [`MAX_INPUT_NESTING`] levels of arrays and objects; errors
-/// (`invalid_output`, `output_too_large`) begin with `what`.
+/// (`invalid_output`, `output_too_large`) begin with `what`. A record's
+/// host-owned fields are left where they are: quarantining them is the
+/// episode runtime's rule, for every adapter alike
+/// (`sandloop_core::episode::records::quarantine_host_owned`).
 pub fn parse_object(text: &str, max_bytes: usize, what: &str) -> Result<Record, AdapterError> {
     if text.len() > max_bytes {
         return Err(AdapterError::new(
@@ -531,32 +591,6 @@ pub fn parse_object(text: &str, max_bytes: usize, what: &str) -> Result<Record, 
     }
 }
 
-/// Fields only the host may set on a record (defined in
-/// `sandloop-contract`): [`parse_record`] moves them under `adapter_claimed`.
-pub use sandloop_contract::HOST_OWNED_FIELDS;
-
-/// Parse a record the adapter returned and move any [`HOST_OWNED_FIELDS`]
-/// under `adapter_claimed`.
-pub fn parse_record(text: &str, max_bytes: usize, what: &str) -> Result<Record, AdapterError> {
-    let mut record = parse_object(text, max_bytes, what)?;
-    if !record
-        .keys()
-        .any(|key| HOST_OWNED_FIELDS.contains(&key.as_str()))
-    {
-        return Ok(record);
-    }
-    let mut claimed = Record::new();
-    for field in HOST_OWNED_FIELDS {
-        if let Some(value) = record.remove(*field) {
-            claimed.insert((*field).to_string(), value);
-        }
-    }
-    if !claimed.is_empty() {
-        record.insert("adapter_claimed".into(), serde_json::Value::Object(claimed));
-    }
-    Ok(record)
-}
-
 fn json_kind(value: &serde_json::Value) -> &'static str {
     match value {
         serde_json::Value::Null => "null",
@@ -586,12 +620,15 @@ impl EpisodeAdapter for WasmAdapter {
         let json = item.json_text();
         let wit_ctx = self.context(ctx);
         let trace = self.trace_for(ctx, item);
-        let (result, _) = self.call("execute", item.item_id_str(), trace, |live| {
-            let guest = live.episode.as_ref().expect("checked above");
-            guest.call_execute(&mut live.store, &json, &wit_ctx)
-        });
+        let (result, _) = self.call_export(
+            "execute",
+            item.item_id_str(),
+            trace,
+            Live::episode,
+            |guest, store| guest.call_execute(store, &json, &wit_ctx),
+        );
         let text = result?.map_err(declared)?;
-        parse_record(&text, self.max_output(), "the observation record")
+        parse_object(&text, self.max_output(), "the observation record")
     }
 
     fn prepare_episode_group(
@@ -621,7 +658,7 @@ impl EpisodeAdapter for WasmAdapter {
             lost: Cell::new(false),
             point: RefCell::new(None),
         };
-        let mut prefix_record = parse_record(
+        let mut prefix_record = parse_object(
             &prepared.prefix_record,
             self.max_output(),
             "the prefix record",
@@ -678,13 +715,13 @@ impl EpisodeAdapter for WasmAdapter {
         }
         let wit_ctx = self.context(ctx);
         let trace = group_trace.map(|(_, log)| log);
-        let (result, _) = self.call("release-episode-group", None, trace, |live| {
-            let guest = live
-                .groups
-                .as_ref()
-                .expect("a live group implies the export");
-            guest.call_release_episode_group(&mut live.store, handle.resource.get(), &wit_ctx)
-        });
+        let (result, _) = self.call_export(
+            "release-episode-group",
+            None,
+            trace,
+            Live::groups,
+            |guest, store| guest.call_release_episode_group(store, handle.resource.get(), &wit_ctx),
+        );
         self.recycle_after_snapshots();
         result?.map_err(declared)
     }
@@ -698,10 +735,13 @@ impl SeedSource for WasmAdapter {
         self.epoch = epoch;
         self.arm = arm.to_string();
         let trace = TraceLog::new(&format!("{arm}:epoch-{epoch}:seeds"), "main").ok();
-        let (result, _) = self.call("list-seed-items", None, trace, |live| {
-            let guest = live.seeds.as_ref().expect("checked above");
-            guest.call_list_seed_items(&mut live.store, arm, epoch)
-        });
+        let (result, _) = self.call_export(
+            "list-seed-items",
+            None,
+            trace,
+            Live::seeds,
+            |guest, store| guest.call_list_seed_items(store, arm, epoch),
+        );
         let texts = result?.map_err(declared)?;
         let max = self.max_output();
         texts
@@ -725,10 +765,13 @@ impl SeedSource for WasmAdapter {
             .unwrap_or("spec");
         let trace_id = format!("{}:epoch-{}:variant:{spec_id}", self.arm, self.epoch);
         let trace = TraceLog::new(&trace_id, "main").ok();
-        let (result, _) = self.call("compile-variant", seed.item_id_str(), trace, |live| {
-            let guest = live.variants.as_ref().expect("checked above");
-            guest.call_compile_variant(&mut live.store, &spec_json, &seed_json)
-        });
+        let (result, _) = self.call_export(
+            "compile-variant",
+            seed.item_id_str(),
+            trace,
+            Live::variants,
+            |guest, store| guest.call_compile_variant(store, &spec_json, &seed_json),
+        );
         let text = result?.map_err(declared)?;
         parse_object(&text, self.max_output(), "the compiled variant item").map(Item::from)
     }
@@ -787,21 +830,6 @@ mod tests {
     }
 
     #[test]
-    fn an_adapter_cannot_forge_host_owned_fields() {
-        let record = parse_record(
-            r#"{"accepted": true, "adapter_error": {"type": "trap"}, "execution_status": "adapter_error"}"#,
-            1000,
-            "the record",
-        )
-        .unwrap();
-        assert!(record.get("adapter_error").is_none());
-        assert!(record.get("execution_status").is_none());
-        assert_eq!(record["adapter_claimed"]["adapter_error"]["type"], "trap");
-        let plain = parse_record(r#"{"accepted": true}"#, 1000, "the record").unwrap();
-        assert!(plain.get("adapter_claimed").is_none());
-    }
-
-    #[test]
     fn a_record_nested_too_deeply_to_be_read_back_is_refused() {
         // 127 levels, the most serde_json reads; with the host-owned field
         // moved under `adapter_claimed` the record would be 128 levels deep
@@ -810,7 +838,7 @@ mod tests {
             "{{\"adapter_error\":{}}}",
             sandloop_core::hostile_inputs::deep_json(126, true)
         );
-        let error = parse_record(&text, 1 << 20, "the record").unwrap_err();
+        let error = parse_object(&text, 1 << 20, "the record").unwrap_err();
         assert_eq!(error.error_type, ErrorType::InvalidOutput);
         assert!(
             error
@@ -822,7 +850,7 @@ mod tests {
             "{{\"a\":{}}}",
             sandloop_core::hostile_inputs::deep_json(98, true)
         );
-        assert!(parse_record(&shallow, 1 << 20, "the record").is_ok());
+        assert!(parse_object(&shallow, 1 << 20, "the record").is_ok());
     }
 
     #[test]
@@ -848,9 +876,13 @@ mod tests {
                 json_value().prop_map(|v| v.to_string()),
                 (1usize..4000, any::<bool>())
                     .prop_map(|(depth, objects)| deep_json(depth, objects)),
-                (120usize..130, prop::sample::select(HOST_OWNED_FIELDS)).prop_map(
-                    |(depth, field)| { format!("{{\"{field}\":{}}}", deep_json(depth, true)) }
-                ),
+                (
+                    120usize..130,
+                    prop::sample::select(sandloop_contract::HOST_OWNED_FIELDS)
+                )
+                    .prop_map(|(depth, field)| {
+                        format!("{{\"{field}\":{}}}", deep_json(depth, true))
+                    }),
                 mutate_bytes(record.as_bytes().to_vec(), false)
                     .prop_map(|bytes| String::from_utf8_lossy(&bytes).into_owned()),
             ]
@@ -864,10 +896,12 @@ mod tests {
                 text in guest_text(),
                 max in prop_oneof![Just(8usize << 20), 0usize..64],
             ) {
-                match parse_record(&text, max, "the observation record") {
-                    Ok(record) => {
+                match parse_object(&text, max, "the observation record") {
+                    Ok(mut record) => {
                         prop_assert!(text.len() <= max);
-                        for field in HOST_OWNED_FIELDS {
+                        // As the episode runtime takes it.
+                        sandloop_core::episode::records::quarantine_host_owned(&mut record);
+                        for field in sandloop_contract::HOST_OWNED_FIELDS {
                             prop_assert!(!record.contains_key(*field));
                         }
                         // What the host writes of it, its readers can read back.

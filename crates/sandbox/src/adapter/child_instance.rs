@@ -4,30 +4,103 @@
 //! of the point's snapshot): its own [`WasmAdapter`], the child's id, the
 //! group's call context and the child's trace branch. It owns what both do
 //! alike — calling into the instance (which is never replaced after a
-//! failure), the `child-risk` screens, parsing the observation record —
-//! while each child type makes its own WIT calls.
+//! failure), the `child-risk` screens, counterfactual candidates, parsing
+//! the observation record — and [`ForkedChild`] is the one `ChildSession`
+//! of both, generic over the [`ChildKind`] that makes the three WIT calls
+//! that differ (validate, run, release).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value};
 
-use super::{CallObserver, Live, WasmAdapter, declared, parse_record};
+use super::{CallObserver, Export, Live, WasmAdapter, declared, parse_object};
 use crate::LoadedAdapter;
 use crate::bindings::exports::sandloop::adapter::{child_risk, counterfactual};
 use crate::bindings::sandloop::adapter::types as wit_types;
+use crate::host_state::HostState;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
 use sandloop_core::replay::{
-    CounterfactualRequest, Disposition, ForkAt, ForkRequest, RiskAssessment, ValidationOutcome,
+    ChildSession, CounterfactualRequest, Disposition, EquivalenceReport, ForkAt, ForkRequest,
+    RestoreReceipt, RiskAssessment, ValidationOutcome,
 };
 use sandloop_core::trace::TraceLog;
+use wasmtime::Store;
 
 /// Unique identity of every child instance of the process (its worker
 /// identity and child key).
 static NEXT_CHILD: AtomicU64 = AtomicU64::new(1);
 
+/// What sets a kind of forked child apart — the resource its calls name
+/// and the three calls that differ (the state fork's `replay-children`
+/// child, the snapshot fork's resumed `replay` binding); everything else a
+/// child does is [`ChildInstance`]'s, alike for both.
+pub trait ChildKind: Send {
+    /// Compare the child's restored state with the captured point.
+    fn validate(
+        &mut self,
+        instance: &mut ChildInstance,
+        receipt: &RestoreReceipt,
+    ) -> Result<EquivalenceReport, AdapterError>;
+    /// Run the child's task; returns its observation record.
+    fn run(&mut self, instance: &mut ChildInstance, task: &Item) -> Result<Record, AdapterError>;
+    /// Release the child, then drop its instance.
+    fn release(&mut self, instance: &mut ChildInstance) -> Result<(), AdapterError>;
+}
+
+/// One forked child in its own instance: [`WasmChild`](super::WasmChild)
+/// or [`SnapshotChild`](super::snapshot_children::SnapshotChild).
+pub struct ForkedChild<K> {
+    pub(super) instance: ChildInstance,
+    pub(super) kind: K,
+}
+
+impl<K: ChildKind> ChildSession for ForkedChild<K> {
+    fn validate_equivalence(
+        &mut self,
+        receipt: &RestoreReceipt,
+    ) -> Result<EquivalenceReport, AdapterError> {
+        self.kind.validate(&mut self.instance, receipt)
+    }
+
+    fn assess_intent(
+        &mut self,
+        intent: &Map<String, Value>,
+    ) -> Result<RiskAssessment, AdapterError> {
+        self.instance.assess(intent, None)
+    }
+
+    fn run(&mut self, task: &Item) -> Result<Record, AdapterError> {
+        self.kind.run(&mut self.instance, task)
+    }
+
+    fn run_counterfactual(
+        &mut self,
+        task: &Item,
+        request: &CounterfactualRequest,
+    ) -> Result<Vec<ValidationOutcome>, AdapterError> {
+        self.instance.run_counterfactual(task, request)
+    }
+
+    fn assess_outcome(
+        &mut self,
+        intent: &Map<String, Value>,
+        outcome: &Record,
+    ) -> Result<RiskAssessment, AdapterError> {
+        self.instance.assess(intent, Some(outcome))
+    }
+
+    fn trace_end(&self) -> Option<u64> {
+        self.instance.trace_end()
+    }
+
+    fn release(&mut self) -> Result<(), AdapterError> {
+        self.kind.release(&mut self.instance)
+    }
+}
+
 /// One child's instance, its id, context and trace branch.
-pub(super) struct ChildInstance {
+pub struct ChildInstance {
     /// The child's own adapter instance (created by its first call).
     pub(super) adapter: WasmAdapter,
     /// The fork request's child id.
@@ -52,14 +125,18 @@ impl ChildInstance {
         ChildOrigin::new(parent, loaded, ctx, fork_at.clone()).instance(request)
     }
 
-    /// Call `name` in the child's instance (threading the child's trace
-    /// through it when `traced`), or say the instance is gone: a child's
-    /// instance is not replaced after a failure.
-    pub(super) fn call<R>(
+    /// Call `name` of the interface `export` picks in the child's instance
+    /// (threading the child's trace through it when `traced`), or say the
+    /// instance is gone: a child's instance is not replaced after a failure.
+    pub(super) fn call<G, R>(
         &mut self,
         name: &'static str,
         traced: bool,
-        body: impl FnOnce(&mut Live) -> wasmtime::Result<Result<R, wit_types::AdapterError>>,
+        export: Export<G>,
+        body: impl FnOnce(
+            &G,
+            &mut Store<HostState>,
+        ) -> wasmtime::Result<Result<R, wit_types::AdapterError>>,
     ) -> Result<R, AdapterError> {
         if self.adapter.live.is_none() {
             return Err(AdapterError::new(
@@ -70,30 +147,36 @@ impl ChildInstance {
             ));
         }
         let taken = if traced { self.trace.take() } else { None };
-        let (result, returned) = self.adapter.call(name, Some(&self.child_id), taken, body);
+        let (result, returned) =
+            self.adapter
+                .call_export(name, Some(&self.child_id), taken, export, body);
         if traced {
             self.trace = returned;
         }
         result?.map_err(declared)
     }
 
-    /// Run the child's task through `body`, given the task's JSON and the
-    /// WIT context, with the child's trace; parse what it returns as the
+    /// Run the child's task through `body`, given the interface `export`
+    /// picks, the store, the task's JSON and the WIT context, with the child's trace; parse what it returns as the
     /// child's observation record.
-    pub(super) fn run(
+    pub(super) fn run<G>(
         &mut self,
         name: &'static str,
         task: &Item,
+        export: Export<G>,
         body: impl FnOnce(
-            &mut Live,
+            &G,
+            &mut Store<HostState>,
             &String,
             &wit_types::Context,
         ) -> wasmtime::Result<Result<String, wit_types::AdapterError>>,
     ) -> Result<Record, AdapterError> {
         let json = task.json_text();
         let wit_ctx = self.adapter.context(&self.ctx);
-        let text = self.call(name, true, |live| body(live, &json, &wit_ctx))?;
-        parse_record(
+        let text = self.call(name, true, export, |guest, store| {
+            body(guest, store, &json, &wit_ctx)
+        })?;
+        parse_object(
             &text,
             self.adapter.max_output(),
             "the child's observation record",
@@ -115,21 +198,17 @@ impl ChildInstance {
             "assess-replay-child-intent"
         };
         let child_id = self.child_id.clone();
-        let assessment = self.call(name, false, |live| {
-            let risk = live
-                .child_risk
-                .as_ref()
-                .expect("asked only of components exporting child-risk");
-            match &outcome {
-                None => risk.call_assess_replay_child_intent(&mut live.store, &child_id, &intent),
-                Some(outcome) => risk.call_assess_replay_child_outcome(
-                    &mut live.store,
-                    &child_id,
-                    &intent,
-                    outcome,
-                ),
-            }
-        })?;
+        let assessment = self.call(
+            name,
+            false,
+            Live::child_risk,
+            |risk, store| match &outcome {
+                None => risk.call_assess_replay_child_intent(store, &child_id, &intent),
+                Some(outcome) => {
+                    risk.call_assess_replay_child_outcome(store, &child_id, &intent, outcome)
+                }
+            },
+        )?;
         Ok(assessment_from_wit(assessment))
     }
 
@@ -156,13 +235,14 @@ impl ChildInstance {
             public_change_set: request.public_change_set.clone(),
         };
         let child_id = self.child_id.clone();
-        let reported = self.call("run-counterfactual", true, |live| {
-            let guest = live
-                .counterfactual
-                .as_ref()
-                .expect("checked above: the component exports counterfactual");
-            guest.call_run_counterfactual(&mut live.store, &child_id, &json, &wit_request, &wit_ctx)
-        })?;
+        let reported = self.call(
+            "run-counterfactual",
+            true,
+            Live::counterfactual,
+            |guest, store| {
+                guest.call_run_counterfactual(store, &child_id, &json, &wit_request, &wit_ctx)
+            },
+        )?;
         let size: usize = reported
             .iter()
             .map(|o| o.validation_id.len() + o.public_summary.as_ref().map_or(0, String::len))

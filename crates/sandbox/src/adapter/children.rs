@@ -8,28 +8,28 @@
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
 use wasmtime::component::ResourceAny;
 
-use super::child_instance::{ChildInstance, ChildOrigin};
+use super::child_instance::{ChildInstance, ChildKind, ChildOrigin, ForkedChild};
 use super::replay::{receipt_from_wit, receipt_to_wit, report_from_wit, to_wit_fidelity};
 use super::snapshot_children::SnapshotForker;
-use super::{GroupHandle, WasmAdapter, declared};
+use super::{GroupHandle, Live, WasmAdapter, declared};
 use crate::bindings::exports::sandloop::adapter::replay_children;
-use crate::bindings::sandloop::adapter::types as wit_types;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, Item, Record};
 use sandloop_core::replay::{
-    ChildConcurrency, ChildForker, ChildLease, ChildSession, ConcurrentForker,
-    CounterfactualRequest, EquivalenceReport, ForkRequest, ForkSource, RestoreReceipt,
-    RiskAssessment, ValidationOutcome,
+    ChildConcurrency, ChildForker, ChildLease, ConcurrentForker, EquivalenceReport, ForkRequest,
+    ForkSource, RestoreReceipt,
 };
 
-/// One forked child in its own instance.
-pub struct WasmChild {
-    instance: ChildInstance,
+/// A child forked from a point's exported state: the `replay-children`
+/// child its instance adopted ([`ChildKind`]).
+pub struct AdoptedState {
     child: ResourceAny,
     released: bool,
 }
+
+/// One child forked from exported state, in its own instance.
+pub type WasmChild = ForkedChild<AdoptedState>;
 
 /// Forks children of one point from its exported state: each a fresh
 /// instance made from `origin` that adopts `state`. Forks share nothing
@@ -72,19 +72,16 @@ impl ConcurrentForker<WasmChild> for WasmChildForker {
             concurrency: wit_concurrency(lease.concurrency),
             worker_identity: Some(instance.identity),
             child_key: instance.identity,
-            session: WasmChild {
+            session: ForkedChild {
                 instance,
-                child: lease.child,
-                released: false,
+                kind: AdoptedState {
+                    child: lease.child,
+                    released: false,
+                },
             },
         })
     }
 }
-
-type Guests<'a> = (
-    &'a replay_children::Guest,
-    &'a mut wasmtime::Store<crate::host_state::HostState>,
-);
 
 impl WasmAdapter {
     /// `fork-replay-child`: adopt `state` (from `export-replay-state`) as
@@ -104,101 +101,61 @@ impl WasmAdapter {
             target_branch_id: request.target_branch_id.clone(),
             minimum_fidelity: to_wit_fidelity(request.minimum_fidelity),
         };
-        let (result, _) = self.call("fork-replay-child", Some(&request.child_id), None, |live| {
-            let guest = live.replay_children.as_ref().expect("checked above");
-            guest.call_fork_replay_child(&mut live.store, state, &wit_request)
-        });
+        let (result, _) = self.call_export(
+            "fork-replay-child",
+            Some(&request.child_id),
+            None,
+            Live::replay_children,
+            |guest, store| guest.call_fork_replay_child(store, state, &wit_request),
+        );
         result?.map_err(declared)
     }
 }
 
-impl WasmChild {
-    /// Call `name` in the child's instance with its `replay-children`
-    /// export.
-    fn child_call<R>(
+impl ChildKind for AdoptedState {
+    fn validate(
         &mut self,
-        name: &'static str,
-        traced: bool,
-        body: impl FnOnce(Guests<'_>) -> wasmtime::Result<Result<R, wit_types::AdapterError>>,
-    ) -> Result<R, AdapterError> {
-        self.instance.call(name, traced, |live| {
-            let children = live
-                .replay_children
-                .as_ref()
-                .expect("a child implies the replay-children export");
-            body((children, &mut live.store))
-        })
-    }
-}
-
-impl ChildSession for WasmChild {
-    fn validate_equivalence(
-        &mut self,
+        instance: &mut ChildInstance,
         receipt: &RestoreReceipt,
     ) -> Result<EquivalenceReport, AdapterError> {
         let receipt = receipt_to_wit(receipt);
         let child = self.child;
-        let report = self.child_call(
+        let report = instance.call(
             "validate-replay-child-equivalence",
             false,
-            |(guest, store)| guest.call_validate_replay_child_equivalence(store, child, &receipt),
+            Live::replay_children,
+            |guest, store| guest.call_validate_replay_child_equivalence(store, child, &receipt),
         )?;
         Ok(report_from_wit(report))
     }
 
-    fn assess_intent(
-        &mut self,
-        intent: &Map<String, Value>,
-    ) -> Result<RiskAssessment, AdapterError> {
-        self.instance.assess(intent, None)
-    }
-
-    fn run(&mut self, task: &Item) -> Result<Record, AdapterError> {
+    fn run(&mut self, instance: &mut ChildInstance, task: &Item) -> Result<Record, AdapterError> {
         let child = self.child;
-        self.instance
-            .run("run-replay-child", task, |live, json, ctx| {
-                let guest = live
-                    .replay_children
-                    .as_ref()
-                    .expect("a child implies the replay-children export");
-                guest.call_run_replay_child(&mut live.store, child, json, ctx)
-            })
+        instance.run(
+            "run-replay-child",
+            task,
+            Live::replay_children,
+            |guest, store, json, ctx| guest.call_run_replay_child(store, child, json, ctx),
+        )
     }
 
-    fn run_counterfactual(
-        &mut self,
-        task: &Item,
-        request: &CounterfactualRequest,
-    ) -> Result<Vec<ValidationOutcome>, AdapterError> {
-        self.instance.run_counterfactual(task, request)
-    }
-
-    fn assess_outcome(
-        &mut self,
-        intent: &Map<String, Value>,
-        outcome: &Record,
-    ) -> Result<RiskAssessment, AdapterError> {
-        self.instance.assess(intent, Some(outcome))
-    }
-
-    fn trace_end(&self) -> Option<u64> {
-        self.instance.trace_end()
-    }
-
-    fn release(&mut self) -> Result<(), AdapterError> {
-        if self.released || self.instance.adapter.live.is_none() {
+    fn release(&mut self, instance: &mut ChildInstance) -> Result<(), AdapterError> {
+        if self.released || instance.adapter.live.is_none() {
             // A dropped instance took the child with it.
             self.released = true;
             return Ok(());
         }
         let child = self.child;
-        self.child_call("release-replay-child", false, |(guest, store)| {
-            guest.call_release_replay_child(store, child)
-        })?;
+        instance.call(
+            "release-replay-child",
+            false,
+            Live::replay_children,
+            |guest, store| guest.call_release_replay_child(store, child),
+        )?;
         self.released = true;
         // The instance, and with it the child's memory, goes now, on the
         // worker that ran the child (its store back to the pool).
-        self.instance.adapter.live = None;
+        instance.adapter.live = None;
         Ok(())
     }
 }

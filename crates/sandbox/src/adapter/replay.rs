@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use wasmtime::component::ResourceAny;
 
 use super::snapshot_children::SnapshotPoint;
-use super::{GroupHandle, WasmAdapter, declared, parse_record};
+use super::{GroupHandle, Live, WasmAdapter, declared, parse_object};
 use crate::LoadedAdapter;
 use crate::bindings::exports::sandloop::adapter::replay as wit;
 use crate::snapshot::{CompiledSnapshot, Instrumented};
@@ -200,10 +200,13 @@ impl WasmAdapter {
             return Err(Self::missing("replay.import-replay-state"));
         }
         let request = to_wit_capture(request);
-        let (result, _) = self.call("import-replay-state", None, None, |live| {
-            let guest = live.replay.as_ref().expect("checked above");
-            guest.call_import_replay_state(&mut live.store, state, &request)
-        });
+        let (result, _) = self.call_export(
+            "import-replay-state",
+            None,
+            None,
+            Live::replay,
+            |guest, store| guest.call_import_replay_state(store, state, &request),
+        );
         let lease = result?.map_err(declared)?;
         Ok(self.lease_from_wit(lease))
     }
@@ -218,10 +221,13 @@ impl WasmAdapter {
             return Err(instance_lost("export its state"));
         }
         let resource = binding.resource;
-        let (result, _) = self.call("export-replay-state", None, None, |live| {
-            let guest = live.replay.as_ref().expect("a binding implies the export");
-            guest.call_export_replay_state(&mut live.store, resource)
-        });
+        let (result, _) = self.call_export(
+            "export-replay-state",
+            None,
+            None,
+            Live::replay,
+            |guest, store| guest.call_export_replay_state(store, resource),
+        );
         result?.map_err(declared)
     }
 
@@ -240,18 +246,16 @@ impl WasmAdapter {
         let json = item.json_text();
         let wit_ctx = self.context(ctx);
         let resource = binding.resource;
-        let (result, returned) = self.call(
+        let (result, returned) = self.call_export(
             "run-replay-suffix",
             item.item_id_str(),
             trace.take(),
-            |live| {
-                let guest = live.replay.as_ref().expect("a binding implies the export");
-                guest.call_run_replay_suffix(&mut live.store, resource, &json, &wit_ctx)
-            },
+            Live::replay,
+            |guest, store| guest.call_run_replay_suffix(store, resource, &json, &wit_ctx),
         );
         *trace = returned;
         let text = result?.map_err(declared)?;
-        parse_record(&text, self.max_output(), "the observation record")
+        parse_object(&text, self.max_output(), "the observation record")
     }
 
     /// After a successful prepare: capture the group's replay point at the
@@ -372,10 +376,13 @@ impl ReplayAdapter for WasmAdapter {
         }
         let request = to_wit_capture(request);
         // The trace is frozen while a point is captured: no trace is open.
-        let (result, _) = self.call("capture-replay-state", None, None, |live| {
-            let guest = live.replay.as_ref().expect("checked above");
-            guest.call_capture_replay_state(&mut live.store, &request)
-        });
+        let (result, _) = self.call_export(
+            "capture-replay-state",
+            None,
+            None,
+            Live::replay,
+            |guest, store| guest.call_capture_replay_state(store, &request),
+        );
         let lease = result?.map_err(declared)?;
         Ok(self.lease_from_wit(lease))
     }
@@ -390,10 +397,13 @@ impl ReplayAdapter for WasmAdapter {
         }
         let request = to_wit_request(request);
         let resource = binding.resource;
-        let (result, _) = self.call("restore-replay-state", None, None, |live| {
-            let guest = live.replay.as_ref().expect("a binding implies the export");
-            guest.call_restore_replay_state(&mut live.store, resource, &request)
-        });
+        let (result, _) = self.call_export(
+            "restore-replay-state",
+            None,
+            None,
+            Live::replay,
+            |guest, store| guest.call_restore_replay_state(store, resource, &request),
+        );
         Ok(receipt_from_wit(result?.map_err(declared)?))
     }
 
@@ -407,10 +417,13 @@ impl ReplayAdapter for WasmAdapter {
         }
         let receipt = receipt_to_wit(receipt);
         let resource = binding.resource;
-        let (result, _) = self.call("validate-replay-equivalence", None, None, |live| {
-            let guest = live.replay.as_ref().expect("a binding implies the export");
-            guest.call_validate_replay_equivalence(&mut live.store, resource, &receipt)
-        });
+        let (result, _) = self.call_export(
+            "validate-replay-equivalence",
+            None,
+            None,
+            Live::replay,
+            |guest, store| guest.call_validate_replay_equivalence(store, resource, &receipt),
+        );
         Ok(report_from_wit(result?.map_err(declared)?))
     }
 
@@ -426,10 +439,15 @@ impl ReplayAdapter for WasmAdapter {
         }
         let request = to_wit_request(request);
         let resource = binding.resource;
-        let (result, _) = self.call("finalize-replay-suffix", None, None, |live| {
-            let guest = live.replay.as_ref().expect("a binding implies the export");
-            guest.call_finalize_replay_suffix(&mut live.store, resource, &request, suffix_succeeded)
-        });
+        let (result, _) = self.call_export(
+            "finalize-replay-suffix",
+            None,
+            None,
+            Live::replay,
+            |guest, store| {
+                guest.call_finalize_replay_suffix(store, resource, &request, suffix_succeeded)
+            },
+        );
         result?.map_err(declared)
     }
 
@@ -439,10 +457,13 @@ impl ReplayAdapter for WasmAdapter {
             return Ok(());
         }
         let resource = binding.resource;
-        let (result, _) = self.call("release-replay-state", None, None, |live| {
-            let guest = live.replay.as_ref().expect("a binding implies the export");
-            guest.call_release_replay_state(&mut live.store, resource)
-        });
+        let (result, _) = self.call_export(
+            "release-replay-state",
+            None,
+            None,
+            Live::replay,
+            |guest, store| guest.call_release_replay_state(store, resource),
+        );
         result?.map_err(declared)
     }
 

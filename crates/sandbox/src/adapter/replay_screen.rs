@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::child_instance::ChildInstance;
-use super::{BindingHandle, WasmAdapter};
+use super::{BindingHandle, Live, WasmAdapter};
 use crate::LoadedAdapter;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item};
 use sandloop_core::replay::Fidelity;
@@ -57,13 +57,12 @@ pub fn screen_replay_intent(
     let child = screen.adapter.fork_replay_child(state, request)?.child;
     let assessment = screen.assess(&intent_of(item), None)?;
     // Best effort: the instance, child included, is dropped right after.
-    let _ = screen.call("release-replay-child", false, |live| {
-        let children = live
-            .replay_children
-            .as_ref()
-            .expect("checked by screens_replay_intent");
-        children.call_release_replay_child(&mut live.store, child)
-    });
+    let _ = screen.call(
+        "release-replay-child",
+        false,
+        Live::replay_children,
+        |children, store| children.call_release_replay_child(store, child),
+    );
     assessment
         .check()
         .map_err(|message| AdapterError::new(ErrorType::ReplayContract, message))?;

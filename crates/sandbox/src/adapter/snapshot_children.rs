@@ -27,22 +27,21 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use wasmtime::component::ResourceAny;
 
-use super::child_instance::{ChildInstance, ChildOrigin};
+use super::child_instance::{ChildInstance, ChildKind, ChildOrigin, ForkedChild};
 use super::replay::ReplayLane;
 use super::replay::{
     BindingHandle, receipt_from_wit, receipt_to_wit, report_from_wit, to_wit_fidelity,
 };
-use super::{GroupHandle, WasmAdapter, declared};
+use super::{GroupHandle, Live, WasmAdapter, declared};
 use crate::bindings::exports::sandloop::adapter::replay as wit_replay;
 use crate::snapshot::{CompiledSnapshot, Instrumented, SnapshotError};
 use sandloop_core::episode::adapter::{AdapterError, Item, Record};
 use sandloop_core::replay::{
-    ChildConcurrency, ChildForker, ChildLease, ChildSession, ConcurrentForker,
-    CounterfactualRequest, EquivalenceReport, ForkRequest, RestoreReceipt, RiskAssessment,
-    ValidationOutcome,
+    ChildConcurrency, ChildForker, ChildLease, ConcurrentForker, EquivalenceReport, ForkRequest,
+    RestoreReceipt,
 };
 
 /// A replay point frozen as a compiled snapshot, with the token its
@@ -92,10 +91,10 @@ impl WasmAdapter {
             return Err("the binding's instance is gone".into());
         }
         let resource = binding.resource();
-        let (result, _) = self.call("binding-token", None, None, |live| {
-            let guest = live.replay.as_ref().expect("a binding implies the export");
-            guest.call_binding_token(&mut live.store, resource)
-        });
+        let (result, _) =
+            self.call_export("binding-token", None, None, Live::replay, |guest, store| {
+                guest.call_binding_token(store, resource)
+            });
         let token = result
             .map_err(|error| error.message)?
             .map_err(|error| declared(error).message)?
@@ -148,10 +147,13 @@ impl WasmAdapter {
         if self.loaded.indices.replay.is_none() {
             return Err(Self::missing("replay.resume-binding"));
         }
-        let (result, _) = self.call("resume-binding", child_id, None, |live| {
-            let guest = live.replay.as_ref().expect("checked above");
-            guest.call_resume_binding(&mut live.store, token)
-        });
+        let (result, _) = self.call_export(
+            "resume-binding",
+            child_id,
+            None,
+            Live::replay,
+            |guest, store| guest.call_resume_binding(store, token),
+        );
         result?.map_err(declared)
     }
 
@@ -271,8 +273,11 @@ pub struct SnapshotForker {
 }
 
 /// One child: a fresh instance of the snapshot and its resumed binding.
-pub struct SnapshotChild {
-    instance: ChildInstance,
+pub type SnapshotChild = ForkedChild<ResumedBinding>;
+
+/// A child of a snapshot: the `replay` binding its instance resumed
+/// ([`ChildKind`]).
+pub struct ResumedBinding {
     binding: ResourceAny,
 }
 
@@ -304,14 +309,12 @@ impl ConcurrentForker<SnapshotChild> for SnapshotForker {
             target_branch_id: request.target_branch_id.clone(),
             minimum_fidelity: to_wit_fidelity(request.minimum_fidelity),
         };
-        let (result, _) = adapter.call(
+        let (result, _) = adapter.call_export(
             "restore-replay-state",
             Some(&request.child_id),
             None,
-            |live| {
-                let guest = live.replay.as_ref().expect("checked above");
-                guest.call_restore_replay_state(&mut live.store, binding, &restore)
-            },
+            Live::replay,
+            |guest, store| guest.call_restore_replay_state(store, binding, &restore),
         );
         let receipt = receipt_from_wit(result?.map_err(declared)?);
         if let Some(state) = &self.point.risk_state {
@@ -323,90 +326,45 @@ impl ConcurrentForker<SnapshotChild> for SnapshotForker {
             concurrency: ChildConcurrency::ThreadSafe,
             worker_identity: Some(instance.identity),
             child_key: instance.identity,
-            session: SnapshotChild { instance, binding },
+            session: ForkedChild {
+                instance,
+                kind: ResumedBinding { binding },
+            },
         })
     }
 }
 
-type Guests<'a> = (
-    &'a wit_replay::Guest,
-    &'a mut wasmtime::Store<crate::host_state::HostState>,
-);
-
-impl SnapshotChild {
-    /// Call `name` in the child's instance with its `replay` export.
-    fn child_call<R>(
+impl ChildKind for ResumedBinding {
+    fn validate(
         &mut self,
-        name: &'static str,
-        traced: bool,
-        body: impl FnOnce(Guests<'_>) -> wasmtime::Result<Result<R, wit_replay::AdapterError>>,
-    ) -> Result<R, AdapterError> {
-        self.instance.call(name, traced, |live| {
-            let replay = live
-                .replay
-                .as_ref()
-                .expect("snapshots are taken of replay adapters");
-            body((replay, &mut live.store))
-        })
-    }
-}
-
-impl ChildSession for SnapshotChild {
-    fn validate_equivalence(
-        &mut self,
+        instance: &mut ChildInstance,
         receipt: &RestoreReceipt,
     ) -> Result<EquivalenceReport, AdapterError> {
         let receipt = receipt_to_wit(receipt);
         let binding = self.binding;
-        let report = self.child_call("validate-replay-equivalence", false, |(guest, store)| {
-            guest.call_validate_replay_equivalence(store, binding, &receipt)
-        })?;
+        let report = instance.call(
+            "validate-replay-equivalence",
+            false,
+            Live::replay,
+            |guest, store| guest.call_validate_replay_equivalence(store, binding, &receipt),
+        )?;
         Ok(report_from_wit(report))
     }
 
-    fn assess_intent(
-        &mut self,
-        intent: &Map<String, Value>,
-    ) -> Result<RiskAssessment, AdapterError> {
-        self.instance.assess(intent, None)
-    }
-
-    fn run(&mut self, task: &Item) -> Result<Record, AdapterError> {
+    fn run(&mut self, instance: &mut ChildInstance, task: &Item) -> Result<Record, AdapterError> {
         let binding = self.binding;
-        self.instance
-            .run("run-replay-suffix", task, |live, json, ctx| {
-                let guest = live
-                    .replay
-                    .as_ref()
-                    .expect("snapshots are taken of replay adapters");
-                guest.call_run_replay_suffix(&mut live.store, binding, json, ctx)
-            })
+        instance.run(
+            "run-replay-suffix",
+            task,
+            Live::replay,
+            |guest, store, json, ctx| guest.call_run_replay_suffix(store, binding, json, ctx),
+        )
     }
 
-    fn run_counterfactual(
-        &mut self,
-        task: &Item,
-        request: &CounterfactualRequest,
-    ) -> Result<Vec<ValidationOutcome>, AdapterError> {
-        self.instance.run_counterfactual(task, request)
-    }
-
-    fn assess_outcome(
-        &mut self,
-        intent: &Map<String, Value>,
-        outcome: &Record,
-    ) -> Result<RiskAssessment, AdapterError> {
-        self.instance.assess(intent, Some(outcome))
-    }
-
-    fn trace_end(&self) -> Option<u64> {
-        self.instance.trace_end()
-    }
-
-    fn release(&mut self) -> Result<(), AdapterError> {
+    fn release(&mut self, instance: &mut ChildInstance) -> Result<(), AdapterError> {
         // The child's copy of the parent's memory goes with its instance,
         // which is dropped with the session: nothing is left to release.
-        self.instance.adapter.live = None;
+        instance.adapter.live = None;
         Ok(())
     }
 }
