@@ -107,6 +107,14 @@ impl ResourceLimiter for Limiter {
     }
 }
 
+/// The signals of the workflow step running in a store: where they are
+/// written (none outside a step), and how many child sessions it asked for.
+#[derive(Default)]
+pub struct SignalState {
+    pub(crate) target: Option<sandloop_core::step::SignalTarget>,
+    pub(crate) child_requests: u32,
+}
+
 /// Everything a `Store` of an adapter instance holds.
 pub struct HostState {
     wasi: WasiCtx,
@@ -124,7 +132,7 @@ pub struct HostState {
     /// Trace events accepted during the current call.
     pub trace_emitted: u32,
     /// Where a workflow step's signals go (workflow plugins only).
-    pub signals: super::workflow::SignalState,
+    pub signals: SignalState,
     /// Which hosts outgoing HTTP may reach (workflow plugins only; adapters
     /// are not linked with `wasi:http`). Default: none.
     pub http: HttpGrant,

@@ -38,13 +38,6 @@ pub mod bindings {
 use bindings::exports::sandloop::adapter::step;
 use bindings::sandloop::adapter::signals;
 
-/// The signals of the step running in a store.
-#[derive(Default)]
-pub struct SignalState {
-    target: Option<SignalTarget>,
-    child_requests: u32,
-}
-
 fn write_json(path: &Path, value: &serde_json::Value) -> Result<(), String> {
     let text = serde_json::to_vec_pretty(value).map_err(|error| error.to_string())?;
     sandloop_core::harness::atomic::replace_file(path, &text)

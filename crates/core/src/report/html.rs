@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::RunReport;
 use super::arms::aggregate_arms;
+use super::escape::escape;
 use super::svg::{Axis, COLORS, Series, bar_chart, hbar_chart, line_chart, short_number};
 
 use super::html_sections as sections;
@@ -28,23 +29,6 @@ pub const RUN_SECTIONS: [&str; 8] = [
     "Durations",
     "Manifest",
 ];
-
-/// `text` with `&`, `<`, `>`, `"` and `'` escaped, safe in element content
-/// and in quoted attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 const STYLE: &str = "body{font:15px/1.5 system-ui,-apple-system,'Segoe UI',sans-serif;\
 margin:0 auto;max-width:1800px;padding:16px 32px;color:#222;background:#fff}\

@@ -4,9 +4,8 @@ use std::fmt::Write;
 
 use super::RunReport;
 use super::counterfactuals::{CandidateEnd, CandidateRow};
-use super::html::{
-    TimeUnit, bars, escape, json_text, none, num, raw_novel_bars, section, table, table_of,
-};
+use super::escape::escape;
+use super::html::{TimeUnit, bars, json_text, none, num, raw_novel_bars, section, table, table_of};
 use super::svg::{Axis, COLORS, Series, line_chart};
 use crate::episode::adapter::Protocols;
 

@@ -24,6 +24,7 @@ pub mod durations;
 pub mod economics;
 pub mod error;
 pub mod errors;
+pub mod escape;
 pub mod families;
 pub mod guest_output;
 pub mod head;

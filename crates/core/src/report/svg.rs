@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::html::escape;
+use super::escape::escape;
 
 /// Width of every chart, px.
 pub const WIDTH: f64 = 760.0;
