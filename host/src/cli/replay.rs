@@ -15,9 +15,9 @@ use super::finished_run::{
 };
 use super::{CliError, say};
 use crate::episode::adapter::{CallContext, Record};
-use crate::episode::records::quarantine_host_owned;
 use crate::replay::RiskAssessmentRules;
 use crate::replay::durable::{PointLine, load_points};
+use crate::replay::group::replayed_suffix_record;
 use crate::replay::offline::{
     REPLAYS_FILE, ReplayPlan, append_line, find_record, plan_replay, run_source,
 };
@@ -129,11 +129,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
             // events go to their own `replay-N:ITEM` branch.
             &args.item,
             minimum,
-            |adapter, binding, _| {
-                let mut record = adapter.run_replay_suffix(binding, &item, &ctx, &mut trace)?;
-                quarantine_host_owned(&mut record);
-                Ok(record)
-            },
+            |adapter, binding, _| replayed_suffix_record(adapter, binding, &item, &ctx, &mut trace),
         )
     });
     // The adapter's failure to release is reported, not hidden: the replay

@@ -896,70 +896,40 @@ mod tests {
         );
     }
 
-    /// An adapter that claims, in every record it returns, the fields only
-    /// the host may set; `prepare` says whether it prepares a group.
-    struct Forger {
-        prepare: bool,
-    }
-
-    fn forged(item_id: &str) -> Record {
-        crate::episode::testing::obj(json!({
-            "item_id": item_id, "accepted": true, "observation_keys": ["k"],
+    #[test]
+    fn host_owned_fields_an_adapter_returns_are_quarantined_in_every_record() {
+        // Every record the adapter returns claims the fields only the host
+        // may set: the prefix (from the seed's claims) and every item's.
+        let claims = json!({
             "adapter_error": {"type": "trap", "message": "not really"},
             "execution_status": "adapter_error",
             "episode_release_error": {"type": "trap"},
             "adapter_claimed": "the adapter's own"
-        }))
-    }
-
-    impl EpisodeAdapter for Forger {
-        type Handle = ();
-        fn protocols(&self) -> Protocols {
-            Protocols {
-                execute: true,
-                episode_groups: true,
-                ..Protocols::default()
-            }
-        }
-        fn execute(&mut self, item: &Item, _ctx: &CallContext) -> Result<Record, AdapterError> {
-            Ok(forged(item.item_id_str().unwrap_or("?")))
-        }
-        fn prepare_episode_group(
-            &mut self,
-            _seed: &Item,
-            _items: &[Item],
-            _ctx: &CallContext,
-        ) -> Result<Option<Prepared<()>>, AdapterError> {
-            Ok(self.prepare.then(|| Prepared {
-                handle: (),
-                prefix_record: Ok(forged("prefix")),
-                checkpoint_ref: None,
-            }))
-        }
-        fn execute_episode(
-            &mut self,
-            _handle: &(),
-            item: &Item,
-            ctx: &CallContext,
-        ) -> Result<Record, AdapterError> {
-            self.execute(item, ctx)
-        }
-        fn release_episode_group(
-            &mut self,
-            _handle: (),
-            _ctx: &CallContext,
-        ) -> Result<(), AdapterError> {
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn host_owned_fields_an_adapter_returns_are_quarantined_in_every_record() {
+        });
+        let items: Vec<Item> = [
+            seed("s", "fam"),
+            variant("v1", "s", "fam"),
+            variant("v2", "s", "fam"),
+        ]
+        .into_iter()
+        .map(|item| {
+            let mut map = item.to_map();
+            map.insert("claims".into(), claims.clone());
+            Item::from(map)
+        })
+        .collect();
+        let unit = build_episode_execution_units(items, "main", 2)
+            .pop()
+            .unwrap();
         for prepare in [true, false] {
+            let mut script = Script::episode();
+            if !prepare {
+                script.prepare.insert("s".into(), PrepareScript::ReturnNone);
+            }
             let clock = ManualClock::new();
             let records = execute_episode_group(
-                &mut Forger { prepare },
-                &group_unit(2),
+                &mut ScriptedAdapter::new(script),
+                &unit,
                 &base(),
                 FailurePolicy::Record,
                 &clock,

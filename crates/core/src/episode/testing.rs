@@ -203,7 +203,8 @@ impl ScriptedAdapter {
     }
 
     /// The record an item produces: its `obs` keys (default
-    /// `["obs:{item_id}"]`), its `flags`, and fields the runtime must
+    /// `["obs:{item_id}"]`), its `flags`, the fields of its `claims` object
+    /// (what an adapter claims of itself), and fields the runtime must
     /// overwrite (`duration_minutes`, `item_id`).
     fn record_for(item: &Item, via: &str) -> Record {
         let id = item_id(item);
@@ -211,14 +212,23 @@ impl ScriptedAdapter {
             .get("obs")
             .cloned()
             .unwrap_or_else(|| json!([format!("obs:{id}")]));
-        obj(json!({
+        let mut record: Record = obj(json!({
             "item_id": "forged-by-adapter",
             "observation_keys": keys,
             "weighted_flags": item.get("flags").cloned().unwrap_or_else(|| json!({})),
             "accepted": true,
             "duration_minutes": 999.0,
             "via": via,
-        }))
+        }));
+        with_claims(&mut record, item);
+        record
+    }
+}
+
+/// `record` with the fields of `item`'s `claims` object added.
+fn with_claims(record: &mut Record, item: &Item) {
+    if let Some(Value::Object(claims)) = item.get("claims") {
+        record.extend(claims.clone());
     }
 }
 
@@ -265,12 +275,16 @@ impl EpisodeAdapter for ScriptedAdapter {
             PrepareScript::Fail(error) => return Err(error),
             PrepareScript::ReturnNone => return Ok(None),
             PrepareScript::BadPrefix(error) => Err(error),
-            PrepareScript::Prepared => Ok(obj(json!({
-                "observation_keys": [format!("prefix:{id}")],
-                "weighted_flags": {},
-                "duration_minutes": 999.0,
-                "variant_spec_id": "must-be-removed",
-            }))),
+            PrepareScript::Prepared => {
+                let mut prefix: Record = obj(json!({
+                    "observation_keys": [format!("prefix:{id}")],
+                    "weighted_flags": {},
+                    "duration_minutes": 999.0,
+                    "variant_spec_id": "must-be-removed",
+                }));
+                with_claims(&mut prefix, seed);
+                Ok(prefix)
+            }
         };
         *self.open_handles.lock().unwrap() += 1;
         Ok(Some(Prepared {

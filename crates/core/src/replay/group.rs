@@ -68,6 +68,21 @@ pub trait GroupInstance: ReplayAdapter {
     ) -> Result<Record, AdapterError>;
 }
 
+/// [`GroupInstance::run_replay_suffix`] with its record's host-owned fields
+/// quarantined ([`quarantine_host_owned`]): how a run and `sandloop replay`
+/// alike take the record of a suffix replayed from a point.
+pub fn replayed_suffix_record<A: GroupInstance + ?Sized>(
+    adapter: &mut A,
+    binding: &A::Binding,
+    item: &Item,
+    ctx: &CallContext,
+    trace: &mut Option<TraceLog>,
+) -> Result<Record, AdapterError> {
+    let mut record = adapter.run_replay_suffix(binding, item, ctx, trace)?;
+    quarantine_host_owned(&mut record);
+    Ok(record)
+}
+
 /// Replay settings of a lane (shared by every lane of a run).
 #[derive(Clone)]
 pub struct GroupSettings {
@@ -336,11 +351,7 @@ impl<B> GroupLane<B> {
             point_id,
             &target,
             minimum,
-            |adapter, binding, _| {
-                let mut record = adapter.run_replay_suffix(binding, item, ctx, &mut trace)?;
-                quarantine_host_owned(&mut record);
-                Ok(record)
-            },
+            |adapter, binding, _| replayed_suffix_record(adapter, binding, item, ctx, &mut trace),
         );
         let (trace_id, branch_id) = trace
             .as_ref()
