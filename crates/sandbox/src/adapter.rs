@@ -40,7 +40,6 @@ mod replay;
 mod replay_screen;
 mod snapshot_children;
 pub use adopted_children::{AdoptedFork, run_adopted_children};
-pub use children::{WasmChild, WasmChildForker};
 pub use replay::{
     BindingHandle, ReplayOptions, SnapshotCompileCost, adopt_durable_point, adopt_snapshot_point,
     snapshot_replay_adapter,

@@ -1,5 +1,5 @@
 //! The instance a forked replay child runs in, shared by the two ways of
-//! forking ([`WasmChild`](super::WasmChild): a fresh instance of the
+//! forking ([`WasmChild`](super::children::WasmChild): a fresh instance of the
 //! component that adopts the exported state; `SnapshotChild`: an instance
 //! of the point's snapshot): its own [`WasmAdapter`], the child's id, the
 //! group's call context and the child's trace branch. It owns what both do
@@ -48,8 +48,9 @@ pub trait ChildKind: Send {
     fn release(&mut self, instance: &mut ChildInstance) -> Result<(), AdapterError>;
 }
 
-/// One forked child in its own instance: [`WasmChild`](super::WasmChild)
-/// or [`SnapshotChild`](super::snapshot_children::SnapshotChild).
+/// One forked child in its own instance:
+/// [`WasmChild`](super::children::WasmChild) or
+/// [`SnapshotChild`](super::snapshot_children::SnapshotChild).
 pub struct ForkedChild<K> {
     pub(super) instance: ChildInstance,
     pub(super) kind: K,
@@ -157,8 +158,9 @@ impl ChildInstance {
     }
 
     /// Run the child's task through `body`, given the interface `export`
-    /// picks, the store, the task's JSON and the WIT context, with the child's trace; parse what it returns as the
-    /// child's observation record.
+    /// picks, the store, the task's JSON and the WIT context, with the
+    /// child's trace; parse what it returns as the child's observation
+    /// record.
     pub(super) fn run<G>(
         &mut self,
         name: &'static str,
