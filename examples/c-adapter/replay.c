@@ -93,7 +93,7 @@ static sl_record *analysis_record(const analysis *a, const char *episode) {
 }
 
 /* `record` finished into `ret`. */
-static void finish_into(sl_record *record, sandloop_adapter_types_json_t *ret) {
+static void finish_into(sl_record *record, json *ret) {
     size_t len;
     char *text = sl_record_finish(record, &len);
     ret->ptr = (uint8_t *)text;
@@ -122,6 +122,14 @@ static sl_bytes encode_state(const group_state *state) {
     sl_bytes_put_u64(&out, state->set);
     sl_bytes_put_u64(&out, (uint64_t)state->words);
     return out;
+}
+
+/* The projection digest of `state`: that of its bytes. */
+static char *state_digest(const group_state *state) {
+    sl_bytes bytes = encode_state(state);
+    char *digest = sl_state_digest(bytes.ptr, bytes.len);
+    sl_bytes_free(&bytes);
+    return digest;
 }
 
 /* Decodes `encode_state`'s bytes; false when they are not such bytes. */
@@ -391,9 +399,7 @@ static bool lease(binding *b, exports_sandloop_adapter_replay_state_lease_t *ret
             return true;
         }
     }
-    sl_bytes_free(&b->bytes);
-    free(b->digest);
-    free(b);
+    exports_sandloop_adapter_replay_replay_binding_destructor(b); /* never leased */
     return fail(sl_retryable("more than %d replay points are live in this instance", MAX_BINDINGS),
                 err);
 }
@@ -437,9 +443,7 @@ bool exports_sandloop_adapter_replay_restore_replay_state(
         return fail(sl_error_new("corrupt-state", false, "the point's bytes do not decode"), err);
     }
     b->has_working = true;
-    sl_bytes again = encode_state(&b->working);
-    char *digest = sl_state_digest(again.ptr, again.len);
-    sl_bytes_free(&again);
+    char *digest = state_digest(&b->working);
     ret->achieved_fidelity = SANDLOOP_ADAPTER_TYPES_FIDELITY_EXACT;
     set_digest(&ret->restored_projection_digest, digest);
     free(digest);
@@ -455,12 +459,7 @@ bool exports_sandloop_adapter_replay_validate_replay_equivalence(
     (void)err;
     ret->achieved_fidelity = receipt->achieved_fidelity;
     sandloop_adapter_types_restore_receipt_free(receipt);
-    char *observed = NULL;
-    if (b->has_working) {
-        sl_bytes again = encode_state(&b->working);
-        observed = sl_state_digest(again.ptr, again.len);
-        sl_bytes_free(&again);
-    }
+    char *observed = b->has_working ? state_digest(&b->working) : NULL;
     bool equal = observed != NULL && strcmp(observed, b->digest) == 0;
     ret->equivalent = equal;
     set_digest(&ret->expected_digest, b->digest);

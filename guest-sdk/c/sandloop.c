@@ -23,13 +23,17 @@ static void *checked(void *ptr) {
     return ptr;
 }
 
-static void buf_reserve(buf *b, size_t more) {
-    if (b->len + more + 1 <= b->cap) return;
-    size_t cap = b->cap ? b->cap * 2 : 64;
-    while (cap < b->len + more + 1) cap *= 2;
-    b->ptr = checked(realloc(b->ptr, cap));
-    b->cap = cap;
+/* `ptr` (an allocation of `*cap` bytes) grown, by doubling, to hold at
+ * least `need` bytes; `*cap` updated. */
+static void *grown(void *ptr, size_t *cap, size_t need) {
+    if (need <= *cap) return ptr;
+    size_t next = *cap ? *cap * 2 : 64;
+    while (next < need) next *= 2;
+    *cap = next;
+    return checked(realloc(ptr, next));
 }
+
+static void buf_reserve(buf *b, size_t more) { b->ptr = grown(b->ptr, &b->cap, b->len + more + 1); }
 
 static void buf_put(buf *b, const char *text, size_t len) {
     buf_reserve(b, len);
@@ -528,12 +532,7 @@ _Noreturn void sl_panic_at(const char *file, int line, const char *format, ...) 
 /* ---- State as bytes ---------------------------------------------------------- */
 
 static void bytes_put(sl_bytes *out, const void *data, size_t len) {
-    if (out->len + len > out->cap) {
-        size_t cap = out->cap ? out->cap * 2 : 64;
-        while (cap < out->len + len) cap *= 2;
-        out->ptr = checked(realloc(out->ptr, cap));
-        out->cap = cap;
-    }
+    out->ptr = grown(out->ptr, &out->cap, out->len + len);
     if (len) memcpy(out->ptr + out->len, data, len);
     out->len += len;
 }
