@@ -42,31 +42,18 @@ pub struct Template {
     pub items: &'static str,
 }
 
-/// One file of guest-sdk/c/bindings/WORLD/ as `bindings/WORLD.EXT` (or
-/// `bindings/WORLD_component_type.c` for the suffix `_component_type.c`).
+/// The file `WORLD` + `suffix` of guest-sdk/c/bindings/WORLD/ as
+/// `bindings/WORLD` + `suffix` (`.h`, `.c`, `_component_type.c`).
 macro_rules! c_bindings {
-    ($world:literal, "_component_type.c") => {
+    ($world:literal, $suffix:literal) => {
         (
-            concat!("bindings/", $world, "_component_type.c"),
+            concat!("bindings/", $world, $suffix),
             include_str!(concat!(
                 "../../../guest-sdk/c/bindings/",
                 $world,
                 "/",
                 $world,
-                "_component_type.c"
-            )),
-        )
-    };
-    ($world:literal, $ext:literal) => {
-        (
-            concat!("bindings/", $world, ".", $ext),
-            include_str!(concat!(
-                "../../../guest-sdk/c/bindings/",
-                $world,
-                "/",
-                $world,
-                ".",
-                $ext
+                $suffix
             )),
         )
     };
@@ -242,14 +229,14 @@ const PREVIEW1_PROJECT: &[TemplateFile] = &[
         "sandloop/sandloop.c",
         include_str!("../../../guest-sdk/c/sandloop.c"),
     ),
-    c_bindings!("plain", "h"),
-    c_bindings!("plain", "c"),
+    c_bindings!("plain", ".h"),
+    c_bindings!("plain", ".c"),
     c_bindings!("plain", "_component_type.c"),
-    c_bindings!("grouped", "h"),
-    c_bindings!("grouped", "c"),
+    c_bindings!("grouped", ".h"),
+    c_bindings!("grouped", ".c"),
     c_bindings!("grouped", "_component_type.c"),
-    c_bindings!("replayable", "h"),
-    c_bindings!("replayable", "c"),
+    c_bindings!("replayable", ".h"),
+    c_bindings!("replayable", ".c"),
     c_bindings!("replayable", "_component_type.c"),
     ("setup.sh", include_str!("../../templates/adapter/setup.sh")),
     ITEMS_JSONL,

@@ -475,15 +475,18 @@ fn scaffolded_c_and_zig_adapters_build_and_run() {
         );
         return;
     }
+    // The toolchains ./setup.sh would install, already here.
+    let with_tools = |build: &mut Command| {
+        build
+            .env("WASM_TOOLS", &wasm_tools)
+            .env("WASI_REACTOR", &reactor)
+            .env("ZIG_PYTHON", tools.join("venv/bin/python"));
+    };
     let dir = tempfile::tempdir().unwrap();
     for lang in ["c", "zig"] {
         let expected = ["sandloop/sandloop.c", "bindings/plain.h", "./setup.sh"];
-        // The toolchains ./setup.sh would install, already here.
         scaffold_build_and_run(dir.path(), lang, &expected, |_, build| {
-            build
-                .env("WASM_TOOLS", &wasm_tools)
-                .env("WASI_REACTOR", &reactor)
-                .env("ZIG_PYTHON", tools.join("venv/bin/python"));
+            with_tools(build);
         });
     }
     // The C project builds world `replayable` as it is: its bindings are
@@ -502,11 +505,9 @@ fn scaffolded_c_and_zig_adapters_build_and_run() {
         script.replace("\nWORLD=plain\n", "\nWORLD=replayable\n"),
     )
     .unwrap();
-    let output = Command::new(project.join("build.sh"))
-        .env("WASM_TOOLS", &wasm_tools)
-        .env("WASI_REACTOR", &reactor)
-        .output()
-        .unwrap();
+    let mut build = Command::new(project.join("build.sh"));
+    with_tools(&mut build);
+    let output = build.output().unwrap();
     assert!(
         output.status.success(),
         "world replayable: {}{}",
