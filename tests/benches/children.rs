@@ -91,8 +91,8 @@ use std::time::{Duration, Instant};
 use sandloop::episode::adapter::{
     AdapterError, CallContext, EpisodeAdapter, Item, Prepared, Record, SeedSource,
 };
-use sandloop::replay::{Fidelity, ReplayMetricLedger};
-use sandloop::sandbox::adapter::{GroupHandle, MAX_CHILDREN_PER_FORK};
+use sandloop::replay::{Fidelity, ReplayGroup, ReplayMetricLedger, Replaying};
+use sandloop::sandbox::adapter::{GroupHandle, MAX_CHILDREN_PER_FORK, SnapshotPoint};
 use sandloop::sandbox::snapshot::Instrumented;
 use sandloop::sandbox::{
     LoadedAdapter, ReplayOptions, SandboxConfig, SandboxEngine, WasmAdapter, load,
@@ -179,8 +179,8 @@ fn group_items(loaded: &Arc<LoadedAdapter>, children: usize, pad_bytes: usize) -
 /// One lane with replay on and `workers` child workers, its group prepared
 /// (replay point captured, state exported).
 struct Lane {
-    adapter: WasmAdapter,
-    prepared: Prepared<GroupHandle>,
+    adapter: Replaying<WasmAdapter>,
+    prepared: Prepared<ReplayGroup<GroupHandle, SnapshotPoint>>,
     ctx: CallContext,
     items: Vec<Item>,
     parallel: bool,

@@ -17,6 +17,7 @@ use sandloop_core::episode::clock::SystemClock;
 use sandloop_core::episode::unit_record::UnitRecord;
 use sandloop_core::harness::queue::branch_id;
 use sandloop_core::harness::work::{UnitError, UnitRunner};
+use sandloop_core::replay::Replaying;
 use sandloop_sandbox::{
     CallLines, CallObserver, CallReport, DirGrant, LoadedAdapter, SandboxConfig, SandboxEngine,
     WasmAdapter, load,
@@ -347,7 +348,7 @@ struct Lane<'a> {
 
 /// A lane's adapter, and where its replay points go until they are sent.
 struct LaneAdapter {
-    adapter: WasmAdapter,
+    adapter: Replaying<WasmAdapter>,
     replay: Option<LaneReplay>,
 }
 
@@ -552,7 +553,7 @@ impl<'a> Lane<'a> {
             let adapter = WasmAdapter::new(loaded, self.branch_id.clone(), Some(observer));
             let lane = match unit.replay {
                 None => LaneAdapter {
-                    adapter,
+                    adapter: adapter.without_replay(),
                     replay: None,
                 },
                 Some(settings) => {

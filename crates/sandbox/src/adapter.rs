@@ -7,7 +7,7 @@
 //! instance. Episode groups prepared in a dropped instance are reported as
 //! `instance_lost` instead of being run on a stranger's state.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::sync::Arc;
 
 use wasmtime::Store;
@@ -44,11 +44,13 @@ pub use replay::{
     BindingHandle, ReplayOptions, SnapshotCompileCost, adopt_durable_point, adopt_snapshot_point,
     snapshot_replay_adapter,
 };
-use replay::{GroupPoint, ReplayLane};
 pub use replay_screen::{screen_adopted_intent, screen_replay_intent, screens_replay_intent};
 /// Most children forked at once per lane, and the point id of a group
 /// (the group rules of `sandloop-core`, re-exported where they were).
 pub use sandloop_core::replay::{MAX_CHILDREN_PER_FORK, point_id_for};
+/// A replay point frozen as a compiled snapshot (the `Snapshot` of a
+/// [`WasmAdapter`]'s groups under [`Replaying`](sandloop_core::replay::Replaying)).
+pub use snapshot_children::SnapshotPoint;
 
 /// What one call left behind besides its result, handed to a
 /// [`CallObserver`] after every call.
@@ -91,9 +93,6 @@ pub struct GroupHandle {
     reprepared: Cell<bool>,
     /// Set when preparing again failed; the rest of the group is lost.
     lost: Cell<bool>,
-    /// The replay point captured after the prefix, if any (with the
-    /// group's serial fallback, when its children cannot be forked).
-    point: RefCell<Option<GroupPoint>>,
 }
 
 struct Live {
@@ -171,9 +170,9 @@ pub struct WasmAdapter {
     epoch: u32,
     /// Arm of the latest `list-seed-items` call (names control traces).
     arm: String,
-    /// Replay points of this lane, when the adapter exports `replay` and
-    /// the run asked for them.
-    replay: Option<ReplayLane>,
+    /// The instrumented component this lane's instances are of, when its
+    /// replay points' children fork from snapshots (`--fork snapshot`).
+    snapshots: Option<Arc<crate::snapshot::Instrumented>>,
     /// Bytes the latest snapshot of this lane's instances grew the parent
     /// by (0 before the first): what the next one will need as headroom.
     snapshot_growth_estimate: u64,
@@ -197,19 +196,9 @@ impl WasmAdapter {
             group_trace: None,
             epoch: 0,
             arm: String::from("main"),
-            replay: None,
+            snapshots: None,
             snapshot_growth_estimate: 0,
         }
-    }
-
-    /// Capture a replay point after every prepared prefix and run each
-    /// suffix from it, when the component exports `replay` (otherwise this
-    /// changes nothing).
-    pub fn with_replay(mut self, options: ReplayOptions) -> Self {
-        if self.loaded.indices.replay.is_some() {
-            self.replay = Some(ReplayLane::new(options));
-        }
-        self
     }
 
     /// Replace the instance (the next call creates a fresh one) once the
@@ -510,41 +499,6 @@ impl WasmAdapter {
         }
     }
 
-    /// `execute-episode` of `item` on `handle`'s group: from the group's
-    /// replay point when it has a usable one, else on the prepared group
-    /// (prepared again first when its instance was replaced).
-    fn run_episode(
-        &mut self,
-        handle: &GroupHandle,
-        item: &Item,
-        ctx: &CallContext,
-    ) -> Result<Record, AdapterError> {
-        if handle.generation.get() != self.generation || self.live.is_none() {
-            self.prepare_again(handle, ctx)?;
-        }
-        if let Some(result) = self.run_from_group_point(handle, item, ctx) {
-            return result;
-        }
-        let json = item.json_text();
-        let wit_ctx = self.context(ctx);
-        let trace = self.trace_for(ctx, item);
-        let resource = handle.resource.get();
-        let (result, trace) = self.call_export(
-            "execute-episode",
-            item.item_id_str(),
-            trace,
-            Live::groups,
-            |guest, store| guest.call_execute_episode(store, resource, &json, &wit_ctx),
-        );
-        self.keep_group_trace(ctx, trace);
-        let text = result?.map_err(declared)?;
-        let mut record = parse_object(&text, self.max_output(), "the observation record")?;
-        if handle.reprepared.get() {
-            record.insert("prefix_reprepared".into(), serde_json::Value::Bool(true));
-        }
-        Ok(record)
-    }
-
     fn max_output(&self) -> usize {
         self.loaded.config.limits.max_output_bytes
     }
@@ -655,18 +609,12 @@ impl EpisodeAdapter for WasmAdapter {
             items_json: item_json,
             reprepared: Cell::new(false),
             lost: Cell::new(false),
-            point: RefCell::new(None),
         };
-        let mut prefix_record = parse_object(
+        let prefix_record = parse_object(
             &prepared.prefix_record,
             self.max_output(),
             "the prefix record",
         );
-        if let Some(fields) = self.capture_group_point(&handle, seed, items, ctx)
-            && let Ok(record) = prefix_record.as_mut()
-        {
-            record.extend(fields);
-        }
         Ok(Some(Prepared {
             prefix_record,
             checkpoint_ref: prepared.checkpoint_ref,
@@ -674,29 +622,35 @@ impl EpisodeAdapter for WasmAdapter {
         }))
     }
 
+    /// `execute-episode` of `item` on the prepared group, prepared again
+    /// first when its instance was replaced (once per group).
     fn execute_episode(
         &mut self,
         handle: &GroupHandle,
         item: &Item,
         ctx: &CallContext,
     ) -> Result<Record, AdapterError> {
-        let result = self.run_episode(handle, item, ctx);
-        if let Some(point) = handle.point.borrow_mut().as_mut() {
-            point.observe_suffix(result.is_ok());
-        }
-        result
-    }
-
-    fn execute_episode_batch(
-        &mut self,
-        handle: &GroupHandle,
-        items: &[Item],
-        ctx: &CallContext,
-    ) -> Option<Vec<(Result<Record, AdapterError>, f64)>> {
         if handle.generation.get() != self.generation || self.live.is_none() {
-            return None;
+            self.prepare_again(handle, ctx)?;
         }
-        self.run_children(handle, items, ctx)
+        let json = item.json_text();
+        let wit_ctx = self.context(ctx);
+        let trace = self.trace_for(ctx, item);
+        let resource = handle.resource.get();
+        let (result, trace) = self.call_export(
+            "execute-episode",
+            item.item_id_str(),
+            trace,
+            Live::groups,
+            |guest, store| guest.call_execute_episode(store, resource, &json, &wit_ctx),
+        );
+        self.keep_group_trace(ctx, trace);
+        let text = result?.map_err(declared)?;
+        let mut record = parse_object(&text, self.max_output(), "the observation record")?;
+        if handle.reprepared.get() {
+            record.insert("prefix_reprepared".into(), serde_json::Value::Bool(true));
+        }
+        Ok(record)
     }
 
     fn release_episode_group(
@@ -704,13 +658,10 @@ impl EpisodeAdapter for WasmAdapter {
         handle: GroupHandle,
         ctx: &CallContext,
     ) -> Result<(), AdapterError> {
-        let point_failure = self.release_group_point(&handle);
         let group_trace = self.group_trace.take();
         if handle.generation.get() != self.generation || self.live.is_none() {
-            // The resource died with its store; there is nothing to release,
-            // unless releasing the group's replay point is what took the
-            // store down: that failure is this release's.
-            return point_failure.map_or(Ok(()), Err);
+            // The resource died with its store; there is nothing to release.
+            return Ok(());
         }
         let wit_ctx = self.context(ctx);
         let trace = group_trace.map(|(_, log)| log);

@@ -195,7 +195,7 @@ pub(crate) fn run_with(args: RunArgs, closing: Closing) -> Result<(), CliError> 
         );
         Ok(Lane::Local(match &replay {
             Some(options) => adapter.with_replay(options.clone()),
-            None => adapter,
+            None => adapter.without_replay(),
         }))
     };
     let mut control = WasmAdapter::new(Arc::clone(&loaded), "control", Some(Arc::clone(&observer)));

@@ -16,6 +16,7 @@ use crate::episode::clock::Clock;
 use crate::episode::policy::FailurePolicy;
 use crate::episode::unit_record::UnitRecord;
 use crate::harness::work::{UnitError, UnitRunner, WorkUnit};
+use crate::replay::Replaying;
 use crate::sandbox::snapshot::ForkKind;
 use crate::sandbox::{CallLog, LoadedAdapter, ReplayOptions, SandboxConfig, WasmAdapter};
 
@@ -174,8 +175,8 @@ pub(super) fn summary_line(dispatcher: &Dispatcher) -> String {
               adapter would only add an indirection to every local call"
 )]
 pub(super) enum Lane {
-    /// Runs units here.
-    Local(WasmAdapter),
+    /// Runs units here (with replay points, when the run has them).
+    Local(Replaying<WasmAdapter>),
     /// Sends units to the workers.
     Remote(RemoteLane),
 }

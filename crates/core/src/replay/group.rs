@@ -26,19 +26,27 @@ use serde_json::{Map, Value};
 use super::agent_state::{MemoryAgentStateStore, agent_cursor};
 use super::durable::{PointLine, ReplayStore};
 use super::fidelity::Fidelity;
+use super::group_children::{ChildChunk, ChildItemResult, LaneRegistry};
 use super::group_records::{SuffixSpan, adapter_error_of, error_block, point_id_for};
 use super::metrics::ReplayMetricLedger;
 use super::point::{Lifecycle, ReplayPoint};
 use super::registry::SerialChildGroup;
-use super::registry::{ReplayAdapter, ReplayError, ReplayPointRegistry};
+use super::registry::{ReplayAdapter, ReplayCause, ReplayError, ReplayPointRegistry, ReplayStage};
 use crate::episode::adapter::{AdapterError, CallContext, Item, Record};
 use crate::episode::records::quarantine_host_owned;
 use crate::trace::TraceLog;
 
 /// What a group's replay rules need from the adapter besides the
 /// registry's [`ReplayAdapter`] calls: what only the adapter knows about
-/// its instance and its exported state.
+/// its instance, its exported state, the group's trace and how it forks
+/// children. [`Replaying`](super::Replaying) drives these calls around any
+/// adapter that implements them; the provided methods fit an adapter that
+/// keeps no trace of its own and forks no children.
 pub trait GroupInstance: ReplayAdapter {
+    /// The adapter's snapshot of a point, when it forks children from
+    /// snapshots of its live instance (`()` when it never does).
+    type Snapshot;
+
     /// Whether `binding` still lives in the adapter's current instance (it
     /// dies with the instance that captured it).
     fn binding_alive(&self, binding: &Self::Binding) -> bool;
@@ -66,6 +74,67 @@ pub trait GroupInstance: ReplayAdapter {
         ctx: &CallContext,
         trace: &mut Option<TraceLog>,
     ) -> Result<Record, AdapterError>;
+
+    /// The trace of `ctx`'s group as the adapter keeps it across the
+    /// group's calls, taken for the point's capture (which appends its
+    /// event at the head). `None`, the default, starts a new trace named
+    /// after the group.
+    fn take_group_trace(&mut self, ctx: &CallContext) -> Option<TraceLog> {
+        let _ = ctx;
+        None
+    }
+
+    /// Hand the group's trace back after the capture; the host appended
+    /// the events from sequence `host_events_from` on (the point's capture
+    /// event), which the adapter reports like a call's own, for the seed
+    /// `seed_item_id`. The default drops it.
+    fn keep_group_trace(
+        &mut self,
+        ctx: &CallContext,
+        trace: TraceLog,
+        host_events_from: u64,
+        seed_item_id: Option<&str>,
+    ) {
+        let _ = (ctx, trace, host_events_from, seed_item_id);
+    }
+
+    /// Settle a point whose export [`GroupLane::settle_capture`] deferred
+    /// to the first fork of its children (`point.pending` taken into
+    /// `items`): the adapter snapshots its instance, or exports the point
+    /// as it would have been without snapshots — the default.
+    fn settle_deferred_point(
+        &mut self,
+        lane: &GroupLane<Self::Binding>,
+        point: &mut GroupPoint<Self::Snapshot>,
+        items: Vec<Item>,
+    ) where
+        Self: Sized,
+    {
+        point.state = lane.export_point(self, &point.id, &items, &mut point.line);
+    }
+
+    /// Fork one chunk of a group's children from `chunk.source` and run
+    /// them on `registry`
+    /// ([`run_child_group_finishing`](super::ReplayPointRegistry::run_child_group_finishing)),
+    /// finishing each outcome with `chunk.finish`. Only called for a point
+    /// with a snapshot, or with a state exported because the adapter
+    /// [forks children](GroupInstance::forks_children); the default, for
+    /// an adapter that does neither, fails the chunk.
+    fn run_child_chunk(
+        &self,
+        registry: &mut LaneRegistry<Self::Binding>,
+        chunk: ChildChunk<'_, Self::Snapshot>,
+        ctx: &CallContext,
+    ) -> Result<Vec<ChildItemResult>, ReplayError> {
+        let _ = (registry, ctx);
+        Err(ReplayError::new(
+            ReplayStage::Lookup,
+            ReplayCause::Unavailable(format!(
+                "the adapter forks no children of point {}",
+                chunk.point_id
+            )),
+        ))
+    }
 }
 
 /// [`GroupInstance::run_replay_suffix`] with its record's host-owned fields
@@ -136,6 +205,10 @@ impl<S> GroupPoint<S> {
         }
     }
 }
+
+/// A settled capture ([`GroupLane::settle_capture`]): the fields for the
+/// prefix record and the group's point, if it has one.
+pub type SettledCapture<S> = (Map<String, Value>, Option<GroupPoint<S>>);
 
 /// A capture at the head of a group's trace, before it is settled
 /// ([`GroupLane::settle_capture`]).
@@ -221,7 +294,7 @@ impl<B> GroupLane<B> {
         ctx: &CallContext,
         seed: &Item,
         items: &[Item],
-    ) -> (Map<String, Value>, Option<GroupPoint<S>>) {
+    ) -> SettledCapture<S> {
         let mut fields = Map::new();
         let point = match capture.result {
             Ok(point) => point,
@@ -411,4 +484,4 @@ impl<B> GroupLane<B> {
 
 #[cfg(test)]
 #[path = "group_tests.rs"]
-mod tests;
+pub(super) mod tests;

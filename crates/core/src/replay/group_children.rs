@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use super::group::{GroupInstance, GroupLane, GroupPoint};
 use super::group_records::{child_result, failed_child, intent_of};
+use super::registry::ChildForker;
 use super::registry::{ChildOutcome, ChildTask, SerialChildGroup};
 use super::registry::{ReplayError, ReplayPointRegistry};
 use crate::episode::adapter::{AdapterError, Item, Record};
@@ -82,6 +83,30 @@ pub struct ChildChunk<'a, S> {
 
 /// The registry a group's children run on.
 pub type LaneRegistry<B> = ReplayPointRegistry<B, MemoryAgentStateStore>;
+
+impl<S> ChildChunk<'_, S> {
+    /// Fork and run the chunk's tasks with `forker` on `registry` as one
+    /// settled child group of its point, each child's outcome finished into
+    /// its item's result on the thread that ran it.
+    ///
+    /// # Errors
+    /// The registry's refusal of the group as a whole (an unknown or
+    /// released point); a child's own failure is its item's result.
+    pub fn run_on<B, F: ChildForker>(
+        self,
+        registry: &mut LaneRegistry<B>,
+        forker: &mut F,
+    ) -> Result<Vec<ChildItemResult>, ReplayError> {
+        registry.run_child_group_finishing(
+            forker,
+            self.point_id,
+            self.tasks,
+            self.workers,
+            true,
+            self.finish,
+        )
+    }
+}
 
 impl<B> GroupLane<B> {
     /// Run every item of a group as an isolated child of its `point`, in

@@ -13,7 +13,9 @@ use super::*;
 use crate::episode::adapter::ErrorType;
 use crate::episode::testing::obj;
 use crate::replay::durable::load_points;
-use crate::replay::group_children::{ForkSource, MAX_CHILDREN_PER_FORK};
+use crate::replay::group_children::{
+    ChildChunk, ChildItemResult, ForkSource, LaneRegistry, MAX_CHILDREN_PER_FORK,
+};
 use crate::replay::point::{
     CaptureRequest, EquivalenceCheck, EquivalenceReport, RestoreReceipt, RestoreRequest, StateLease,
 };
@@ -24,24 +26,24 @@ use crate::replay::registry::{
 use crate::trace::TraceEventKind;
 
 /// A binding of the double: its number and the instance it lives in.
-type Binding = (u32, u64);
+pub(in crate::replay) type Binding = (u32, u64);
 
 /// A native group adapter whose instance can be lost (a trap), with the
 /// `replay-probe` faults: the seed's apply to the point (capture, export,
 /// release), the target item's to its restore and suffix.
-struct Probe {
+pub(in crate::replay) struct Probe {
     /// Current instance; `None` after a trap until the next call.
-    instance: Option<u64>,
-    generation: u64,
+    pub(in crate::replay) instance: Option<u64>,
+    pub(in crate::replay) generation: u64,
     next: u32,
     faults: HashSet<&'static str>,
     release_failures: u32,
-    forks_children: bool,
+    pub(in crate::replay) forks_children: bool,
     max_output: usize,
-    calls: Vec<String>,
+    pub(in crate::replay) calls: Vec<String>,
 }
 
-fn injected(fault: &str, call: &str) -> AdapterError {
+pub(in crate::replay) fn injected(fault: &str, call: &str) -> AdapterError {
     AdapterError::declared(
         "injected-fault",
         format!("injected fault `{fault}` in {call}"),
@@ -50,7 +52,7 @@ fn injected(fault: &str, call: &str) -> AdapterError {
 }
 
 impl Probe {
-    fn new(faults: &[&'static str]) -> Self {
+    pub(in crate::replay) fn new(faults: &[&'static str]) -> Self {
         Self {
             instance: Some(1),
             generation: 1,
@@ -63,12 +65,12 @@ impl Probe {
         }
     }
 
-    fn has(&self, fault: &str) -> bool {
+    pub(in crate::replay) fn has(&self, fault: &str) -> bool {
         self.faults.contains(fault)
     }
 
     /// A call into the instance: a new one when the last was lost.
-    fn enter(&mut self, call: &str) {
+    pub(in crate::replay) fn enter(&mut self, call: &str) {
         self.calls.push(call.to_string());
         if self.instance.is_none() {
             self.generation += 1;
@@ -77,7 +79,7 @@ impl Probe {
     }
 
     /// The instance traps in `call`: it is dropped with its bindings.
-    fn trap(&mut self, fault: &str, call: &str) -> AdapterError {
+    pub(in crate::replay) fn trap(&mut self, fault: &str, call: &str) -> AdapterError {
         self.instance = None;
         AdapterError::new(
             ErrorType::Trap,
@@ -232,6 +234,8 @@ impl ReplayAdapter for Probe {
 }
 
 impl GroupInstance for Probe {
+    type Snapshot = ();
+
     fn binding_alive(&self, binding: &Binding) -> bool {
         self.instance == Some(binding.1)
     }
@@ -295,9 +299,24 @@ impl GroupInstance for Probe {
             "counter_before": 0,
         })))
     }
+
+    /// Children of a point forked from its state by a [`NativeForker`]
+    /// (`fork_fails` on the seed's fault of that name).
+    fn run_child_chunk(
+        &self,
+        registry: &mut LaneRegistry<Binding>,
+        chunk: ChildChunk<'_, ()>,
+        _: &CallContext,
+    ) -> Result<Vec<ChildItemResult>, ReplayError> {
+        let mut forker = NativeForker {
+            fork_fails: self.has("fork_fails"),
+            forked: 0,
+        };
+        chunk.run_on(registry, &mut forker)
+    }
 }
 
-fn ctx() -> CallContext {
+pub(in crate::replay) fn ctx() -> CallContext {
     CallContext {
         arm: "main".into(),
         epoch: 1,
@@ -306,11 +325,15 @@ fn ctx() -> CallContext {
     }
 }
 
-fn item(id: &str) -> Item {
+pub(in crate::replay) fn item(id: &str) -> Item {
     obj(json!({"item_id": id, "family": "probe"}))
 }
 
-fn settings(store: Option<&Path>, child_workers: usize, fork_by_snapshot: bool) -> GroupSettings {
+pub(in crate::replay) fn settings(
+    store: Option<&Path>,
+    child_workers: usize,
+    fork_by_snapshot: bool,
+) -> GroupSettings {
     GroupSettings {
         metrics: Arc::new(ReplayMetricLedger::new()),
         store: store.map(|root| Arc::new(ReplayStore::new(root))),

@@ -27,10 +27,11 @@ pub mod offline;
 pub mod planner;
 pub mod point;
 pub mod registry;
+pub mod replaying;
 pub mod snapshot_totals;
 
 pub use agent_state::{AgentStateStore, MemoryAgentStateStore, agent_cursor};
-pub use group::{Capture, GroupInstance, GroupLane, GroupPoint, GroupSettings};
+pub use group::{Capture, GroupInstance, GroupLane, GroupPoint, GroupSettings, SettledCapture};
 pub use group_children::{
     ChildChunk, ChildItemResult, ForkAt, ForkSource, LaneRegistry, MAX_CHILDREN_PER_FORK,
 };
@@ -50,3 +51,4 @@ pub use registry::{
     ReplayStage, RiskAssessment, RiskAssessmentRules, Selection, SerialChildGroup,
     ValidationOutcome, run_parallel, select_before,
 };
+pub use replaying::{ReplayGroup, Replaying};

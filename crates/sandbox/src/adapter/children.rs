@@ -11,14 +11,16 @@ use std::sync::Arc;
 use wasmtime::component::ResourceAny;
 
 use super::child_instance::{ChildInstance, ChildKind, ChildOrigin, ForkedChild};
-use super::replay::{receipt_from_wit, receipt_to_wit, report_from_wit, to_wit_fidelity};
-use super::snapshot_children::SnapshotForker;
-use super::{GroupHandle, Live, WasmAdapter, declared};
+use super::replay::{
+    BindingHandle, receipt_from_wit, receipt_to_wit, report_from_wit, to_wit_fidelity,
+};
+use super::snapshot_children::{SnapshotForker, SnapshotPoint};
+use super::{Live, WasmAdapter, declared};
 use crate::bindings::exports::sandloop::adapter::replay_children;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, Item, Record};
 use sandloop_core::replay::{
-    ChildConcurrency, ChildForker, ChildLease, ConcurrentForker, EquivalenceReport, ForkRequest,
-    ForkSource, RestoreReceipt,
+    ChildChunk, ChildConcurrency, ChildForker, ChildItemResult, ChildLease, ConcurrentForker,
+    EquivalenceReport, ForkRequest, ForkSource, LaneRegistry, ReplayError, RestoreReceipt,
 };
 
 /// A child forked from a point's exported state: the `replay-children`
@@ -161,62 +163,34 @@ impl ChildKind for AdoptedState {
 }
 
 impl WasmAdapter {
-    /// Run every item of `handle`'s group as an isolated child of its
-    /// replay point ([`GroupLane::run_children`](sandloop_core::replay::GroupLane::run_children)),
-    /// when the point was snapshotted, or the component exports
-    /// `replay-children` and the point's state was exported. `None`
-    /// otherwise: the items then run one by one from the point
-    /// (`execute-episode`), and when the point is usable but its children
-    /// cannot be forked, the group is counted as a serial fallback.
-    pub(super) fn run_children(
-        &mut self,
-        handle: &GroupHandle,
-        items: &[Item],
+    /// Fork one chunk of a group's children from its point's snapshot or
+    /// exported state, each into a fresh instance, and run them on
+    /// `registry`
+    /// ([`GroupInstance::run_child_chunk`](sandloop_core::replay::GroupInstance::run_child_chunk)
+    /// of a [`WasmAdapter`]).
+    pub(super) fn fork_child_chunk(
+        &self,
+        registry: &mut LaneRegistry<BindingHandle>,
+        chunk: ChildChunk<'_, SnapshotPoint>,
         ctx: &CallContext,
-    ) -> Option<Vec<(Result<Record, AdapterError>, f64)>> {
-        self.take_group_snapshot(handle);
-        let mut slot = handle.point.borrow_mut();
-        let point = slot.as_mut()?;
-        let mut lane = self.replay.take()?;
-        let parent = &*self;
-        let results = lane
-            .group
-            .run_children(parent, point, items, |registry, chunk| {
-                let (point_id, tasks, workers) = (chunk.point_id, chunk.tasks, chunk.workers);
-                let finish = chunk.finish;
-                match chunk.source {
-                    ForkSource::State(state) => {
-                        let mut forker = WasmChildForker {
-                            origin: ChildOrigin::new(parent, &parent.loaded, ctx, chunk.fork_at),
-                            state: Arc::clone(state),
-                        };
-                        registry.run_child_group_finishing(
-                            &mut forker,
-                            point_id,
-                            tasks,
-                            workers,
-                            true,
-                            finish,
-                        )
-                    }
-                    ForkSource::Snapshot(snapshot) => {
-                        let loaded = snapshot.compiled.loaded();
-                        let mut forker = SnapshotForker {
-                            origin: ChildOrigin::new(parent, loaded, ctx, chunk.fork_at),
-                            point: Arc::clone(snapshot),
-                        };
-                        registry.run_child_group_finishing(
-                            &mut forker,
-                            point_id,
-                            tasks,
-                            workers,
-                            true,
-                            finish,
-                        )
-                    }
-                }
-            });
-        self.replay = Some(lane);
-        results
+    ) -> Result<Vec<ChildItemResult>, ReplayError> {
+        let source = chunk.source;
+        let fork_at = chunk.fork_at.clone();
+        match source {
+            ForkSource::State(state) => chunk.run_on(
+                registry,
+                &mut WasmChildForker {
+                    origin: ChildOrigin::new(self, &self.loaded, ctx, fork_at),
+                    state: Arc::clone(state),
+                },
+            ),
+            ForkSource::Snapshot(snapshot) => chunk.run_on(
+                registry,
+                &mut SnapshotForker {
+                    origin: ChildOrigin::new(self, snapshot.compiled.loaded(), ctx, fork_at),
+                    point: Arc::clone(snapshot),
+                },
+            ),
+        }
     }
 }

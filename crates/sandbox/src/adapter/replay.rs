@@ -11,20 +11,20 @@
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
 use wasmtime::component::ResourceAny;
 
 use super::snapshot_children::SnapshotPoint;
-use super::{GroupHandle, Live, WasmAdapter, declared, parse_object};
+use super::{Live, WasmAdapter, declared, parse_object};
 use crate::LoadedAdapter;
 use crate::bindings::exports::sandloop::adapter::replay as wit;
 use crate::snapshot::{CompiledSnapshot, Instrumented};
 use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
 use sandloop_core::replay::durable::ReplayStore;
 use sandloop_core::replay::{
-    CaptureRequest, EquivalenceCheck, EquivalenceReport, Fidelity, GroupInstance, GroupLane,
-    GroupSettings, MemoryAgentStateStore, ReplayAdapter, ReplayError, ReplayMetricLedger,
-    ReplayPoint, ReplayPointRegistry, ReplayStage, RestoreReceipt, RestoreRequest, StateLease,
+    CaptureRequest, ChildChunk, ChildItemResult, EquivalenceCheck, EquivalenceReport, Fidelity,
+    GroupInstance, GroupLane, GroupSettings, LaneRegistry, MemoryAgentStateStore, ReplayAdapter,
+    ReplayError, ReplayMetricLedger, ReplayPoint, ReplayPointRegistry, ReplayStage, Replaying,
+    RestoreReceipt, RestoreRequest, StateLease,
 };
 use sandloop_core::trace::TraceLog;
 
@@ -63,31 +63,38 @@ pub struct ReplayOptions {
     pub snapshots: Option<Arc<Instrumented>>,
 }
 
-/// The replay state of one lane: the group rules' lane (registry and
-/// settings) and the instrumented component snapshots are taken of.
-pub(super) struct ReplayLane {
-    pub(super) group: GroupLane<BindingHandle>,
-    pub(super) snapshots: Option<Arc<Instrumented>>,
-}
+/// What a group keeps about its replay point (snapshots are this
+/// adapter's [`SnapshotPoint`]s).
+pub(super) type GroupPoint = sandloop_core::replay::GroupPoint<SnapshotPoint>;
 
-impl ReplayLane {
-    pub(super) fn new(options: ReplayOptions) -> Self {
-        Self {
-            group: GroupLane::new(GroupSettings {
-                metrics: options.metrics,
-                store: options.store,
-                minimum_fidelity: options.minimum_fidelity,
-                child_workers: options.child_workers,
-                fork_by_snapshot: options.snapshots.is_some(),
-            }),
-            snapshots: options.snapshots,
+impl ReplayOptions {
+    /// The group rules' settings of these options.
+    fn group_settings(&self) -> GroupSettings {
+        GroupSettings {
+            metrics: Arc::clone(&self.metrics),
+            store: self.store.clone(),
+            minimum_fidelity: self.minimum_fidelity,
+            child_workers: self.child_workers,
+            fork_by_snapshot: self.snapshots.is_some(),
         }
     }
 }
 
-/// What a group keeps about its replay point (snapshots are this
-/// adapter's [`SnapshotPoint`]s).
-pub(super) type GroupPoint = sandloop_core::replay::GroupPoint<SnapshotPoint>;
+impl WasmAdapter {
+    /// This adapter with a replay point captured after every prepared
+    /// prefix and each suffix run from it ([`Replaying`]), when the
+    /// component exports `replay` (otherwise every call passes through).
+    pub fn with_replay(mut self, options: ReplayOptions) -> Replaying<WasmAdapter> {
+        self.snapshots = options.snapshots.clone();
+        Replaying::new(self, Some(options.group_settings()))
+    }
+
+    /// This adapter without replay points, as the lane type of a run that
+    /// may have them ([`Replaying`] passing every call through).
+    pub fn without_replay(self) -> Replaying<WasmAdapter> {
+        Replaying::new(self, None)
+    }
+}
 
 pub(super) fn to_wit_fidelity(fidelity: Fidelity) -> wit::Fidelity {
     match fidelity {
@@ -257,79 +264,11 @@ impl WasmAdapter {
         let text = result?.map_err(declared)?;
         parse_object(&text, self.max_output(), "the observation record")
     }
-
-    /// After a successful prepare: capture the group's replay point at the
-    /// head of its trace and settle it ([`GroupLane::capture`],
-    /// [`GroupLane::settle_capture`]); the capture's trace events go to the
-    /// observer like a call's. Returns the fields for the prefix record
-    /// (`replay_point_id`, `replay_fidelity`, or `replay_capture_error`).
-    pub(super) fn capture_group_point(
-        &mut self,
-        handle: &GroupHandle,
-        seed: &Item,
-        items: &[Item],
-        ctx: &CallContext,
-    ) -> Option<Map<String, Value>> {
-        let mut lane = self.replay.take()?;
-        let fields = self.capture_with(&mut lane, handle, seed, items, ctx);
-        self.replay = Some(lane);
-        fields
-    }
-
-    fn capture_with(
-        &mut self,
-        lane: &mut ReplayLane,
-        handle: &GroupHandle,
-        seed: &Item,
-        items: &[Item],
-        ctx: &CallContext,
-    ) -> Option<Map<String, Value>> {
-        let group_id = ctx.execution_group_id.clone()?;
-        let mut trace = self
-            .trace_for(ctx, &Item::new())
-            .or_else(|| TraceLog::new(&group_id, "main").ok())?;
-        let before = trace.next_sequence();
-        let capture = lane.group.capture(self, &mut trace, ctx, &group_id);
-        self.report_events(&trace, before, "capture-replay-state", seed.item_id_str());
-        self.keep_group_trace(ctx, Some(trace));
-        let (fields, point) = lane.group.settle_capture(self, capture, ctx, seed, items);
-        *handle.point.borrow_mut() = point;
-        Some(fields)
-    }
-
-    /// Run `item` as a suffix from its group's replay point
-    /// ([`GroupLane::run_suffix`]). `None` when the group has no usable
-    /// point (the caller runs it on the group).
-    pub(super) fn run_from_group_point(
-        &mut self,
-        handle: &GroupHandle,
-        item: &Item,
-        ctx: &CallContext,
-    ) -> Option<Result<Record, AdapterError>> {
-        let point_id = handle
-            .point
-            .borrow()
-            .as_ref()
-            .map(|point| point.id.clone())?;
-        let mut lane = self.replay.take()?;
-        let result = lane.group.run_suffix(self, &point_id, item, ctx);
-        self.replay = Some(lane);
-        result
-    }
-
-    /// Release the group's replay point with the group
-    /// ([`GroupLane::release`]): the release's failure when it also took
-    /// the instance down.
-    pub(super) fn release_group_point(&mut self, handle: &GroupHandle) -> Option<AdapterError> {
-        let point = handle.point.borrow_mut().take()?;
-        let mut lane = self.replay.take()?;
-        let failure = lane.group.release(self, point);
-        self.replay = Some(lane);
-        failure
-    }
 }
 
 impl GroupInstance for WasmAdapter {
+    type Snapshot = SnapshotPoint;
+
     fn binding_alive(&self, binding: &BindingHandle) -> bool {
         WasmAdapter::binding_alive(self, binding)
     }
@@ -361,6 +300,47 @@ impl GroupInstance for WasmAdapter {
         trace: &mut Option<TraceLog>,
     ) -> Result<Record, AdapterError> {
         WasmAdapter::run_replay_suffix(self, binding, item, ctx, trace)
+    }
+
+    /// The group's trace, kept across its calls since its prepare.
+    fn take_group_trace(&mut self, ctx: &CallContext) -> Option<TraceLog> {
+        self.trace_for(ctx, &Item::new())
+    }
+
+    /// The capture's events go to the observer like a call's, as
+    /// `capture-replay-state` of the seed.
+    fn keep_group_trace(
+        &mut self,
+        ctx: &CallContext,
+        trace: TraceLog,
+        host_events_from: u64,
+        seed_item_id: Option<&str>,
+    ) {
+        self.report_events(
+            &trace,
+            host_events_from,
+            "capture-replay-state",
+            seed_item_id,
+        );
+        self.keep_group_trace(ctx, Some(trace));
+    }
+
+    fn settle_deferred_point(
+        &mut self,
+        lane: &GroupLane<BindingHandle>,
+        point: &mut GroupPoint,
+        items: Vec<Item>,
+    ) {
+        self.snapshot_deferred_point(lane, point, items);
+    }
+
+    fn run_child_chunk(
+        &self,
+        registry: &mut LaneRegistry<BindingHandle>,
+        chunk: ChildChunk<'_, SnapshotPoint>,
+        ctx: &CallContext,
+    ) -> Result<Vec<ChildItemResult>, ReplayError> {
+        self.fork_child_chunk(registry, chunk, ctx)
     }
 }
 

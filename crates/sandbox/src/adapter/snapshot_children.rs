@@ -31,17 +31,16 @@ use serde_json::{Value, json};
 use wasmtime::component::ResourceAny;
 
 use super::child_instance::{ChildInstance, ChildKind, ChildOrigin, ForkedChild};
-use super::replay::ReplayLane;
 use super::replay::{
-    BindingHandle, receipt_from_wit, receipt_to_wit, report_from_wit, to_wit_fidelity,
+    BindingHandle, GroupPoint, receipt_from_wit, receipt_to_wit, report_from_wit, to_wit_fidelity,
 };
-use super::{GroupHandle, Live, WasmAdapter, declared};
+use super::{Live, WasmAdapter, declared};
 use crate::bindings::exports::sandloop::adapter::replay as wit_replay;
 use crate::snapshot::{CompiledSnapshot, Instrumented, SnapshotError};
 use sandloop_core::episode::adapter::{AdapterError, Item, Record};
 use sandloop_core::replay::{
     ChildConcurrency, ChildForker, ChildLease, ConcurrentForker, EquivalenceReport, ForkRequest,
-    RestoreReceipt,
+    GroupLane, RestoreReceipt,
 };
 
 /// A replay point frozen as a compiled snapshot, with the token its
@@ -157,7 +156,7 @@ impl WasmAdapter {
         result?.map_err(declared)
     }
 
-    /// Take the snapshot of the group's point that its capture deferred,
+    /// Take the snapshot of a group's point that its capture deferred,
     /// right before its children are first forked (nothing has run on the
     /// parent since the capture): so the snapshot's cost is not timed as
     /// prefix work, and is reported on the point (`snapshot_ms`,
@@ -169,21 +168,18 @@ impl WasmAdapter {
     /// A failure is written to the point's `snapshot_error`, and the point
     /// is exported and forked by state transfer as it would have been
     /// without snapshots (or its items run from it in the parent).
-    pub(super) fn take_group_snapshot(&mut self, handle: &GroupHandle) {
-        let mut slot = handle.point.borrow_mut();
-        let Some(point) = slot.as_mut() else {
-            return;
-        };
-        let Some(items) = point.pending.take() else {
-            return;
-        };
-        let Some(lane) = self.replay.take() else {
-            return;
-        };
-        match self.snapshot_group_point(&lane, &point.id) {
+    /// [`GroupInstance::settle_deferred_point`](sandloop_core::replay::GroupInstance::settle_deferred_point)
+    /// of a [`WasmAdapter`].
+    pub(super) fn snapshot_deferred_point(
+        &mut self,
+        lane: &GroupLane<BindingHandle>,
+        point: &mut GroupPoint,
+        items: Vec<Item>,
+    ) {
+        match self.snapshot_group_point(lane, &point.id) {
             Ok((snapshot, component)) => {
                 point.line.snapshot = Some(snapshot.to_record());
-                if let Some(store) = &lane.group.settings.store {
+                if let Some(store) = &lane.settings.store {
                     match store.write_snapshot(&point.id, &component, snapshot.token, &items) {
                         Ok(durable) => point.line.durable_state = Some(durable),
                         Err(error) => {
@@ -191,8 +187,7 @@ impl WasmAdapter {
                             // the adapter's exported state, when it has
                             // one, keeps the point durable.
                             point.line.durable_error = Some(error.to_string());
-                            lane.group
-                                .export_point(self, &point.id, &items, &mut point.line);
+                            lane.export_point(self, &point.id, &items, &mut point.line);
                             if point.line.durable_state.is_some() {
                                 point.line.durable_error = None;
                             }
@@ -204,9 +199,7 @@ impl WasmAdapter {
             Err(error) => {
                 point.line.snapshot_error = Some(error);
                 if self.live.is_some() {
-                    point.state = lane
-                        .group
-                        .export_point(self, &point.id, &items, &mut point.line);
+                    point.state = lane.export_point(self, &point.id, &items, &mut point.line);
                 } else {
                     point.line.durable_error = Some(
                         "the instance was lost when its snapshot failed (see snapshot_error): \
@@ -216,22 +209,20 @@ impl WasmAdapter {
                 }
             }
         }
-        self.replay = Some(lane);
     }
 
     /// The snapshot of point `point_id` and its component's bytes, with
     /// the exported state attached when `child-risk` screens children.
     fn snapshot_group_point(
         &mut self,
-        lane: &ReplayLane,
+        lane: &GroupLane<BindingHandle>,
         point_id: &str,
     ) -> Result<(SnapshotPoint, Arc<[u8]>), String> {
-        let instrumented = lane
+        let instrumented = self
             .snapshots
             .clone()
             .ok_or("the run does not fork by snapshot")?;
         let binding = *lane
-            .group
             .registry
             .binding(point_id)
             .ok_or("the point has no binding")?;
