@@ -22,6 +22,7 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// ~10 MB higher (docs/src/performance.md has the figures). On a
 /// kernel whose THP mode is `always` (not the default `madvise`), set
 /// `MIMALLOC_ALLOW_THP=0` for the same effect.
+#[allow(unsafe_code)]
 pub fn configure() {
     // SAFETY: plain option setters of the C library, called before the
     // program's threads start.

@@ -15,6 +15,10 @@
 //!
 //! `ARCHITECTURE.md` at the repository's root draws the map.
 
+// `unsafe` only for mimalloc's C option setters (`allocator`), allowed
+// there with the reason.
+#![deny(unsafe_code)]
+
 pub mod allocator;
 pub mod cli;
 

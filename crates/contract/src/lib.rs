@@ -25,6 +25,8 @@
 //! equivalence), `child_replay_runtime.py` (forks, concurrency, risk) and
 //! `counterfactual_runtime.py` (counterfactual requests and outcomes).
 
+#![forbid(unsafe_code)]
+
 mod children;
 mod counterfactual;
 mod fidelity;

@@ -85,9 +85,8 @@ mod tests {
     fn a_fifo_without_a_writer_and_a_directory_are_refused_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("adapter.wasm");
-        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        use rustix::fs::{CWD, FileType, Mode, mknodat};
+        mknodat(CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
         let error = read_regular(&fifo).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
         assert_eq!(error.to_string(), "is a FIFO, not a regular file");

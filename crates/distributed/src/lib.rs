@@ -12,6 +12,8 @@
 //! two ends), [`scratch`] (a worker's directory for them), [`storage`] (what
 //! runs keep on the server, for operators), [`coordinator`], [`worker`].
 
+#![forbid(unsafe_code)]
+
 pub mod coordinator;
 pub mod ledger;
 pub mod lost;

@@ -23,6 +23,8 @@
 //! - [`auth`]: the bearer token; [`identity`]: who a worker is, whether it
 //!   still runs, and attempt ids.
 
+#![forbid(unsafe_code)]
+
 pub mod auth;
 pub mod config;
 pub mod endpoints;

@@ -51,6 +51,7 @@ pub fn load_or_compile(
         // written beside them, so they are what this host compiled (the
         // cache directory is trusted like the binary itself); wasmtime
         // still checks their header.
+        #[allow(unsafe_code)]
         if let Ok(component) = unsafe { Component::deserialize(engine, &compiled) } {
             return Ok((component, CacheOutcome::Hit));
         }

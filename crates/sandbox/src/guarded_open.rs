@@ -178,16 +178,9 @@ fn open_options(
 /// Clear `O_NONBLOCK` again on a regular file or directory, so reads and
 /// writes behave exactly as on a descriptor opened without it.
 fn make_blocking(file: &File) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let fd = file.as_raw_fd();
-    // SAFETY: `fd` is open for the duration of both calls (borrowed from
-    // `file`); F_GETFL/F_SETFL only read and set its status flags.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
+    use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
+    let flags = fcntl_getfl(file)?;
+    fcntl_setfl(file, flags.difference(OFlags::NONBLOCK))?;
     Ok(())
 }
 

@@ -8,6 +8,11 @@
 //! times out or exhausts a limit poisons only its own instance, which is
 //! dropped; the next call gets a fresh one.
 
+// `unsafe` only where wasmtime asks for it, each allowed at its one site
+// with the reason: deserialising a compiled component (`cache`,
+// `component::twin`).
+#![deny(unsafe_code)]
+
 pub mod adapter;
 pub mod bindings;
 pub mod cache;

@@ -234,10 +234,8 @@ mod tests {
     }
 
     fn mkfifo(path: &Path) {
-        use std::os::unix::ffi::OsStrExt;
-        let path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-        // SAFETY: `path` is a NUL-terminated string that outlives the call.
-        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        use rustix::fs::{CWD, FileType, Mode, mknodat};
+        mknodat(CWD, path, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
     }
 
     #[test]

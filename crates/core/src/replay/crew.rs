@@ -15,6 +15,14 @@
 //! threads sooner and sleeps the caller on every join: profiled, those
 //! sleeps and wake-ups were most of a parallel group's system calls.
 
+// The crate's one `unsafe`: `run_scoped` hands its helpers a pointer to a
+// borrowed closure with the lifetime erased, and returns only once no
+// helper can call it (the proof is written at the `transmute`).
+// `std::thread::scope` would need no `unsafe` but starts and joins threads
+// on every call; the crew keeps its helpers between calls, which is the
+// point of it.
+#![allow(unsafe_code)]
+
 use std::any::Any;
 use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};

@@ -76,6 +76,7 @@ impl LoadedAdapter {
         // SAFETY: `code` was serialized just now, by this wasmtime, from an
         // engine of the same configuration; it is not read from anywhere
         // else.
+        #[allow(unsafe_code)]
         let component = unsafe { Component::deserialize(engine.engine(), &code)? };
         let pre = linker(engine.engine())?.instantiate_pre(&component)?;
         let indices = ExportIndices::bind(&pre, &self.protocols).map_err(|(_, error)| error)?;
