@@ -1,4 +1,3 @@
-
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde_json::{Value, json};

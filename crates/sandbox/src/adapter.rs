@@ -39,6 +39,9 @@ mod children;
 mod replay;
 mod replay_screen;
 mod snapshot_children;
+/// A replay point frozen as a compiled snapshot (the `Snapshot` of a
+/// [`WasmAdapter`]'s groups under [`Replaying`](sandloop_core::replay::Replaying)).
+pub use crate::snapshot::SnapshotPoint;
 pub use adopted_children::{AdoptedFork, run_adopted_children};
 pub use replay::{
     BindingHandle, ReplayOptions, SnapshotCompileCost, adopt_durable_point, adopt_snapshot_point,
@@ -48,9 +51,6 @@ pub use replay_screen::{screen_adopted_intent, screen_replay_intent, screens_rep
 /// Most children forked at once per lane, and the point id of a group
 /// (the group rules of `sandloop-core`, re-exported where they were).
 pub use sandloop_core::replay::{MAX_CHILDREN_PER_FORK, point_id_for};
-/// A replay point frozen as a compiled snapshot (the `Snapshot` of a
-/// [`WasmAdapter`]'s groups under [`Replaying`](sandloop_core::replay::Replaying)).
-pub use snapshot_children::SnapshotPoint;
 
 /// What one call left behind besides its result, handed to a
 /// [`CallObserver`] after every call.

@@ -16,20 +16,20 @@
 //!    `insufficient-memory` from WASI; the host's own descriptors are never
 //!    the guest's to spend. The instance's resource table (descriptors,
 //!    streams, pollables together) is capped too
-//!    ([`resource_table_capacity`]); a guest past that cap traps.
+//!    ([`resource_table_capacity`](crate::open_files::resource_table_capacity));
+//!    a guest past that cap traps.
 //!
 //! Everything else — beneath-resolution of the path, symlink following,
 //! the grant's read-only permission — is as in wasmtime-wasi, through the
 //! same `cap-primitives` calls it uses.
 
-use std::collections::BTreeSet;
 use std::fs::File;
 use std::io;
 use std::path::Path;
 
 use cap_primitives::fs::{FollowSymlinks, OpenOptions};
 use wasmtime::StoreContextMut;
-use wasmtime::component::{Linker, Resource, ResourceTable};
+use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::OpenMode;
 use wasmtime_wasi::filesystem::{Descriptor, Dir as WasiDir, File as WasiFile};
 use wasmtime_wasi::p2::FsError;
@@ -38,54 +38,10 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 };
 
 use super::host_state::HostState;
+pub use super::open_files::DEFAULT_MAX_OPEN_FILES;
 
 /// The WASI interface whose `open-at` [`link_guarded_open`] replaces.
 const FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
-
-/// Descriptors an instance may hold open by default (`--max-open-files`).
-pub use sandloop_core::limits::DEFAULT_MAX_OPEN_FILES;
-
-/// Entries an instance's resource table may hold for a limit of
-/// `max_open_files` descriptors: room for a stream and a pollable per file,
-/// plus the preopens, stdio and clocks.
-pub fn resource_table_capacity(max_open_files: usize) -> usize {
-    max_open_files.saturating_mul(4).saturating_add(64)
-}
-
-/// The descriptors an instance opened through `open-at`, bounded.
-#[derive(Debug)]
-pub struct OpenFiles {
-    limit: usize,
-    /// Table keys of descriptors opened, some perhaps closed since (checked
-    /// again only when the limit is reached).
-    keys: BTreeSet<u32>,
-}
-
-impl OpenFiles {
-    /// No descriptors yet; at most `limit` at once.
-    pub fn new(limit: usize) -> Self {
-        Self {
-            limit,
-            keys: BTreeSet::new(),
-        }
-    }
-
-    /// Whether one more descriptor may be opened: forgets the keys whose
-    /// descriptors the guest dropped, when the count says the limit is
-    /// reached.
-    fn has_room(&mut self, table: &ResourceTable) -> bool {
-        if self.keys.len() >= self.limit {
-            self.keys
-                .retain(|key| table.get(&Resource::<Descriptor>::new_own(*key)).is_ok());
-        }
-        self.keys.len() < self.limit
-    }
-
-    /// Descriptors currently counted as open (an upper bound).
-    pub fn count(&self) -> usize {
-        self.keys.len()
-    }
-}
 
 /// Replace `open-at` of `wasi:filesystem/types` in `linker` (after WASI p2
 /// was added) with the guarded version described in the module docs.
@@ -211,7 +167,7 @@ impl HostState {
             let note = format!(
                 "sandloop: open of {path:?} refused: the instance already holds \
                  {} open files (--max-open-files)",
-                self.open_files.limit
+                self.open_files.limit()
             );
             self.capture.push("log", Some("warn"), note.as_bytes());
             return Ok(Err(ErrorCode::InsufficientMemory));
@@ -247,7 +203,7 @@ impl HostState {
         };
         match self.table.push(descriptor) {
             Ok(resource) => {
-                self.open_files.keys.insert(resource.rep());
+                self.open_files.opened(resource.rep());
                 Ok(Ok(resource))
             }
             Err(_) => Ok(Err(ErrorCode::InsufficientMemory)),
@@ -295,29 +251,5 @@ mod tests {
             .err(),
             Some(ErrorCode::Unsupported)
         );
-    }
-
-    #[test]
-    fn the_count_forgets_descriptors_the_guest_dropped() {
-        let mut table = ResourceTable::new();
-        let mut files = OpenFiles::new(2);
-        let dir = || {
-            let file = File::open(std::env::temp_dir()).unwrap();
-            Descriptor::Dir(WasiDir::new(
-                file,
-                wasmtime_wasi::FsPerms::ReadOnly,
-                OpenMode::READ,
-                false,
-            ))
-        };
-        let first = table.push(dir()).unwrap();
-        files.keys.insert(first.rep());
-        assert!(files.has_room(&table));
-        let second = table.push(dir()).unwrap();
-        files.keys.insert(second.rep());
-        assert!(!files.has_room(&table), "two of two are open");
-        table.delete(first).unwrap();
-        assert!(files.has_room(&table), "one was dropped");
-        assert_eq!(files.count(), 1);
     }
 }

@@ -9,8 +9,8 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::sandloop::adapter::{log, trace as trace_wit, types};
 use super::config::SandboxConfig;
-use super::guarded_open::{OpenFiles, resource_table_capacity};
 use super::http_grant::HttpGrant;
+use super::open_files::{OpenFiles, resource_table_capacity};
 use super::output::Capture;
 use sandloop_core::dir_grant::descriptor_path;
 use sandloop_core::trace::{TraceEventKind, TraceLog};
@@ -119,7 +119,7 @@ pub struct SignalState {
 pub struct HostState {
     wasi: WasiCtx,
     /// WASI resources of the instance (descriptors, streams, pollables),
-    /// capped by [`super::guarded_open::resource_table_capacity`].
+    /// capped by [`super::open_files::resource_table_capacity`].
     pub(super) table: ResourceTable,
     /// Memory limiter installed with `Store::limiter`.
     pub limiter: Limiter,

@@ -27,6 +27,7 @@ pub mod guarded_open;
 pub mod host_state;
 pub mod http_connect;
 pub mod http_grant;
+pub mod open_files;
 pub mod output;
 pub mod snapshot;
 pub mod store;

@@ -121,11 +121,13 @@ mod accessors;
 mod error;
 mod instrumented;
 mod live;
+mod point;
 mod wizer;
 
 pub use error::SnapshotError;
 pub use instrumented::{InstrumentInfo, Instrumented};
 pub use live::{CompiledSnapshot, LiveInstance, Snapshot, SnapshotTiming};
+pub use point::SnapshotPoint;
 pub use wizer::instrument;
 
 use sandloop_core::episode::adapter::Protocols;

@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use sandloop_core::episode::adapter::Protocols;
+use sandloop_sandbox::snapshot::{ForkKind, choose_fork};
 
 /// sandloop — run sandboxed WebAssembly exploration adapters. The `about`
 /// line is also the man page's NAME line (`sandloop man`).
@@ -55,10 +57,10 @@ pub enum Command {
     #[command(subcommand)]
     New(NewCommand),
     /// Print a shell completion script for bash, zsh or fish to stdout.
-    Completions(super::manual::CompletionsArgs),
+    Completions(CompletionsArgs),
     /// Print the man page (roff) to stdout, or write one page per command
     /// into a directory with `--out DIR`.
-    Man(super::manual::ManArgs),
+    Man(ManArgs),
     /// Run the units of distributed runs (`sandloop run --nats`), pulled
     /// from a NATS JetStream server, each in its own sandbox; runs until
     /// stopped.
@@ -685,4 +687,52 @@ pub struct InspectArgs {
     /// Do not read or write the compiled-component cache.
     #[arg(long)]
     pub no_cache: bool,
+}
+
+/// A shell `sandloop completions` writes a script for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    /// bash (source it, or put it in `~/.local/share/bash-completion/completions/sandloop`).
+    Bash,
+    /// zsh (put it as `_sandloop` in a directory of `$fpath`).
+    Zsh,
+    /// fish (put it in `~/.config/fish/completions/sandloop.fish`).
+    Fish,
+}
+
+/// Arguments of `sandloop completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: Shell,
+}
+
+/// Arguments of `sandloop man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write `sandloop.1` and one page per subcommand (`sandloop-run.1`,
+    /// `sandloop-loop-run.1`, …) into DIR, created if missing, instead of
+    /// printing the top-level page.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// How the run forks its children (`None`: it runs none), from
+    /// `--fork`, the component's `protocols` and whether children run at
+    /// all (`--no-replay`, `--child-workers 0`).
+    ///
+    /// # Errors
+    /// The sentence saying why `--fork` asks for what the component cannot
+    /// do (the caller's bad input, exit 2).
+    pub fn fork_kind(&self, protocols: &Protocols) -> Result<Option<ForkKind>, String> {
+        let requested = match self.fork {
+            ForkArg::Auto => None,
+            ForkArg::State => Some(ForkKind::State),
+            ForkArg::Snapshot => Some(ForkKind::Snapshot),
+        };
+        let children_run = !self.no_replay && self.child_workers > 0;
+        choose_fork(requested, protocols, children_run, &self.adapter)
+    }
 }

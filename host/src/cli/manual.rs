@@ -7,40 +7,11 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, CommandFactory, ValueEnum};
+use clap::CommandFactory;
 
-use super::args::Cli;
+use super::args::{Cli, CompletionsArgs, ManArgs, Shell};
 use super::{CliError, write_stdout};
 use sandloop_core::harness::atomic::write_output_file;
-
-/// A shell `sandloop completions` writes a script for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Shell {
-    /// bash (source it, or put it in `~/.local/share/bash-completion/completions/sandloop`).
-    Bash,
-    /// zsh (put it as `_sandloop` in a directory of `$fpath`).
-    Zsh,
-    /// fish (put it in `~/.config/fish/completions/sandloop.fish`).
-    Fish,
-}
-
-/// Arguments of `sandloop completions`.
-#[derive(Debug, Args)]
-pub struct CompletionsArgs {
-    /// The shell to complete for.
-    #[arg(value_enum)]
-    pub shell: Shell,
-}
-
-/// Arguments of `sandloop man`.
-#[derive(Debug, Args)]
-pub struct ManArgs {
-    /// Write `sandloop.1` and one page per subcommand (`sandloop-run.1`,
-    /// `sandloop-loop-run.1`, …) into DIR, created if missing, instead of
-    /// printing the top-level page.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-}
 
 /// The completion script of `shell` for the `sandloop` binary.
 pub fn completion_script(shell: Shell) -> Vec<u8> {

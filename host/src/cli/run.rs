@@ -35,7 +35,7 @@ use crate::replay::ReplayMetricLedger;
 use crate::replay::durable::ReplayStore;
 use crate::replay::metrics::{ReplayCount, ReplayMinutes};
 use crate::replay::snapshot_totals::SnapshotTotals;
-use crate::sandbox::snapshot::{ForkKind, Instrumented, choose_fork};
+use crate::sandbox::snapshot::{ForkKind, Instrumented};
 use crate::sandbox::{
     CallLog, CallObserver, DirGrant, LoadedAdapter, ReplayOptions, SandboxConfig, WasmAdapter, load,
 };
@@ -1089,7 +1089,7 @@ fn snapshot_forks(
     args: &RunArgs,
     loaded: &LoadedAdapter,
 ) -> Result<Option<Arc<Instrumented>>, CliError> {
-    if fork_kind(args, loaded.protocols)? != Some(ForkKind::Snapshot) {
+    if args.fork_kind(&loaded.protocols).map_err(CliError::Input)? != Some(ForkKind::Snapshot) {
         return Ok(None);
     }
     let cached = loaded.config().cache_dir.is_some();
@@ -1115,24 +1115,6 @@ pub(super) fn check_env_names(names: &[String]) -> Result<(), CliError> {
         ))),
         None => Ok(()),
     }
-}
-
-/// How the run forks its children (`None`: it runs none), from `--fork`,
-/// the component's protocols and whether children run at all.
-///
-/// # Errors
-/// Exit 2 when `--fork` asks for what the component cannot do.
-pub(super) fn fork_kind(
-    args: &RunArgs,
-    protocols: crate::episode::adapter::Protocols,
-) -> Result<Option<ForkKind>, CliError> {
-    let requested = match args.fork {
-        ForkArg::Auto => None,
-        ForkArg::State => Some(ForkKind::State),
-        ForkArg::Snapshot => Some(ForkKind::Snapshot),
-    };
-    let children_run = !args.no_replay && args.child_workers > 0;
-    choose_fork(requested, &protocols, children_run, &args.adapter).map_err(CliError::Input)
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ pub(super) fn check_unsupported(args: &RunArgs, protocols: Protocols) -> Result<
             "--nats does not yet support {what}"
         )))
     };
-    if super::run::fork_kind(args, protocols)? == Some(ForkKind::Snapshot) {
+    if args.fork_kind(&protocols).map_err(CliError::Input)? == Some(ForkKind::Snapshot) {
         let instead = if protocols.replay_children {
             "use --fork state"
         } else {

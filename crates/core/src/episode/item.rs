@@ -20,6 +20,10 @@ use serde_json::{Map, Value};
 
 use super::value::truthy;
 
+/// An observation record: one JSON object, what an adapter returns for an
+/// item and what the host writes as one line of `records.jsonl`.
+pub type Record = Map<String, Value>;
+
 /// The fields of an item the host copies into each of its records
 /// (reference `_normalize_item_record`, `_adapter_error_record`): its
 /// `item_id` and `family` (`null` when absent), whether it is a variant

@@ -19,6 +19,7 @@
 //! [`group`] for this deliberate deviation from the reference.
 
 pub mod adapter;
+pub mod adapter_error;
 pub mod clock;
 pub mod group;
 pub mod item;

@@ -22,7 +22,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::adapter::{AdapterError, ErrorType, Item};
+use super::adapter_error::{AdapterError, ErrorType};
+use super::item::Item;
 use super::item::{IdentityFields, ItemIdentity};
 use super::units::{
     EpisodeGroup, ExecutionUnit, InvalidUnit, ItemFields, ItemHead, QueueHeads, UnitPlan,

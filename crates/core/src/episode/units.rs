@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::adapter::{AdapterError, ErrorType, Item};
+use super::adapter_error::{AdapterError, ErrorType};
+use super::item::Item;
 use super::value::{py_repr, py_str, str_or_empty, truthy};
 
 mod group_id;

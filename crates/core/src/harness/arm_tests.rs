@@ -1,4 +1,3 @@
-
 use std::fs;
 use std::io::Write;
 use std::path::Path;

@@ -24,9 +24,9 @@ use std::time::Instant;
 use serde_json::{Map, Value};
 
 use super::agent_state::{MemoryAgentStateStore, agent_cursor};
+use super::child_chunk::{ChildChunk, ChildItemResult, LaneRegistry};
 use super::durable::{PointLine, ReplayStore};
 use super::fidelity::Fidelity;
-use super::group_children::{ChildChunk, ChildItemResult, LaneRegistry};
 use super::group_records::{SuffixSpan, adapter_error_of, error_block, point_id_for};
 use super::metrics::ReplayMetricLedger;
 use super::point::{Lifecycle, ReplayPoint};

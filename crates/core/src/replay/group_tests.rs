@@ -12,10 +12,9 @@ use serde_json::{Value, json};
 use super::*;
 use crate::episode::adapter::ErrorType;
 use crate::episode::testing::obj;
+use crate::replay::child_chunk::{ChildChunk, ChildItemResult, ForkSource, LaneRegistry};
 use crate::replay::durable::load_points;
-use crate::replay::group_children::{
-    ChildChunk, ChildItemResult, ForkSource, LaneRegistry, MAX_CHILDREN_PER_FORK,
-};
+use crate::replay::group_children::MAX_CHILDREN_PER_FORK;
 use crate::replay::point::{
     CaptureRequest, EquivalenceCheck, EquivalenceReport, RestoreReceipt, RestoreRequest, StateLease,
 };

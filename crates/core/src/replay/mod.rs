@@ -14,6 +14,7 @@ pub use sandloop_contract::{
 
 pub use fidelity::Fidelity;
 pub mod agent_state;
+pub mod child_chunk;
 pub mod counterfactual;
 pub mod crew;
 pub mod durable;
@@ -31,10 +32,9 @@ pub mod replaying;
 pub mod snapshot_totals;
 
 pub use agent_state::{AgentStateStore, MemoryAgentStateStore, agent_cursor};
+pub use child_chunk::{ChildChunk, ChildItemResult, ForkAt, ForkSource, LaneRegistry};
 pub use group::{Capture, GroupInstance, GroupLane, GroupPoint, GroupSettings, SettledCapture};
-pub use group_children::{
-    ChildChunk, ChildItemResult, ForkAt, ForkSource, LaneRegistry, MAX_CHILDREN_PER_FORK,
-};
+pub use group_children::MAX_CHILDREN_PER_FORK;
 pub use group_records::{
     SuffixSpan, adapter_error_of, child_result, error_block, failed_child, intent_of, point_id_for,
 };

@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::trace::TraceEventKind;
 use serde_json::json;

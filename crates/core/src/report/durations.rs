@@ -2,7 +2,7 @@
 //! by the host): shared prefixes, suffixes, isolated children and
 //! standalone records, each as a histogram.
 
-use super::load::{RecordFacts, RecordKind};
+use super::record_facts::{RecordFacts, RecordKind};
 
 /// How many bins a histogram has.
 pub const HISTOGRAM_BINS: usize = 16;

@@ -9,7 +9,7 @@
 use crate::episode::metrics::ExecutionMetrics;
 use crate::harness::EpochSummary;
 
-use super::load::{RecordFacts, RecordKind};
+use super::record_facts::{RecordFacts, RecordKind};
 
 /// One epoch's economics.
 #[derive(Clone, Debug, PartialEq)]

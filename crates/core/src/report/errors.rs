@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::load::RecordFacts;
+use super::record_facts::RecordFacts;
 
 /// How many examples each class keeps.
 pub const EXAMPLES_PER_CLASS: usize = 3;

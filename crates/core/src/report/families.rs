@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::harness::EpochSummary;
 
-use super::load::{RecordFacts, RecordKind};
+use super::record_facts::{RecordFacts, RecordKind};
 
 /// Raw and novel value of one family's records.
 #[derive(Clone, Debug, Default, PartialEq)]

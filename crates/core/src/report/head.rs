@@ -21,7 +21,7 @@ use crate::harness::summary::{AnytimeCheckpoint, RunSummary, StopReason};
 use crate::harness::{EpochSummary, RunManifest};
 
 use super::error::ReportError;
-use super::load::RecordFacts;
+use super::record_facts::RecordFacts;
 
 /// How far the run got.
 #[derive(Clone, Debug, PartialEq)]

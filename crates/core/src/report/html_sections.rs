@@ -5,7 +5,9 @@ use std::fmt::Write;
 use super::RunReport;
 use super::counterfactuals::{CandidateEnd, CandidateRow};
 use super::escape::escape;
-use super::html::{TimeUnit, bars, json_text, none, num, raw_novel_bars, section, table, table_of};
+use super::html_parts::{
+    TimeUnit, bars, json_text, none, num, raw_novel_bars, section, table, table_of,
+};
 use super::svg::{Axis, COLORS, Series, line_chart};
 use crate::episode::adapter::Protocols;
 

@@ -29,9 +29,11 @@ pub mod families;
 pub mod guest_output;
 pub mod head;
 pub mod html;
+mod html_parts;
 mod html_sections;
 pub mod load;
 pub mod novelty;
+pub mod record_facts;
 pub mod replay;
 pub mod svg;
 

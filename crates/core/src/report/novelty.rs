@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use crate::harness::{AnytimeCheckpoint, EpochSummary};
 
-use super::load::RecordFacts;
+use super::record_facts::RecordFacts;
 
 /// One point of the curve, after an epoch.
 #[derive(Clone, Debug, PartialEq)]

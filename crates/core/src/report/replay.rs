@@ -10,7 +10,8 @@ use serde_json::Value;
 use crate::replay::durable::PointLine;
 use crate::replay::snapshot_totals::SnapshotTotals;
 
-use super::load::{ChildEnd, RecordFacts, ReplayLine};
+use super::load::ReplayLine;
+use super::record_facts::{ChildEnd, RecordFacts};
 
 /// A quarantined point and why.
 #[derive(Clone, Debug, PartialEq)]

@@ -331,7 +331,7 @@ fn errors_are_grouped_by_type_with_their_first_examples() {
         Some("compile")
     );
     // Only the first three examples of a class are kept.
-    let records: Vec<load::RecordFacts> = (0..5)
+    let records: Vec<record_facts::RecordFacts> = (0..5)
         .map(|i| {
             let mut record = load::load_run(&report.dir).unwrap().records[5].clone();
             record.item_id = format!("late-{i}");
@@ -403,9 +403,9 @@ fn duration_histograms_bin_each_kind() {
         ]
     );
     let lic = load::load_run(&report.dir).unwrap().records[4].clone();
-    let records: Vec<load::RecordFacts> = [0.05, 0.05, 0.5]
+    let records: Vec<record_facts::RecordFacts> = [0.05, 0.05, 0.5]
         .into_iter()
-        .map(|minutes| load::RecordFacts {
+        .map(|minutes| record_facts::RecordFacts {
             duration_minutes: minutes,
             ..lic.clone()
         })

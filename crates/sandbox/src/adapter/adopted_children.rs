@@ -12,8 +12,9 @@ use super::WasmAdapter;
 use super::child_instance::ChildOrigin;
 use super::children::WasmChildForker;
 use super::replay::BindingHandle;
-use super::snapshot_children::{SnapshotForker, SnapshotPoint};
+use super::snapshot_children::SnapshotForker;
 use crate::snapshot::CompiledSnapshot;
+use crate::snapshot::SnapshotPoint;
 use sandloop_core::episode::adapter::CallContext;
 use sandloop_core::replay::{
     ChildOutcome, ChildTask, ForkAt, MemoryAgentStateStore, ReplayError, ReplayPoint,

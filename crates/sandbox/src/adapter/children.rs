@@ -14,9 +14,10 @@ use super::child_instance::{ChildInstance, ChildKind, ChildOrigin, ForkedChild};
 use super::replay::{
     BindingHandle, receipt_from_wit, receipt_to_wit, report_from_wit, to_wit_fidelity,
 };
-use super::snapshot_children::{SnapshotForker, SnapshotPoint};
+use super::snapshot_children::SnapshotForker;
 use super::{Live, WasmAdapter, declared};
 use crate::bindings::exports::sandloop::adapter::replay_children;
+use crate::snapshot::SnapshotPoint;
 use sandloop_core::episode::adapter::{AdapterError, CallContext, Item, Record};
 use sandloop_core::replay::{
     ChildChunk, ChildConcurrency, ChildForker, ChildItemResult, ChildLease, ConcurrentForker,

@@ -13,11 +13,10 @@ use std::sync::Arc;
 
 use wasmtime::component::ResourceAny;
 
-use super::snapshot_children::SnapshotPoint;
 use super::{Live, WasmAdapter, declared, parse_object};
 use crate::LoadedAdapter;
 use crate::bindings::exports::sandloop::adapter::replay as wit;
-use crate::snapshot::{CompiledSnapshot, Instrumented};
+use crate::snapshot::{CompiledSnapshot, Instrumented, SnapshotPoint};
 use sandloop_core::episode::adapter::{AdapterError, CallContext, ErrorType, Item, Record};
 use sandloop_core::replay::durable::ReplayStore;
 use sandloop_core::replay::{

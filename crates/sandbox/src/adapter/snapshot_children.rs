@@ -27,7 +27,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{Value, json};
 use wasmtime::component::ResourceAny;
 
 use super::child_instance::{ChildInstance, ChildKind, ChildOrigin, ForkedChild};
@@ -36,44 +35,12 @@ use super::replay::{
 };
 use super::{Live, WasmAdapter, declared};
 use crate::bindings::exports::sandloop::adapter::replay as wit_replay;
-use crate::snapshot::{CompiledSnapshot, Instrumented, SnapshotError};
+use crate::snapshot::{Instrumented, SnapshotError, SnapshotPoint};
 use sandloop_core::episode::adapter::{AdapterError, Item, Record};
 use sandloop_core::replay::{
     ChildConcurrency, ChildForker, ChildLease, ConcurrentForker, EquivalenceReport, ForkRequest,
     GroupLane, RestoreReceipt,
 };
-
-/// A replay point frozen as a compiled snapshot, with the token its
-/// binding answers to in every child.
-pub struct SnapshotPoint {
-    /// The compiled snapshot children are instantiated from.
-    pub compiled: CompiledSnapshot,
-    /// What `binding-token` named the point's binding.
-    pub token: u64,
-    /// Size of the snapshot component, bytes.
-    pub bytes: usize,
-    /// Wall milliseconds to take the snapshot (accessor calls and rewrite).
-    pub snapshot_ms: f64,
-    /// Wall milliseconds to compile it (cache lookup included).
-    pub compile_ms: f64,
-    /// The point's exported state, when the component's `child-risk`
-    /// policy screens the children: each child adopts it as its replay
-    /// child, which the policy finds by child id.
-    pub risk_state: Option<Arc<Vec<u8>>>,
-}
-
-impl SnapshotPoint {
-    /// The public `snapshot` block of the point's line in
-    /// `replay-points.jsonl`.
-    pub fn to_record(&self) -> Value {
-        json!({
-            "sha256": self.compiled.sha256,
-            "bytes": self.bytes,
-            "snapshot_ms": self.snapshot_ms,
-            "compile_ms": self.compile_ms,
-        })
-    }
-}
 
 impl WasmAdapter {
     /// Snapshot this (instrumented) instance right after `binding` was

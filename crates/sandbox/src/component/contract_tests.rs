@@ -1,4 +1,3 @@
-
 use super::super::exports::contract_interface;
 use super::super::typecheck::checker;
 use super::*;
