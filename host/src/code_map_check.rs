@@ -75,7 +75,7 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 
 /// Whether `relative` (a path under its source folder, `/`-separated) is a
 /// test module beside the module it tests.
-fn is_test_module(relative: &str) -> bool {
+pub(crate) fn is_test_module(relative: &str) -> bool {
     let name = relative.rsplit('/').next().unwrap_or(relative);
     name.ends_with("_tests.rs") || (name == "tests.rs" && relative.contains('/'))
 }

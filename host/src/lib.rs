@@ -26,6 +26,8 @@ pub mod cli;
 mod code_map_check;
 #[cfg(test)]
 mod docs_check;
+#[cfg(test)]
+mod import_loop_check;
 
 pub use sandloop_core::{digest, dir_grant, episode, harness, replay, report, step, trace};
 pub use sandloop_distributed as distributed;
