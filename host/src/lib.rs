@@ -29,7 +29,9 @@ mod docs_check;
 #[cfg(test)]
 mod import_loop_check;
 
-pub use sandloop_core::{digest, dir_grant, episode, harness, replay, report, step, trace};
+pub use sandloop_core::{
+    atomic, digest, dir_grant, episode, finished_run, harness, replay, report, step, trace,
+};
 pub use sandloop_distributed as distributed;
 pub use sandloop_loop as coordinator;
 pub use sandloop_sandbox as sandbox;

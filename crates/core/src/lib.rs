@@ -18,11 +18,13 @@
 // helper threads run a borrowed closure (the proof is at `run_scoped`).
 #![deny(unsafe_code)]
 
+pub mod atomic;
 pub mod digest;
 pub mod dir_grant;
 pub mod dir_lock;
 pub mod ellipsis;
 pub mod episode;
+pub mod finished_run;
 pub mod harness;
 #[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]

@@ -80,14 +80,12 @@ impl Token {
             why,
         };
         // Never through a link, never waiting on a FIFO.
-        let file = sandloop_core::harness::atomic::open_regular(
-            std::fs::OpenOptions::new().read(true),
-            path,
-        )
-        .map_err(|error| match error {
-            sandloop_core::harness::atomic::OutputFileError::Io { source, .. } => read(source),
-            refused => invalid(format!("cannot be used: {refused}")),
-        })?;
+        let file =
+            sandloop_core::atomic::open_regular(std::fs::OpenOptions::new().read(true), path)
+                .map_err(|error| match error {
+                    sandloop_core::atomic::OutputFileError::Io { source, .. } => read(source),
+                    refused => invalid(format!("cannot be used: {refused}")),
+                })?;
         let mut bytes = Vec::new();
         file.take(MAX_TOKEN_FILE_BYTES + 1)
             .read_to_end(&mut bytes)

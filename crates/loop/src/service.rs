@@ -898,7 +898,7 @@ impl Coordinator {
     }
 
     fn write_children(&self, path: &Path, payload: &Value) -> Result<(), CoordinatorError> {
-        sandloop_core::harness::atomic::write_json_atomic(path, payload).map_err(|error| {
+        sandloop_core::atomic::write_json_atomic(path, payload).map_err(|error| {
             CoordinatorError::Invariant(format!("cannot write {}: {error}", path.display()))
         })
     }

@@ -29,7 +29,7 @@ use serde::de::DeserializeOwned;
 use super::config::SANDLOOP_DIRNAME;
 use super::models::{DEFAULT_LOCK_TIMEOUT_SECONDS, LoopState};
 use super::sessions::{self, SessionError};
-use sandloop_core::harness::atomic::sync_dir;
+use sandloop_core::atomic::sync_dir;
 
 /// Name of the state file in a session directory (reference
 /// `STATE_FILENAME`; the same as [`sessions::STATE_FILENAME`]).

@@ -132,8 +132,7 @@ pub fn step_task(
 }
 
 fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), WorkerError> {
-    sandloop_core::harness::atomic::write_json_atomic(path, value)
-        .map_err(|error| io_error(path, error))
+    sandloop_core::atomic::write_json_atomic(path, value).map_err(|error| io_error(path, error))
 }
 
 impl StepRunner {

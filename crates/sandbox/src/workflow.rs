@@ -40,7 +40,7 @@ use bindings::sandloop::adapter::signals;
 
 fn write_json(path: &Path, value: &serde_json::Value) -> Result<(), String> {
     let text = serde_json::to_vec_pretty(value).map_err(|error| error.to_string())?;
-    sandloop_core::harness::atomic::replace_file(path, &text)
+    sandloop_core::atomic::replace_file(path, &text)
         .map_err(|error| format!("cannot write {}: {error}", path.display()))
 }
 

@@ -22,14 +22,14 @@ use super::finished_run::{
 use super::{CliError, say};
 use crate::episode::adapter::CallContext;
 use crate::episode::units::GroupId;
+use crate::finished_run::offline::{
+    ItemPosition, ReplayPlan, append_line, find_record, plan_replay, run_source,
+};
 use crate::replay::counterfactual::{
     AddressableTrace, COUNTERFACTUALS_FILE, CandidateResult, CounterfactualGroupResult,
     CounterfactualHypothesis, candidate_tasks, read_addressable_trace, settle_group,
 };
 use crate::replay::durable::{DurableKind, PointLine, load_points};
-use crate::replay::offline::{
-    ItemPosition, ReplayPlan, append_line, find_record, plan_replay, run_source,
-};
 use crate::replay::{
     MemoryAgentStateStore, ReplayCause, ReplayError, ReplayMetricLedger, ReplayPoint,
     ReplayPointRegistry, ReplayStage,

@@ -13,9 +13,9 @@ use super::compile_notice::while_compiling;
 use super::run::sandbox_config;
 use super::{CliError, open_sandbox};
 use crate::episode::adapter::Item;
+use crate::finished_run::offline::{ReplaysFile, RunSource, as_run_saw_it};
 use crate::harness::run_files::MANIFEST_FILE;
 use crate::replay::durable::{DurableKind, PointLine, read_durable_state};
-use crate::replay::offline::{ReplaysFile, RunSource, as_run_saw_it};
 use crate::replay::{MemoryAgentStateStore, ReplayError, ReplayPoint, ReplayPointRegistry};
 use crate::sandbox::SandboxLimits;
 use crate::sandbox::adapter::{
@@ -314,9 +314,9 @@ pub fn lock_run(run: &Path, command: &str) -> Result<sandloop_core::dir_lock::Di
 /// for appending, what it already holds, and refuse (exit 2) a symbolic
 /// link or anything but a regular file (a FIFO is never waited on): a
 /// command writes inside its run directory only
-/// ([`sandloop_core::harness::atomic::open_regular`]).
+/// ([`sandloop_core::atomic::open_regular`]).
 pub fn open_run_log(path: &Path) -> Result<(std::fs::File, ReplaysFile), CliError> {
-    let file = sandloop_core::harness::atomic::open_regular(
+    let file = sandloop_core::atomic::open_regular(
         std::fs::OpenOptions::new().create(true).append(true),
         path,
     )
@@ -337,7 +337,7 @@ pub fn error_fields(error: &ReplayError) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replay::offline::run_source;
+    use crate::finished_run::offline::run_source;
     use proptest::prelude::*;
     use sandloop_core::hostile_inputs::{config, json_value};
     use serde_json::json;

@@ -182,7 +182,7 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
                     CliError::Failed(format!("cannot create {}: {error}", parent.display()))
                 })?;
             }
-            sandloop_core::harness::atomic::write_output_file(&path, content, None)?;
+            sandloop_core::atomic::write_output_file(&path, content, None)?;
             created.push(relative.to_string());
             Ok(())
         };

@@ -11,7 +11,7 @@ use clap::CommandFactory;
 
 use super::args::{Cli, CompletionsArgs, ManArgs, Shell};
 use super::{CliError, write_stdout};
-use sandloop_core::harness::atomic::write_output_file;
+use sandloop_core::atomic::write_output_file;
 
 /// The completion script of `shell` for the `sandloop` binary.
 pub fn completion_script(shell: Shell) -> Vec<u8> {

@@ -54,10 +54,10 @@ impl From<LoadError> for CliError {
     }
 }
 
-impl From<sandloop_core::harness::atomic::OutputFileError> for CliError {
+impl From<sandloop_core::atomic::OutputFileError> for CliError {
     /// A path refused for what it is (a link, a FIFO) is bad input; a file
     /// that could not be written fails the command.
-    fn from(error: sandloop_core::harness::atomic::OutputFileError) -> Self {
+    fn from(error: sandloop_core::atomic::OutputFileError) -> Self {
         if error.is_refusal() {
             CliError::Input(error.to_string())
         } else {

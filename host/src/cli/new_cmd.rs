@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use super::args::{AdapterLang, NewAdapterArgs, NewCommand};
 use super::{CliError, say};
 use crate::sandbox::component::WIT_SOURCE;
-use sandloop_core::harness::atomic::write_output_file;
+use sandloop_core::atomic::write_output_file;
 
 /// One file of a template: its path inside the project, and its contents
 /// (with placeholders).

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::args::PlanArgs;
 use super::{CliError, say};
-use crate::replay::evidence::run_evidence;
+use crate::finished_run::evidence::run_evidence;
 use crate::replay::planner::{
     AdaptiveReplayPointProposal, FailureReplayObservation, ReplayPositionCost, TraceBoundaries,
     plan_adaptive_replay_points, rank_order,

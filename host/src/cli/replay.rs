@@ -15,12 +15,12 @@ use super::finished_run::{
 };
 use super::{CliError, say};
 use crate::episode::adapter::{CallContext, Record};
+use crate::finished_run::offline::{
+    REPLAYS_FILE, ReplayPlan, append_line, find_record, plan_replay, run_source,
+};
 use crate::replay::RiskAssessmentRules;
 use crate::replay::durable::{PointLine, load_points};
 use crate::replay::group::replayed_suffix_record;
-use crate::replay::offline::{
-    REPLAYS_FILE, ReplayPlan, append_line, find_record, plan_replay, run_source,
-};
 use crate::replay::registry::judge_replay_intent;
 use crate::replay::{
     MemoryAgentStateStore, ReplayError, ReplayMetricLedger, ReplayPointRegistry,

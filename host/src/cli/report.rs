@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use super::args::ReportArgs;
 use super::{CliError, say};
 use crate::report::{RunReport, html};
-use sandloop_core::harness::atomic::write_output_file;
+use sandloop_core::atomic::write_output_file;
 
 /// The file the report goes to: `--out`, else `RUN_DIR/report.html` for
 /// one run and `./report.html` for several.

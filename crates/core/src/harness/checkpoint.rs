@@ -23,8 +23,8 @@ mod fields;
 
 use crate::episode::policy::FailurePolicy;
 
-use super::atomic::write_json_atomic;
 use super::summary::{AnytimeCheckpoint, EpochSummary};
+use crate::atomic::write_json_atomic;
 
 /// `schema_version` of an arm checkpoint.
 pub const HARNESS_CHECKPOINT_SCHEMA_VERSION: &str = "loopx_explore_harness_checkpoint_v0";

@@ -33,7 +33,6 @@
 //! from a JSONL file, for the CLI, each line checked by `item_line`).
 
 pub mod arm;
-pub mod atomic;
 pub mod catalog;
 pub mod checkpoint;
 pub mod config;

@@ -33,13 +33,13 @@ use serde_json::{Map, Value};
 use crate::episode::adapter::Record;
 use crate::episode::unit_record::UnitRecord;
 
-use super::atomic::write_json_atomic;
 use super::checkpoint::{
     ArmCheckpoint, CheckpointState, RuntimeSignature, load_arm_checkpoint, write_arm_checkpoint,
 };
 use super::error::ArmError;
 use super::summary::{ArmSummary, EpochSummary, SummaryHost};
 use super::writeback::Writeback;
+use crate::atomic::write_json_atomic;
 
 pub use super::run_files::{CHECKPOINT_FILE, EPOCHS_FILE, RECORDS_FILE, SUMMARY_FILE};
 /// Longest time a completed unit's records stay buffered before they are

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::atomic::write_json_atomic;
+use crate::atomic::write_json_atomic;
 
 /// `records.jsonl`: one record per line, as units complete.
 pub const RECORDS_FILE: &str = "records.jsonl";

@@ -196,8 +196,8 @@ pub struct ReplayStore {
     captured: Option<Mutex<Vec<PointLine>>>,
 }
 
+use crate::atomic::replace_file as write_file;
 use crate::digest::sha256_hex;
-use crate::harness::atomic::replace_file as write_file;
 
 impl ReplayStore {
     /// A store writing under the run directory `root` (files are created on

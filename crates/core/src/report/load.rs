@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 use crate::episode::adapter::Record;
 use crate::episode::records::{RECORD_KIND_EPISODE_SUFFIX, RECORD_KIND_SHARED_PREFIX};
 use crate::episode::value::{py_str, str_or_empty, truthy};
+use crate::finished_run::offline::REPLAYS_FILE;
 use crate::harness::run_files::{
     EPOCHS_FILE, MANIFEST_FILE, RECORDS_FILE, SUMMARY_FILE, read_run_file,
 };
@@ -25,7 +26,6 @@ use crate::replay::counterfactual::run_files::COUNTERFACTUALS_FILE;
 use crate::replay::durable::{
     DurableError, POINTS_FILE, PointLine, load_points, read_jsonl, read_jsonl_from,
 };
-use crate::replay::offline::REPLAYS_FILE;
 use crate::replay::point::field_error;
 
 use super::counterfactuals::{CounterfactualLine, read_counterfactuals};

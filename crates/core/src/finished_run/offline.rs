@@ -11,14 +11,14 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use super::durable::PointLine;
-use super::fidelity::Fidelity;
-use super::point::Lifecycle;
-use super::registry::{Selection, select_before};
 use crate::episode::adapter::Record;
 use crate::episode::units::GroupId;
 use crate::harness::RunManifest;
 use crate::harness::run_files::{MANIFEST_FILE, RECORDS_FILE, RunFileError, read_run_file};
+use crate::replay::durable::PointLine;
+use crate::replay::fidelity::Fidelity;
+use crate::replay::point::Lifecycle;
+use crate::replay::registry::{Selection, select_before};
 
 /// `replays.jsonl`: one line per `sandloop replay` of the run.
 pub const REPLAYS_FILE: &str = "replays.jsonl";

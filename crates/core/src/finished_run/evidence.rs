@@ -2,17 +2,17 @@
 //! saw failed suffixes, its boundaries, candidate positions costed with
 //! what the host measured (mean capture minutes of the run's points, mean
 //! restore minutes of its replayed suffixes), and one failure observation
-//! per failed suffix. Feeds [`super::planner::plan_adaptive_replay_points`].
+//! per failed suffix. Feeds [`crate::replay::planner::plan_adaptive_replay_points`].
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::Value;
 
-use super::durable::{DurableError, load_points, read_jsonl};
-use super::fidelity::Fidelity;
-use super::planner::{FailureReplayObservation, ReplayPositionCost, TraceBoundaries};
 use crate::harness::run_files::RECORDS_FILE;
+use crate::replay::durable::{DurableError, load_points, read_jsonl};
+use crate::replay::fidelity::Fidelity;
+use crate::replay::planner::{FailureReplayObservation, ReplayPositionCost, TraceBoundaries};
 
 /// Planner inputs for one trace of a run.
 pub struct TraceEvidence {
