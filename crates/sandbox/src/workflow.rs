@@ -25,7 +25,7 @@ use sandloop_core::step::{PluginSpec, StepExecutor, StepPlugin};
 
 /// Host bindings of world `workflow`; `log` is the adapter world's.
 #[allow(missing_docs)]
-pub mod bindings {
+pub(crate) mod bindings {
     wasmtime::component::bindgen!({
         path: "../../wit",
         world: "workflow",

@@ -33,7 +33,7 @@ use super::value::json_f64;
 pub const FALLBACK_PREPARE_RETURNED_NONE: &str = "prepare_returned_none";
 
 /// Stage names written to `episode_stage` on error records.
-pub mod stage {
+pub(crate) mod stage {
     /// The unit was invalid; nothing ran.
     pub const GROUP_VALIDATION: &str = "group_validation";
     /// `prepare_episode_group` failed or returned no valid prefix record.

@@ -3,29 +3,29 @@
 //! `episode_runtime.py` in the reference.
 //!
 //! - [`units`]: concurrency keys, execution units, fatal preflight;
-//! - [`group`]: running one unit (prepare, suffixes, release, fallback);
-//! - [`item`]: a work item, held as its map or as the text it was read from;
+//! - `group`: running one unit (prepare, suffixes, release, fallback);
+//! - `item`: a work item, held as its map or as the text it was read from;
 //! - [`records`]: the error record factory and record annotation;
 //! - [`unit_record`]: a unit's record on its way to the run's files, the
 //!   host's suffix fields typed beside the adapter's;
-//! - [`metrics`]: actual and avoided recomputation minutes;
-//! - [`probes`]: router probes folding siblings into one observation;
+//! - `metrics`: actual and avoided recomputation minutes;
+//! - `probes`: router probes folding siblings into one observation;
 //! - [`policy`]: the item failure policy and [`FatalError`];
 //! - [`clock`]: the host clock every duration is measured with;
 //! - [`value`]: Python-compatible readings of JSON values.
 //!
 //! Host-measured durations: every record produced here carries the host's
 //! measurement of the call that produced it as `duration_minutes`; see
-//! [`group`] for this deliberate deviation from the reference.
+//! `group` for this deliberate deviation from the reference.
 
 pub mod adapter;
-pub mod adapter_error;
+pub(crate) mod adapter_error;
 pub mod clock;
-pub mod group;
-pub mod item;
-pub mod metrics;
+pub(crate) mod group;
+pub(crate) mod item;
+pub(crate) mod metrics;
 pub mod policy;
-pub mod probes;
+pub(crate) mod probes;
 pub mod records;
 pub mod stored;
 pub mod unit_record;

@@ -11,8 +11,8 @@
 //! - records stream to `records.jsonl` as produced; the arm keeps only
 //!   running totals, so memory does not grow with the number of records;
 //! - the summary carries no `epochs` (they are in `epochs.jsonl`) and the
-//!   checkpoint keeps compact epochs (see [`super::checkpoint`]);
-//! - `duration_minutes` is host-measured (see [`crate::episode::group`]).
+//!   checkpoint keeps compact epochs (see `super::checkpoint`);
+//! - `duration_minutes` is host-measured (see `crate::episode::group`).
 
 use std::collections::HashSet;
 use std::io;

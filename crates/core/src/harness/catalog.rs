@@ -90,7 +90,7 @@ pub enum CatalogError {
 /// Unlike the reference, which silently skips what it cannot use, a
 /// catalog *file* is validated strictly ([`CatalogError::Shape`],
 /// [`CatalogError::Invalid`]): `specs` must be a list; `schema_version`,
-/// when present, must be [`VARIANT_CATALOG_SCHEMA_VERSION`]; every spec
+/// when present, must be `VARIANT_CATALOG_SCHEMA_VERSION`; every spec
 /// must be an object with a non-blank string `spec_id` (unique in the
 /// file) and `seed_family`; `priority`, when present, must be a number or
 /// `null`. In-memory catalogs ([`VariantCatalog::from_specs`]) stay lenient.
@@ -407,7 +407,7 @@ pub struct FrontierSelection {
 /// docs).
 ///
 /// Families are those of `seed_items` (first seed per non-empty family),
-/// ranked by [`frontier_gain`] descending, then [`frontier_tie_break`],
+/// ranked by `frontier_gain` descending, then `frontier_tie_break`,
 /// then name. Within a family, specs go by `priority` descending, then
 /// `spec_id`. Each taken spec is compiled with
 /// `source.compile_variant(spec, seed)` and the item gets, where missing:

@@ -115,7 +115,7 @@ pub struct CheckpointState {
 /// A whole checkpoint file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ArmCheckpoint {
-    /// [`HARNESS_CHECKPOINT_SCHEMA_VERSION`].
+    /// `HARNESS_CHECKPOINT_SCHEMA_VERSION`.
     pub schema_version: String,
     /// Arm name.
     pub arm_key: String,
@@ -220,7 +220,7 @@ pub fn write_arm_checkpoint(
 }
 
 /// Reads and validates a checkpoint (reference `load_arm_checkpoint`); see
-/// [`validate_checkpoint`] for the checks.
+/// `validate_checkpoint` for the checks.
 pub fn load_arm_checkpoint(
     path: &Path,
     expected: &RuntimeSignature,

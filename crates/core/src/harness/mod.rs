@@ -26,32 +26,32 @@
 //! ```
 //!
 //! Modules: [`arm`] (the epoch loop), [`queue`] (lanes and concurrency
-//! keys), [`work`] (what a lane runs), [`novelty`], [`catalog`] (variant
-//! specs and frontier selection), [`checkpoint`], [`run_dir`] (outputs; [`writeback`] syncs `records.jsonl` as it grows),
+//! keys), [`work`] (what a lane runs), `novelty`, `catalog` (variant
+//! specs and frontier selection), `checkpoint`, [`run_dir`] (outputs; `writeback` syncs `records.jsonl` as it grows),
 //! [`run_files`] (the run directory's file names, `failure.json`),
-//! [`manifest`] (`manifest.json`), [`summary`] (JSON shapes), [`config`], [`error`], [`items_file`] (seeds
+//! [`manifest`] (`manifest.json`), [`summary`] (JSON shapes), `config`, `error`, [`items_file`] (seeds
 //! from a JSONL file, for the CLI, each line checked by `item_line`).
 
 pub mod arm;
-pub mod catalog;
-pub mod checkpoint;
-pub mod config;
-pub mod error;
+pub(crate) mod catalog;
+pub(crate) mod checkpoint;
+pub(crate) mod config;
+pub(crate) mod error;
 pub mod error_tally;
 pub mod grant_check;
 pub(crate) mod item_line;
 pub mod items_file;
-pub mod json_list;
+pub(crate) mod json_list;
 pub mod manifest;
-pub mod novelty;
+pub(crate) mod novelty;
 pub mod queue;
-pub mod record_line;
+pub(crate) mod record_line;
 pub mod run_dir;
 pub mod run_files;
 pub mod run_session;
 pub mod summary;
 pub mod work;
-pub mod writeback;
+pub(crate) mod writeback;
 
 #[cfg(test)]
 pub(crate) mod testing;

@@ -68,7 +68,7 @@ impl NoveltyLedger {
     }
 
     /// The record's value regardless of novelty (reference `raw_value`):
-    /// (flag weights pass through [`flag_weight`])
+    /// (flag weights pass through `flag_weight`)
     /// number of observation keys times the key weight plus the sum of its
     /// flag weights.
     pub fn raw_value(&self, record: &Record) -> f64 {

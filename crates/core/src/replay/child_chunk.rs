@@ -56,11 +56,11 @@ pub struct ChildChunk<'a, S> {
     pub fork_at: ForkAt,
     /// One task per item: child id and branch = the item's id (`child`
     /// when it has none), the lane's minimum fidelity, the item's
-    /// [`intent_of`].
+    /// [`intent_of`](super::intent_of).
     pub tasks: Vec<ChildTask>,
     /// Threads to run them on.
     pub workers: usize,
-    /// Each child's outcome as its item's result ([`child_result`]), for
+    /// Each child's outcome as its item's result ([`child_result`](super::child_result)), for
     /// [`run_child_group_finishing`](ReplayPointRegistry::run_child_group_finishing):
     /// a child's record is built on the thread that ran it.
     pub finish: &'a (dyn Fn(ChildOutcome) -> ChildItemResult + Sync),

@@ -9,8 +9,8 @@
 //! group's point is a [`GroupPoint`], kept by the adapter's group handle.
 //! What only the adapter can do — tell whether a binding still lives,
 //! export its state, run a suffix on it — is [`GroupInstance`]. The
-//! isolated children of a group are [`group_children`](super::group_children);
-//! the record shapes are [`group_records`](super::group_records).
+//! isolated children of a group are `group_children.rs`;
+//! the record shapes are `group_records.rs`.
 //!
 //! A binding lives in the instance that captured it. When the adapter loses
 //! that instance (a trap, a limit), the binding dies with it: its

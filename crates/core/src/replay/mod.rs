@@ -13,20 +13,20 @@ pub use sandloop_contract::{
 };
 
 pub use fidelity::Fidelity;
-pub mod agent_state;
-pub mod child_chunk;
+pub(crate) mod agent_state;
+pub(crate) mod child_chunk;
 pub mod counterfactual;
 pub mod crew;
 pub mod durable;
-pub mod error;
+pub(crate) mod error;
 pub mod group;
-pub mod group_children;
-pub mod group_records;
+pub(crate) mod group_children;
+pub(crate) mod group_records;
 pub mod metrics;
 pub mod planner;
-pub mod point;
+pub(crate) mod point;
 pub mod registry;
-pub mod replaying;
+pub(crate) mod replaying;
 pub mod snapshot_totals;
 
 pub use agent_state::{AgentStateStore, MemoryAgentStateStore, agent_cursor};

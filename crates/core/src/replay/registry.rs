@@ -688,7 +688,7 @@ impl<B, S: AgentStateStore> ReplayPointRegistry<B, S> {
     ///
     /// Order: restore (the receipt may not be `non_replayable` nor claim
     /// more than the captured fidelity), validate equivalence under
-    /// [`validate_equivalence_contract`], restore the agent state, run the
+    /// `validate_equivalence_contract`, restore the agent state, run the
     /// suffix, then always finalise it. A failed finalisation quarantines
     /// the point (`lifecycle = failed`). Every counter and minute total of
     /// the ledger is kept. The error of a failed suffix carries the restore

@@ -31,7 +31,7 @@ pub struct ErrorClass {
     pub class: String,
     /// Failed records of this class.
     pub count: u64,
-    /// The first [`EXAMPLES_PER_CLASS`] of them, in file order.
+    /// The first `EXAMPLES_PER_CLASS` of them, in file order.
     pub examples: Vec<ErrorExample>,
 }
 

@@ -18,24 +18,24 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod arms;
-pub mod counterfactuals;
-pub mod durations;
-pub mod economics;
-pub mod error;
-pub mod errors;
-pub mod escape;
-pub mod families;
+pub(crate) mod arms;
+pub(crate) mod counterfactuals;
+pub(crate) mod durations;
+pub(crate) mod economics;
+pub(crate) mod error;
+pub(crate) mod errors;
+pub(crate) mod escape;
+pub(crate) mod families;
 pub mod guest_output;
-pub mod head;
+pub(crate) mod head;
 pub mod html;
 mod html_parts;
 mod html_sections;
-pub mod load;
-pub mod novelty;
-pub mod record_facts;
-pub mod replay;
-pub mod svg;
+pub(crate) mod load;
+pub(crate) mod novelty;
+pub(crate) mod record_facts;
+pub(crate) mod replay;
+pub(crate) mod svg;
 
 #[cfg(test)]
 mod tests;

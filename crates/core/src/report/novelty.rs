@@ -53,7 +53,7 @@ pub struct NoveltyCurve {
     /// One point per epoch, in order.
     pub points: Vec<CurvePoint>,
     /// The curve against records, in file order: at most
-    /// [`MAX_RECORD_POINTS`] points, starting at 0 records.
+    /// `MAX_RECORD_POINTS` points, starting at 0 records.
     pub by_record: Vec<RecordPoint>,
 }
 

@@ -1,8 +1,8 @@
 //! Append-only, addressable execution traces with public-safe payloads.
 //! Mirrors `trace_runtime.py` in the reference.
 
-pub mod log;
-pub mod payload;
+pub(crate) mod log;
+pub(crate) mod payload;
 
 pub use log::{TraceEvent, TraceEventKind, TraceLog};
 pub use payload::{

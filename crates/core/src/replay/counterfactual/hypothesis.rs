@@ -79,7 +79,7 @@ pub struct CounterfactualHypothesis {
     /// The weakest fidelity a promotion may rest on (default
     /// `semantic_equivalent`; never `non_replayable`).
     pub minimum_fidelity: Fidelity,
-    /// The candidates (at least one, at most [`MAX_CANDIDATES`]).
+    /// The candidates (at least one, at most `MAX_CANDIDATES`).
     pub candidates: Vec<CounterfactualCandidate>,
 }
 

@@ -7,21 +7,21 @@
 //! when every fix passes and no guard regresses on a restore eligible for
 //! promotion.
 //!
-//! - [`hypothesis`]: the hypothesis file and the reference's
+//! - `hypothesis`: the hypothesis file and the reference's
 //!   `__post_init__` rules;
-//! - [`outcomes`]: the checks on what a candidate reports;
-//! - [`evaluate`]: the promotion rules (`evaluate_counterfactual_candidate`)
+//! - `outcomes`: the checks on what a candidate reports;
+//! - `evaluate`: the promotion rules (`evaluate_counterfactual_candidate`)
 //!   and the result records (`to_record` shapes);
-//! - [`run_files`]: the run directory's side: the item's addressable trace
+//! - `run_files`: the run directory's side: the item's addressable trace
 //!   from `traces/`, and `counterfactuals.jsonl`.
 //!
 //! Nothing here runs a component; `sandloop counterfactual` forks and runs
 //! the children through [`ReplayPointRegistry::run_child_group_from`](super::ReplayPointRegistry::run_child_group_from).
 
-pub mod evaluate;
-pub mod hypothesis;
-pub mod outcomes;
-pub mod run_files;
+pub(crate) mod evaluate;
+pub(crate) mod hypothesis;
+pub(crate) mod outcomes;
+pub(crate) mod run_files;
 
 pub use evaluate::{
     AddressableTrace, CandidateResult, CounterfactualDecision, CounterfactualGroupResult,
