@@ -22,6 +22,7 @@ use super::finished_run::{
 use super::{CliError, say};
 use crate::episode::adapter::CallContext;
 use crate::episode::units::GroupId;
+use crate::finished_run::OfflineError;
 use crate::finished_run::offline::{
     ItemPosition, ReplayPlan, append_line, find_record, plan_replay, run_source,
 };
@@ -57,10 +58,13 @@ pub fn counterfactual(args: CounterfactualArgs) -> Result<(), CliError> {
     // Held throughout: no run writes the directory meanwhile, and two
     // commands never interleave their lines.
     let _lock = lock_run(run, "counterfactual")?;
-    let source = run_source(run).map_err(CliError::Input)?;
+    let source = run_source(run)?;
     let all_points = load_points(run).map_err(|error| input(error.to_string()))?;
-    let mut position = find_record(run, &hypothesis.item_id, hypothesis.epoch)
-        .map_err(|message| named("item_id", message))?;
+    let mut position =
+        find_record(run, &hypothesis.item_id, hypothesis.epoch).map_err(|error| match error {
+            OfflineError::Input(message) => named("item_id", message),
+            io => CliError::from(io),
+        })?;
     if !failed(&position.record) {
         return Err(named(
             "item_id",
@@ -177,7 +181,7 @@ pub fn counterfactual(args: CounterfactualArgs) -> Result<(), CliError> {
         "metrics": metrics.snapshot(),
         "release_error": release_error,
     });
-    append_line(&mut file, &path, earlier.partial, &report).map_err(CliError::Failed)?;
+    append_line(&mut file, &path, earlier.partial, &report)?;
     if args.json {
         say(&serde_json::to_string_pretty(&report).expect("a JSON value serialises"));
     } else {

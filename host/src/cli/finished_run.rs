@@ -316,12 +316,16 @@ pub fn lock_run(run: &Path, command: &str) -> Result<sandloop_core::dir_lock::Di
 /// command writes inside its run directory only
 /// ([`sandloop_core::atomic::open_regular`]).
 pub fn open_run_log(path: &Path) -> Result<(std::fs::File, ReplaysFile), CliError> {
-    let file = sandloop_core::atomic::open_regular(
-        std::fs::OpenOptions::new().create(true).append(true),
+    let mut file = sandloop_core::atomic::open_regular(
+        std::fs::OpenOptions::new()
+            .read(true)
+            .create(true)
+            .append(true),
         path,
     )
     .map_err(|error| input(error.to_string()))?;
-    Ok((file, ReplaysFile::read(path)))
+    let log = ReplaysFile::read(&mut file, path)?;
+    Ok((file, log))
 }
 
 /// An error's `stage`, `type` and `message`, as `replays.jsonl` and
@@ -421,7 +425,10 @@ mod tests {
                         prop_assert!(message.contains(&dir.path().display().to_string()), "{}", message);
                     }
                 }
-                Err(message) => {
+                Err(error) => {
+                    let crate::finished_run::OfflineError::Input(message) = error else {
+                        panic!("a readable manifest is never an I/O error: {error}");
+                    };
                     prop_assert!(message.contains(&dir.path().display().to_string()), "{}", message);
                 }
             }

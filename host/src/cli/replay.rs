@@ -46,9 +46,9 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
     // two replays of one run never interleave.
     let _lock = lock_run(run, "replay")?;
 
-    let source = run_source(run).map_err(CliError::Input)?;
+    let source = run_source(run)?;
     let all_points = load_points(run).map_err(|error| input(error.to_string()))?;
-    let mut position = find_record(run, &args.item, args.epoch).map_err(CliError::Input)?;
+    let mut position = find_record(run, &args.item, args.epoch)?;
     let ReplayPlan {
         line,
         selection,
@@ -175,7 +175,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         "metrics": metrics.snapshot(),
         "release_error": release_error,
     });
-    append_line(&mut replays, &replays_path, earlier.partial, &report).map_err(CliError::Failed)?;
+    append_line(&mut replays, &replays_path, earlier.partial, &report)?;
     if args.json {
         say(&serde_json::to_string_pretty(&report).expect("a JSON value serialises"));
     } else {

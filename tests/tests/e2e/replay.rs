@@ -616,6 +616,25 @@ fn replay_reruns_a_failed_suffix_and_refuses_bad_input_without_writing() {
         ],
         "is not a directory",
     );
+    {
+        // A records.jsonl that cannot be read is a failed read (exit 1),
+        // not bad input; nothing is written.
+        let records = out.join("records.jsonl");
+        let aside = out.join("records.jsonl.aside");
+        std::fs::rename(&records, &aside).unwrap();
+        std::fs::create_dir(&records).unwrap();
+        let before = std::fs::read_to_string(&replays).unwrap();
+        let output = run(&["replay", "--run", s(&out), "--item", "honest"]);
+        assert_eq!(code(&output), 1, "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains("cannot read ") && stderr(&output).contains("records.jsonl"),
+            "{}",
+            stderr(&output)
+        );
+        assert_eq!(std::fs::read_to_string(&replays).unwrap(), before);
+        std::fs::remove_dir(&records).unwrap();
+        std::fs::rename(&aside, &records).unwrap();
+    }
     let state = out.join(
         point(&points, "honest")["durable_state"]["file"]
             .as_str()

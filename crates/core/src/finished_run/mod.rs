@@ -4,5 +4,8 @@
 //! `sandloop plan` weighs ([`evidence`]). Above `harness` (the run's files)
 //! and `replay` (points, children, the planner), which never name it.
 
+mod error;
 pub mod evidence;
 pub mod offline;
+
+pub use error::OfflineError;

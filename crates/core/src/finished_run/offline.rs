@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::OfflineError;
 use crate::episode::adapter::Record;
 use crate::episode::units::GroupId;
 use crate::harness::RunManifest;
@@ -62,28 +63,40 @@ struct RecordHead {
 /// a damaged line fails the search wherever it is, as the run's other
 /// readers do.
 ///
-/// Errors: a message naming the file and line of an unreadable record, or
-/// saying why the item cannot be replayed (no record, another epoch, a
-/// shared prefix, outside any group).
-pub fn find_record(run: &Path, item_id: &str, epoch: Option<u32>) -> Result<ItemPosition, String> {
+/// Errors: [`OfflineError::Input`] naming the file and line of a damaged
+/// record, or saying why the item cannot be replayed (no `records.jsonl`,
+/// no record, another epoch, a shared prefix, outside any group);
+/// [`OfflineError::Io`] when `records.jsonl` cannot be read.
+pub fn find_record(
+    run: &Path,
+    item_id: &str,
+    epoch: Option<u32>,
+) -> Result<ItemPosition, OfflineError> {
     let path = run.join(RECORDS_FILE);
-    let file = std::fs::File::open(&path)
-        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let cannot_read = |error: &std::io::Error| {
+        OfflineError::reading(&path, error, || {
+            format!(
+                "{} does not exist: the run has not finished a record yet",
+                path.display()
+            )
+        })
+    };
+    let file = std::fs::File::open(&path).map_err(|error| cannot_read(&error))?;
     let mut found: Option<Record> = None;
     let mut epochs: Vec<u32> = Vec::new();
     for (index, line) in BufReader::new(file).lines().enumerate() {
         let line = line.map_err(|error| match error.kind() {
             std::io::ErrorKind::InvalidData => {
-                format!("{}:{}: not valid UTF-8", path.display(), index + 1)
+                OfflineError::Input(format!("{}:{}: not valid UTF-8", path.display(), index + 1))
             }
-            _ => format!("cannot read {}: {error}", path.display()),
+            _ => cannot_read(&error),
         })?;
         let not_a_record = |error: serde_json::Error| {
-            format!(
+            OfflineError::Input(format!(
                 "{}:{}: not a JSON record: {error}",
                 path.display(),
                 index + 1
-            )
+            ))
         };
         let head: RecordHead = serde_json::from_str(&line).map_err(not_a_record)?;
         if head.item_id.as_str() != Some(item_id) {
@@ -107,29 +120,29 @@ pub fn find_record(run: &Path, item_id: &str, epoch: Option<u32>) -> Result<Item
         && !epochs.is_empty()
     {
         let list: Vec<String> = epochs.iter().map(u32::to_string).collect();
-        return Err(format!(
+        return Err(OfflineError::Input(format!(
             "item {item_id:?} has no record in epoch {epoch}; it ran in epoch {}",
             list.join(", ")
-        ));
+        )));
     }
     if item_id.ends_with(":shared-prefix") {
-        return Err(format!(
+        return Err(OfflineError::Input(format!(
             "{item_id:?} is a shared-prefix record; a replay point starts after the prefix, so replay one of the group's items instead"
-        ));
+        )));
     }
     let record = found.ok_or_else(|| {
-        format!(
+        OfflineError::Input(format!(
             "{} has no record of item {item_id:?}; give the item_id of a seed or variant the run executed",
             path.display()
-        )
+        ))
     })?;
     let execution_group_id = record
         .get("execution_group_id")
         .and_then(Value::as_str)
         .ok_or_else(|| {
-            format!(
+            OfflineError::Input(format!(
                 "item {item_id:?} ran outside an episode group (no execution_group_id), so no replay point covers it"
-            )
+            ))
         })?
         .to_string();
     let replay = record.get("replay").and_then(Value::as_object);
@@ -162,22 +175,27 @@ pub struct RunSource {
 }
 
 /// The run's last invocation options from `manifest.json` (a
-/// [`RunManifest`]); errors name the file and the field at fault.
-pub fn run_source(run: &Path) -> Result<RunSource, String> {
+/// [`RunManifest`]).
+///
+/// Errors: [`OfflineError::Input`] for a missing or damaged manifest,
+/// naming the file and the field at fault; [`OfflineError::Io`] when it
+/// cannot be read.
+pub fn run_source(run: &Path) -> Result<RunSource, OfflineError> {
     let path = run.join(MANIFEST_FILE);
     let manifest: RunManifest = read_run_file(&path).map_err(|error| match error {
-        RunFileError::Read { source, .. } => format!(
-            "{} is not a sandloop run directory (cannot read {MANIFEST_FILE}: {source})",
-            run.display()
-        ),
-        other => other.to_string(),
+        RunFileError::Read { source, .. } => OfflineError::reading(&path, &source, || {
+            format!(
+                "{} is not a sandloop run directory (cannot read {MANIFEST_FILE}: {source})",
+                run.display()
+            )
+        }),
+        other => OfflineError::Input(other.to_string()),
     })?;
     let sha256 = manifest.adapter.sha256;
-    let last = manifest
-        .invocations
-        .into_iter()
-        .last()
-        .ok_or_else(|| format!("{}: no invocation options", path.display()))?;
+    let last =
+        manifest.invocations.into_iter().last().ok_or_else(|| {
+            OfflineError::Input(format!("{}: no invocation options", path.display()))
+        })?;
     Ok(RunSource {
         options: last.options,
         cwd: last.cwd,
@@ -335,16 +353,25 @@ pub struct ReplaysFile {
 }
 
 impl ReplaysFile {
-    /// Read `path` (missing: empty).
-    pub fn read(path: &Path) -> Self {
-        let bytes = std::fs::read(path).unwrap_or_default();
-        Self {
+    /// What the log open as `file` (for reading, at `path`) holds.
+    ///
+    /// Errors: [`OfflineError::Io`] when it cannot be read: a log that was
+    /// counted as empty could be appended to after a partial line.
+    pub fn read(file: &mut std::fs::File, path: &Path) -> Result<Self, OfflineError> {
+        use std::io::{Read, Seek};
+        let mut bytes = Vec::new();
+        file.seek(std::io::SeekFrom::Start(0))
+            .and_then(|_| file.read_to_end(&mut bytes))
+            .map_err(|error| {
+                OfflineError::Io(format!("cannot read {}: {error}", path.display()))
+            })?;
+        Ok(Self {
             lines: bytes
                 .split(|byte| *byte == b'\n')
                 .filter(|line| !line.trim_ascii().is_empty())
                 .count(),
             partial: bytes.last().is_some_and(|last| *last != b'\n'),
-        }
+        })
     }
 }
 
@@ -353,14 +380,14 @@ impl ReplaysFile {
 /// write that fails part way (a full disk) is cut back to the file's length
 /// before it: the log never keeps half a line this call wrote.
 ///
-/// Errors: the write failed, naming `path` (and the cut back, if that
-/// failed too).
+/// Errors: [`OfflineError::Io`]: the write failed, naming `path` (and the
+/// cut back, if that failed too).
 pub fn append_line(
     file: &mut std::fs::File,
     path: &Path,
     partial: bool,
     value: &Value,
-) -> Result<(), String> {
+) -> Result<(), OfflineError> {
     let mut text = Vec::new();
     if partial {
         text.push(b'\n');
@@ -369,13 +396,13 @@ pub fn append_line(
     text.push(b'\n');
     let before = file
         .metadata()
-        .map_err(|error| format!("cannot read {}: {error}", path.display()))?
+        .map_err(|error| OfflineError::Io(format!("cannot read {}: {error}", path.display())))?
         .len();
     file.write_all(&text).map_err(|error| {
         let cut = file.set_len(before).err().map_or_else(String::new, |cut| {
             format!("; cutting it back to {before} bytes failed too: {cut}")
         });
-        format!("cannot write {}: {error}{cut}", path.display())
+        OfflineError::Io(format!("cannot write {}: {error}{cut}", path.display()))
     })
 }
 
@@ -395,7 +422,7 @@ mod tests {
             b"{\"item_id\":\"a\"}\n{\"item_id\":\"a\",\"x\":\"\xff\"}\n",
         )
         .unwrap();
-        let Err(message) = find_record(dir.path(), "a", None) else {
+        let Err(OfflineError::Input(message)) = find_record(dir.path(), "a", None) else {
             panic!("expected an input error");
         };
         assert!(message.contains("records.jsonl:2: "), "{message}");
@@ -423,12 +450,59 @@ mod tests {
         }
         // A damaged line that does not hold the id is still reported.
         std::fs::write(&path, format!("{{not json\n{text}")).unwrap();
-        let Err(message) = find_record(dir.path(), "plain", None) else {
-            panic!("a damaged line must fail the search");
+        let Err(OfflineError::Input(message)) = find_record(dir.path(), "plain", None) else {
+            panic!("a damaged line must fail the search as bad input");
         };
         assert!(
             message.starts_with(&format!("{}:1: not a JSON record", path.display())),
             "{message}"
+        );
+    }
+
+    #[test]
+    fn a_missing_run_file_is_bad_input_and_an_unreadable_one_a_failed_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let Err(OfflineError::Input(message)) = find_record(dir.path(), "a", None) else {
+            panic!("no records.jsonl is the request's fault");
+        };
+        assert!(
+            message.contains("records.jsonl does not exist"),
+            "{message}"
+        );
+        let Err(OfflineError::Input(message)) = run_source(dir.path()) else {
+            panic!("no manifest.json is the request's fault");
+        };
+        assert!(
+            message.contains("is not a sandloop run directory"),
+            "{message}"
+        );
+
+        // A directory where the file belongs opens but cannot be read.
+        std::fs::create_dir(dir.path().join(RECORDS_FILE)).unwrap();
+        std::fs::create_dir(dir.path().join(MANIFEST_FILE)).unwrap();
+        let Err(OfflineError::Io(message)) = find_record(dir.path(), "a", None) else {
+            panic!("an unreadable records.jsonl is a failed read");
+        };
+        assert!(message.starts_with("cannot read "), "{message}");
+        assert!(matches!(run_source(dir.path()), Err(OfflineError::Io(_))));
+    }
+
+    #[test]
+    fn the_replays_log_is_counted_from_its_open_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(REPLAYS_FILE);
+        std::fs::write(&path, "{\"a\":1}\n\n{\"b\":").unwrap();
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let log = ReplaysFile::read(&mut file, &path).unwrap();
+        assert_eq!((log.lines, log.partial), (2, true));
+        append_line(&mut file, &path, log.partial, &serde_json::json!({"c": 3})).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"a\":1}\n\n{\"b\":\n{\"c\":3}\n"
         );
     }
 
@@ -474,7 +548,9 @@ mod tests {
             text.extend(&bad);
             text.extend(b"\n");
             std::fs::write(dir.path().join("records.jsonl"), &text).unwrap();
-            if let Err(message) = find_record(dir.path(), "it", None) {
+            let found = find_record(dir.path(), "it", None);
+            prop_assert!(!matches!(found, Err(OfflineError::Io(_))), "a readable file is never an I/O error");
+            if let Err(OfflineError::Input(message)) = found {
                 let path = dir.path().join("records.jsonl").display().to_string();
                 if message.starts_with(&path) && !message.contains(" has no record of item ") {
                     prop_assert!(message.starts_with(&format!("{path}:{}: ", before + 1)), "{}", message);
