@@ -187,7 +187,7 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
             Ok(())
         };
     write(&plugin_rel, &bytes, &mut created)?;
-    for (relative, content) in (template.files)(&plugin_rel) {
+    for (relative, content) in template.files(&plugin_rel) {
         write(&relative, content.as_bytes(), &mut created)?;
     }
     say("created:");
