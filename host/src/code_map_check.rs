@@ -56,7 +56,7 @@ fn section<'a>(page: &'a str, heading: &str) -> Option<&'a str> {
 }
 
 /// Every `.rs` file under `dir`, recursively.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let Ok(entries) = fs::read_dir(dir) else {
         return found;

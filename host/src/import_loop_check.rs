@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 
-use crate::code_map_check::is_test_module;
+use crate::code_map_check::{is_test_module, rust_files};
 
 /// The source folders checked: one crate each.
 const CRATES: &[&str] = &[
@@ -157,8 +157,21 @@ fn resolve(from: &str, path: &[String], modules: &BTreeSet<String>) -> Option<St
 /// The import edges between the files under `src`: module → the modules
 /// it names (itself left out).
 fn import_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut files = Vec::new();
-    collect(src, src, &mut files);
+    let files: Vec<(String, String)> = rust_files(src)
+        .into_iter()
+        .filter_map(|path| {
+            let relative = path
+                .strip_prefix(src)
+                .ok()?
+                .to_string_lossy()
+                .replace('\\', "/");
+            if is_test_module(&relative) {
+                return None;
+            }
+            let text = fs::read_to_string(&path).unwrap();
+            Some((relative, text))
+        })
+        .collect();
     let modules: BTreeSet<String> = files
         .iter()
         .map(|(relative, _)| module_of(relative))
@@ -186,28 +199,6 @@ fn top_level(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, BTr
         entry.extend(names.iter().map(|to| top(to)).filter(|to| *to != top(from)));
     }
     collapsed
-}
-
-/// Every non-test `.rs` file under `dir`, as (path under `src`, text).
-fn collect(src: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            collect(src, &path, out);
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
-            let relative = path
-                .strip_prefix(src)
-                .unwrap()
-                .to_string_lossy()
-                .replace('\\', "/");
-            if !is_test_module(&relative) {
-                out.push((relative, fs::read_to_string(&path).unwrap()));
-            }
-        }
-    }
 }
 
 /// The loops of `graph`: each set of two or more modules that all reach

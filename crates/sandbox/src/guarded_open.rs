@@ -12,10 +12,11 @@
 //!    with a guest that swaps the path), and anything but a regular file or
 //!    directory is closed again and refused with `not-permitted`.
 //! 2. **An instance holds at most `--max-open-files` descriptors** opened
-//!    this way (default [`DEFAULT_MAX_OPEN_FILES`]). One more open gets
-//!    `insufficient-memory` from WASI; the host's own descriptors are never
-//!    the guest's to spend. The instance's resource table (descriptors,
-//!    streams, pollables together) is capped too
+//!    this way (default
+//!    [`DEFAULT_MAX_OPEN_FILES`](sandloop_core::limits::DEFAULT_MAX_OPEN_FILES)).
+//!    One more open gets `insufficient-memory` from WASI; the host's own
+//!    descriptors are never the guest's to spend. The instance's resource
+//!    table (descriptors, streams, pollables together) is capped too
 //!    ([`resource_table_capacity`](crate::open_files::resource_table_capacity));
 //!    a guest past that cap traps.
 //!
@@ -38,7 +39,6 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 };
 
 use super::host_state::HostState;
-pub use super::open_files::DEFAULT_MAX_OPEN_FILES;
 
 /// The WASI interface whose `open-at` [`link_guarded_open`] replaces.
 const FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";

@@ -7,9 +7,6 @@ use std::collections::BTreeSet;
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::filesystem::Descriptor;
 
-/// Descriptors an instance may hold open by default (`--max-open-files`).
-pub use sandloop_core::limits::DEFAULT_MAX_OPEN_FILES;
-
 /// Entries an instance's resource table may hold for a limit of
 /// `max_open_files` descriptors: room for a stream and a pollable per file,
 /// plus the preopens, stdio and clocks.

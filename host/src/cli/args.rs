@@ -544,7 +544,7 @@ pub struct SandboxArgs {
     #[arg(
         long,
         value_name = "N",
-        default_value_t = crate::sandbox::guarded_open::DEFAULT_MAX_OPEN_FILES,
+        default_value_t = sandloop_core::limits::DEFAULT_MAX_OPEN_FILES,
         allow_negative_numbers = true
     )]
     pub max_open_files: usize,

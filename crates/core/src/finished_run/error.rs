@@ -29,7 +29,12 @@ impl OfflineError {
     pub fn reading(path: &Path, error: &io::Error, missing: impl FnOnce() -> String) -> Self {
         match error.kind() {
             io::ErrorKind::NotFound => OfflineError::Input(missing()),
-            _ => OfflineError::Io(format!("cannot read {}: {error}", path.display())),
+            _ => OfflineError::cannot_read(path, error),
         }
+    }
+
+    /// A failed read of `path`, which exists ([`OfflineError::Io`]).
+    pub fn cannot_read(path: &Path, error: &io::Error) -> Self {
+        OfflineError::Io(format!("cannot read {}: {error}", path.display()))
     }
 }

@@ -362,9 +362,7 @@ impl ReplaysFile {
         let mut bytes = Vec::new();
         file.seek(std::io::SeekFrom::Start(0))
             .and_then(|_| file.read_to_end(&mut bytes))
-            .map_err(|error| {
-                OfflineError::Io(format!("cannot read {}: {error}", path.display()))
-            })?;
+            .map_err(|error| OfflineError::cannot_read(path, &error))?;
         Ok(Self {
             lines: bytes
                 .split(|byte| *byte == b'\n')
@@ -396,7 +394,7 @@ pub fn append_line(
     text.push(b'\n');
     let before = file
         .metadata()
-        .map_err(|error| OfflineError::Io(format!("cannot read {}: {error}", path.display())))?
+        .map_err(|error| OfflineError::cannot_read(path, &error))?
         .len();
     file.write_all(&text).map_err(|error| {
         let cut = file.set_len(before).err().map_or_else(String::new, |cut| {

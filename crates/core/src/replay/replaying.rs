@@ -76,12 +76,6 @@ impl<A: GroupInstance + EpisodeAdapter> Replaying<A> {
         &self.inner
     }
 
-    /// The adapter that runs the calls, mutably (calls made on it directly
-    /// bypass the group's point).
-    pub fn inner_mut(&mut self) -> &mut A {
-        &mut self.inner
-    }
-
     /// The lane's replay state: its registry and settings.
     pub fn lane(&self) -> Option<&GroupLane<A::Binding>> {
         self.lane.as_ref()
@@ -164,14 +158,12 @@ impl<A: GroupInstance + EpisodeAdapter> EpisodeAdapter for Replaying<A> {
         item: &Item,
         ctx: &CallContext,
     ) -> Result<Record, AdapterError> {
-        let from_point = match (self.lane.as_mut(), handle.point_id()) {
-            (Some(lane), Some(point_id)) => lane.run_suffix(&mut self.inner, &point_id, item, ctx),
+        let from_point = match (self.lane.as_mut(), handle.point.borrow().as_ref()) {
+            (Some(lane), Some(point)) => lane.run_suffix(&mut self.inner, &point.id, item, ctx),
             _ => None,
         };
-        let result = match from_point {
-            Some(result) => result,
-            None => self.inner.execute_episode(&handle.inner, item, ctx),
-        };
+        let result =
+            from_point.unwrap_or_else(|| self.inner.execute_episode(&handle.inner, item, ctx));
         if let Some(point) = handle.point.borrow_mut().as_mut() {
             point.observe_suffix(result.is_ok());
         }
@@ -191,10 +183,11 @@ impl<A: GroupInstance + EpisodeAdapter> EpisodeAdapter for Replaying<A> {
     ) -> Option<Vec<(Result<Record, AdapterError>, f64)>> {
         let mut slot = handle.point.borrow_mut();
         let (Some(lane), Some(point)) = (self.lane.as_mut(), slot.as_mut()) else {
-            drop(slot);
             return self.inner.execute_episode_batch(&handle.inner, items, ctx);
         };
-        if !lane.usable(&self.inner, &point.id) {
+        // A deferred export or snapshot is taken only of a point its
+        // children can still fork from (`run_children` checks the rest).
+        if point.pending.is_some() && !lane.usable(&self.inner, &point.id) {
             return None;
         }
         if let Some(pending) = point.pending.take() {

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::RunReport;
 use super::arms::aggregate_arms;
 use super::escape::escape;
-use super::html_parts::{TimeUnit, duration, json_text, num, plural, section, table, table_of};
+use super::html_parts::{TimeUnit, duration, json_text, num, section, table, table_of};
 use super::svg::{Axis, COLORS, Series, line_chart};
 
 use super::html_sections as sections;
@@ -84,6 +84,12 @@ fn page(title: &str, body: &str, drawing: &Drawing) -> String {
         humantime::format_rfc3339_seconds(drawing.at),
         env!("CARGO_PKG_VERSION"),
     )
+}
+
+/// `1 epoch`, `2 epochs`.
+fn plural(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// The report of one run.

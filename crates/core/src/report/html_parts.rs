@@ -133,12 +133,6 @@ pub(super) fn duration(minutes: f64) -> String {
     TimeUnit::for_minutes(minutes).text(minutes)
 }
 
-/// `1 epoch`, `2 epochs`.
-pub(super) fn plural(n: impl Into<u64>, one: &str, many: &str) -> String {
-    let n = n.into();
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
 /// A JSON value as escaped text (strings without quotes).
 pub(super) fn json_text(value: &Value) -> String {
     match value {

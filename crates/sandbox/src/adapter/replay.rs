@@ -66,26 +66,27 @@ pub struct ReplayOptions {
 /// adapter's [`SnapshotPoint`]s).
 pub(super) type GroupPoint = sandloop_core::replay::GroupPoint<SnapshotPoint>;
 
-impl ReplayOptions {
-    /// The group rules' settings of these options.
-    fn group_settings(&self) -> GroupSettings {
-        GroupSettings {
-            metrics: Arc::clone(&self.metrics),
-            store: self.store.clone(),
-            minimum_fidelity: self.minimum_fidelity,
-            child_workers: self.child_workers,
-            fork_by_snapshot: self.snapshots.is_some(),
-        }
-    }
-}
-
 impl WasmAdapter {
     /// This adapter with a replay point captured after every prepared
     /// prefix and each suffix run from it ([`Replaying`]), when the
     /// component exports `replay` (otherwise every call passes through).
     pub fn with_replay(mut self, options: ReplayOptions) -> Replaying<WasmAdapter> {
-        self.snapshots = options.snapshots.clone();
-        Replaying::new(self, Some(options.group_settings()))
+        let ReplayOptions {
+            metrics,
+            store,
+            minimum_fidelity,
+            child_workers,
+            snapshots,
+        } = options;
+        let settings = GroupSettings {
+            metrics,
+            store,
+            minimum_fidelity,
+            child_workers,
+            fork_by_snapshot: snapshots.is_some(),
+        };
+        self.snapshots = snapshots;
+        Replaying::new(self, Some(settings))
     }
 
     /// This adapter without replay points, as the lane type of a run that
