@@ -19,6 +19,7 @@
 #![deny(unsafe_code)]
 
 pub mod atomic;
+pub mod compile_cost;
 pub mod digest;
 pub mod dir_grant;
 pub mod dir_lock;

@@ -19,17 +19,8 @@ pub fn cache_path(dir: &Path, sha256: &str, engine: &Engine) -> PathBuf {
     dir.join(format!("{sha256}-{:016x}.cwasm", hasher.finish()))
 }
 
-/// Outcome of [`load_or_compile`], for reporting.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CacheOutcome {
-    /// Loaded from the cache.
-    Hit,
-    /// Compiled and written to the cache.
-    Miss,
-    /// Compiled; caching is off or the cache could not be written.
-    Uncached,
-}
+/// Outcome of [`load_or_compile`], for reporting (the shape is core's).
+pub use sandloop_core::compile_cost::CacheOutcome;
 
 /// Load the compiled component for `bytes` from `cache_dir`, or compile it
 /// and store the result atomically with its sha256 beside it. A cache file

@@ -22,6 +22,7 @@ pub mod component;
 pub mod config;
 pub mod crash;
 pub mod engine;
+pub mod finished_run;
 pub mod function_cache;
 pub mod guarded_open;
 pub mod host_state;

@@ -9,34 +9,22 @@
 //! `counterfactuals.jsonl`.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::args::CounterfactualArgs;
-use super::finished_run::{
-    AdoptedPoint, ComponentSource, adopt_point, error_fields, load_run_adapter, lock_run,
-    open_run_log, point_state_and_item,
-};
+use super::finished_run::load_component;
 use super::{CliError, say};
-use crate::episode::adapter::CallContext;
 use crate::episode::units::GroupId;
-use crate::finished_run::OfflineError;
-use crate::finished_run::offline::{
-    ItemPosition, ReplayPlan, append_line, find_record, plan_replay, run_source,
-};
+use crate::finished_run::offline::ItemPosition;
+use crate::finished_run::{CounterfactualReport, FinishedRun, OfflineError};
 use crate::replay::counterfactual::{
-    AddressableTrace, COUNTERFACTUALS_FILE, CandidateResult, CounterfactualGroupResult,
-    CounterfactualHypothesis, candidate_tasks, read_addressable_trace, settle_group,
+    AddressableTrace, COUNTERFACTUALS_FILE, CandidateResult, CounterfactualHypothesis,
+    read_addressable_trace,
 };
-use crate::replay::durable::{DurableKind, PointLine, load_points};
-use crate::replay::{
-    MemoryAgentStateStore, ReplayCause, ReplayError, ReplayMetricLedger, ReplayPoint,
-    ReplayPointRegistry, ReplayStage,
-};
-use crate::sandbox::WasmAdapter;
-use crate::sandbox::adapter::{AdoptedFork, BindingHandle, run_adopted_children};
+use crate::replay::durable::{DurableKind, PointLine};
+use crate::sandbox::finished_run::{CounterfactualRequest, run_counterfactual};
 
 fn input(message: impl Into<String>) -> CliError {
     CliError::Input(message.into())
@@ -51,20 +39,15 @@ pub fn counterfactual(args: CounterfactualArgs) -> Result<(), CliError> {
     let named = |field: &str, message: String| {
         input(format!("{}: {field}: {message}", args.hypothesis.display()))
     };
-    let run = &args.run;
-    if !run.is_dir() {
-        return Err(input(format!("{} is not a directory", run.display())));
-    }
     // Held throughout: no run writes the directory meanwhile, and two
     // commands never interleave their lines.
-    let _lock = lock_run(run, "counterfactual")?;
-    let source = run_source(run)?;
-    let all_points = load_points(run).map_err(|error| input(error.to_string()))?;
+    let run = FinishedRun::open(&args.run, "counterfactual")?;
     let mut position =
-        find_record(run, &hypothesis.item_id, hypothesis.epoch).map_err(|error| match error {
-            OfflineError::Input(message) => named("item_id", message),
-            io => CliError::from(io),
-        })?;
+        run.find(&hypothesis.item_id, hypothesis.epoch)
+            .map_err(|error| match error {
+                OfflineError::Input(message) => named("item_id", message),
+                other => CliError::from(other),
+            })?;
     if !failed(&position.record) {
         return Err(named(
             "item_id",
@@ -78,34 +61,25 @@ pub fn counterfactual(args: CounterfactualArgs) -> Result<(), CliError> {
 
     // The trace the hypothesis addresses: the item's branch and, for an
     // item that ran as a child, the branch of the point it forked from.
-    let trace = addressable_trace(run, &position, &all_points)?;
+    let trace = addressable_trace(run.dir(), &position, run.points())?;
     trace
         .check_addressed(&hypothesis)
         .map_err(|message| input(format!("{}: {message}", args.hypothesis.display())))?;
-    let ReplayPlan {
-        line, selection, ..
-    } = plan_replay(
-        &all_points,
-        &mut position,
-        Some(hypothesis.first_affected_sequence),
-        hypothesis.minimum_fidelity,
-    )
-    .map_err(|message| named("first_affected_sequence", message))?;
-    let state_file = line
-        .durable_state
-        .as_ref()
-        .expect("a planned point is durable");
-    let (state, item) = point_state_and_item(run, &line, &hypothesis.item_id)
-        .map_err(|error| error.unwrap_or_else(|message| named("item_id", message)))?;
-
-    let from = ComponentSource {
-        run,
-        component: &args.component,
-        // The point's instance, and every candidate's child (all forked
-        // before any runs), with one to spare for a re-instantiation.
-        instances: hypothesis.candidates.len() as u32 + 2,
-    };
-    let loaded = load_run_adapter(&from, &source, state_file.kind)?;
+    let plan = run
+        .plan(
+            &mut position,
+            Some(hypothesis.first_affected_sequence),
+            hypothesis.minimum_fidelity,
+        )
+        .map_err(|message| named("first_affected_sequence", message))?;
+    let (state, item) = run
+        .point_state(&plan.line, &hypothesis.item_id)?
+        .map_err(|message| named("item_id", message))?;
+    let kind = plan.line.durable_state.as_ref().expect("planned").kind;
+    // The point's instance, and every candidate's child (all forked before
+    // any runs), with one to spare for a re-instantiation.
+    let instances = hypothesis.candidates.len() as u32 + 2;
+    let loaded = load_component(&run, &args.component, instances, kind)?;
     if !loaded.protocols.counterfactual {
         return Err(input(format!(
             "the run's component ({}…) does not export `sandloop:adapter/counterfactual@0.2.0`, \
@@ -115,88 +89,29 @@ pub fn counterfactual(args: CounterfactualArgs) -> Result<(), CliError> {
     }
 
     // Everything is checked; the result must have somewhere to go.
-    let path = run.join(COUNTERFACTUALS_FILE);
-    let (mut file, earlier) = open_run_log(&path)?;
-    let started = Instant::now();
-    let metrics = Arc::new(ReplayMetricLedger::new());
-    selection.count(&metrics);
-    let mut registry = ReplayPointRegistry::new(MemoryAgentStateStore::new(), Arc::clone(&metrics));
-    let AdoptedPoint {
-        mut adapter,
-        snapshot,
-        point,
-    } = adopt_point(&loaded, &line, &state, &mut registry)?;
-    let snapshot_cost = snapshot.as_ref().map(|(cost, _)| cost.clone());
-    let ctx = CallContext {
-        arm: line.arm.clone(),
-        epoch: line.epoch,
-        branch_id: "counterfactual".into(),
-        execution_group_id: Some(line.execution_group_id.clone()),
+    let mut log = run.open_log(COUNTERFACTUALS_FILE)?;
+    let request = CounterfactualRequest {
+        hypothesis: &hypothesis,
+        trace: &trace,
+        workers: args.child_workers as usize,
     };
-    let workers = args.child_workers as usize;
-    let group = point.and_then(|point| {
-        let fork = match snapshot {
-            None => AdoptedFork::State(Arc::new(state)),
-            Some((cost, compiled)) => AdoptedFork::Snapshot {
-                compiled,
-                token: state_file
-                    .binding_token
-                    .expect("a snapshot point has a token"),
-                state: exported_state(&mut adapter, &registry, &point)?,
-                compile_ms: cost.compile_ms,
-            },
-        };
-        let tasks = candidate_tasks(&hypothesis, &point, &item);
-        let settled =
-            run_adopted_children(&adapter, &mut registry, &point, fork, tasks, workers, &ctx)?;
-        settle_group(&trace, &hypothesis, &point, settled, workers > 1).map_err(|message| {
-            ReplayError::new(ReplayStage::Suffix, ReplayCause::Contract(message))
-        })
-    });
-    let release_error = registry
-        .release(&mut adapter, &line.point.replay_point_id)
-        .err()
-        .map(|error| error_fields(&error));
-
-    let promoted: Vec<String> = group
-        .as_ref()
-        .map(|group| group.promoted().into_iter().map(str::to_string).collect())
-        .unwrap_or_default();
-    let report = json!({
-        "schema_version": "sandloop_counterfactual_v0",
-        "hypothesis": hypothesis_record(&hypothesis),
-        "execution_group_id": line.execution_group_id,
-        "replay_point": line.to_record(),
-        "selection": {
-            "fidelity_fallback": selection.fidelity_fallback,
-            "fidelity_filtered": selection.fidelity_filtered,
-        },
-        "restored_from": state_file.kind,
-        "snapshot_compile": snapshot_cost,
-        "child_workers": workers,
-        "group": group.as_ref().ok().map(CounterfactualGroupResult::to_record),
-        "error": group.as_ref().err().map(error_fields),
-        "promoted": promoted,
-        "wall_minutes": started.elapsed().as_secs_f64() / 60.0,
-        "metrics": metrics.snapshot(),
-        "release_error": release_error,
-    });
-    append_line(&mut file, &path, earlier.partial, &report)?;
+    let report = run_counterfactual(&loaded, &plan, &item, state, &request, Instant::now())?;
+    log.append(&report)?;
     if args.json {
-        say(&serde_json::to_string_pretty(&report).expect("a JSON value serialises"));
+        say(&serde_json::to_string_pretty(&report).expect("a report serialises"));
     } else {
-        print_table(&hypothesis, &line, state_file.kind, &group, &path);
+        print_table(&report, &plan.line, kind, log.path());
     }
-    match group {
-        Err(error) => Err(CliError::Failed(format!(
-            "the candidates of hypothesis {:?} could not be run: {error}",
-            hypothesis.hypothesis_id
+    match &report.error {
+        Some(error) => Err(CliError::Failed(format!(
+            "the candidates of hypothesis {:?} could not be run: {}",
+            hypothesis.hypothesis_id, error.message
         ))),
-        Ok(_) if promoted.is_empty() => Err(CliError::Failed(format!(
+        None if report.promoted.is_empty() => Err(CliError::Failed(format!(
             "no candidate of hypothesis {:?} was promoted",
             hypothesis.hypothesis_id
         ))),
-        Ok(_) => Ok(()),
+        None => Ok(()),
     }
 }
 
@@ -241,62 +156,8 @@ fn addressable_trace(
     read_addressable_trace(run, epoch, &position.trace_id, branches).map_err(CliError::Input)
 }
 
-/// The state each child of a snapshot point adopts as its replay child:
-/// exported from the binding resumed in the parent.
-fn exported_state(
-    adapter: &mut WasmAdapter,
-    registry: &ReplayPointRegistry<BindingHandle, MemoryAgentStateStore>,
-    point: &ReplayPoint,
-) -> Result<Arc<Vec<u8>>, ReplayError> {
-    let unavailable =
-        |why: String| ReplayError::new(ReplayStage::Restore, ReplayCause::Unavailable(why));
-    let binding = *registry
-        .binding(&point.replay_point_id)
-        .ok_or_else(|| unavailable("the adopted point has no binding".into()))?;
-    match adapter.export_replay_state(&binding) {
-        Ok(Some(state)) => Ok(Arc::new(state)),
-        Ok(None) => Err(unavailable(
-            "export-replay-state gave none: each candidate's child adopts the point's \
-             exported state, so this snapshot point cannot run candidates"
-                .into(),
-        )),
-        Err(error) => Err(ReplayError::adapter(ReplayStage::Restore, error)),
-    }
-}
-
-/// The hypothesis as the result line records it.
-fn hypothesis_record(hypothesis: &CounterfactualHypothesis) -> Value {
-    let targets = |set: &[crate::replay::counterfactual::ValidationTarget]| -> Vec<Value> {
-        set.iter()
-            .map(
-                |t| json!({"validation_id": t.validation_id, "baseline_passed": t.baseline_passed}),
-            )
-            .collect()
-    };
-    json!({
-        "hypothesis_id": hypothesis.hypothesis_id,
-        "item_id": hypothesis.item_id,
-        "epoch": hypothesis.epoch,
-        "first_affected_event_id": hypothesis.first_affected_event_id,
-        "first_affected_sequence": hypothesis.first_affected_sequence,
-        "minimum_fidelity": hypothesis.minimum_fidelity.as_str(),
-        "fix_set": targets(&hypothesis.fix_set),
-        "guard_set": targets(&hypothesis.guard_set),
-        "candidates": hypothesis.candidates.iter().map(|c| json!({
-            "candidate_id": c.candidate_id,
-            "target_branch_id": c.target_branch_id,
-            "public_change_set": c.public_change_set,
-        })).collect::<Vec<_>>(),
-    })
-}
-
-fn print_table(
-    hypothesis: &CounterfactualHypothesis,
-    line: &PointLine,
-    kind: DurableKind,
-    group: &Result<CounterfactualGroupResult, ReplayError>,
-    path: &Path,
-) {
+fn print_table(report: &CounterfactualReport, line: &PointLine, kind: DurableKind, path: &Path) {
+    let hypothesis = &report.hypothesis;
     let point = &line.point;
     say(&format!(
         "sandloop counterfactual: {} on {}, from replay point {} ({}, {} fork, sequence {} of trace {})",
@@ -311,12 +172,13 @@ fn print_table(
         point.cursor.next_sequence,
         point.cursor.trace_id,
     ));
-    match group {
-        Err(error) => say(&format!(
+    match (&report.group, &report.error) {
+        (_, Some(error)) => say(&format!(
             "  failed     {}",
-            shown(&error.to_string(), WHY_COLUMN)
+            shown(&error.message, WHY_COLUMN)
         )),
-        Ok(group) => {
+        (None, None) => {}
+        (Some(group), None) => {
             let width = group
                 .candidates
                 .iter()
@@ -397,6 +259,8 @@ fn shown(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

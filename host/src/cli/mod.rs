@@ -46,11 +46,13 @@ impl From<crate::coordinator::state_store::StateStoreError> for CliError {
 }
 
 impl From<crate::finished_run::OfflineError> for CliError {
-    /// Bad input exits 2, a failed read or write of the run's files 1.
+    /// Bad input exits 2; a failed read or write of the run's files, or a
+    /// failure to run what was planned, 1.
     fn from(error: crate::finished_run::OfflineError) -> Self {
         match error {
             crate::finished_run::OfflineError::Input(message) => CliError::Input(message),
-            crate::finished_run::OfflineError::Io(message) => CliError::Failed(message),
+            crate::finished_run::OfflineError::Io(message)
+            | crate::finished_run::OfflineError::Failed(message) => CliError::Failed(message),
         }
     }
 }

@@ -1,4 +1,5 @@
 //! Why a command on a finished run could not read or write what it needs,
+//! or run what it planned,
 //! by kind ([`OfflineError`]): the caller's exit code follows the kind,
 //! not the call site.
 
@@ -20,6 +21,11 @@ pub enum OfflineError {
     /// command failed; the CLI exits 1.
     #[error("{0}")]
     Io(String),
+    /// The command could not run what it planned, though its input was
+    /// sound: the component or a point's snapshot could not be compiled.
+    /// The CLI exits 1.
+    #[error("{0}")]
+    Failed(String),
 }
 
 impl OfflineError {

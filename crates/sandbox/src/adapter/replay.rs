@@ -519,19 +519,7 @@ pub fn adopt_snapshot_point(
     registry.adopt(adapter, recorded, lease)
 }
 
-/// What loading a replay point's snapshot cost (`snapshot_compile` of a
-/// `replays.jsonl` line): instrumenting the run's component (compile plus
-/// instrumentation, ms), whether the instrumented component came from the
-/// cache, and compiling the snapshot beside it (ms).
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct SnapshotCompileCost {
-    /// Milliseconds to compile and instrument the run's component.
-    pub instrument_ms: f64,
-    /// Whether the instrumented component came from the cache.
-    pub instrumented_cache: crate::cache::CacheOutcome,
-    /// Milliseconds to compile the snapshot and build its image.
-    pub compile_ms: f64,
-}
+pub use sandloop_core::compile_cost::SnapshotCompileCost;
 
 /// An adapter over a replay point's snapshot component `bytes` (sha256
 /// `sha256`): `loaded` is instrumented (through the compile cache, as in

@@ -1,0 +1,198 @@
+//! A finished run opened by a command that runs part of it again
+//! (`sandloop replay`, `sandloop counterfactual`): [`FinishedRun`] holds
+//! the run directory's lock for the command's life, what the run was
+//! started with and its durable replay points; it finds an item's record,
+//! plans the point to restore and reads the point's state, and opens the
+//! log the command appends its result to ([`RunLog`]). Nothing here runs
+//! anything: the sandbox loads the run's component and adopts the point.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::OfflineError;
+use super::offline::{
+    ItemPosition, ReplayPlan, ReplaysFile, RunSource, append_line, find_record, plan_replay,
+    run_source,
+};
+use crate::dir_lock::{DirLock, DirLockError, Holder, lock_dir};
+use crate::episode::adapter::Item;
+use crate::replay::durable::{PointLine, load_points, read_durable_state};
+use crate::replay::fidelity::Fidelity;
+
+/// A finished run, locked against every other sandloop process for as long
+/// as this value lives (no run writes the directory meanwhile, and two
+/// commands never interleave their lines).
+pub struct FinishedRun {
+    dir: PathBuf,
+    source: RunSource,
+    points: Vec<PointLine>,
+    _lock: DirLock,
+}
+
+impl FinishedRun {
+    /// Lock the run directory `dir` for `command` (named in the refusal),
+    /// then read its manifest and its replay points.
+    ///
+    /// # Errors
+    /// [`OfflineError::Input`]: `dir` is not a directory, another process
+    /// holds it (naming its pid and the command to run again), the manifest
+    /// or `replay-points.jsonl` is missing or damaged.
+    /// [`OfflineError::Io`]: the lock or a file could not be read.
+    pub fn open(dir: &Path, command: &str) -> Result<Self, OfflineError> {
+        if !dir.is_dir() {
+            return Err(OfflineError::Input(format!(
+                "{} is not a directory",
+                dir.display()
+            )));
+        }
+        let lock = lock_dir(dir).map_err(|error| match error {
+            DirLockError::Held { holder, .. } => OfflineError::Input(format!(
+                "{} is in use by another sandloop process ({}); run `sandloop {command}` again once it has finished",
+                dir.display(),
+                Holder(holder)
+            )),
+            other => OfflineError::Io(other.to_string()),
+        })?;
+        let source = run_source(dir)?;
+        let points = load_points(dir).map_err(|error| OfflineError::Input(error.to_string()))?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            source,
+            points,
+            _lock: lock,
+        })
+    }
+
+    /// The run directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// What the run's last invocation was started with.
+    pub fn source(&self) -> &RunSource {
+        &self.source
+    }
+
+    /// The run's replay points (`replay-points.jsonl`, the last line of
+    /// each id winning).
+    pub fn points(&self) -> &[PointLine] {
+        &self.points
+    }
+
+    /// Where `item_id` last ran (in `epoch`, when given): see
+    /// [`find_record`].
+    ///
+    /// # Errors
+    /// As [`find_record`].
+    pub fn find(&self, item_id: &str, epoch: Option<u32>) -> Result<ItemPosition, OfflineError> {
+        find_record(&self.dir, item_id, epoch)
+    }
+
+    /// The durable point to replay `position` from: see [`plan_replay`].
+    ///
+    /// # Errors
+    /// Why no point qualifies, naming each point of the trace.
+    pub fn plan(
+        &self,
+        position: &mut ItemPosition,
+        from_sequence: Option<u64>,
+        minimum: Fidelity,
+    ) -> Result<ReplayPlan, String> {
+        plan_replay(&self.points, position, from_sequence, minimum)
+    }
+
+    /// The planned point `line`'s state (its exported bytes, or its
+    /// snapshot component) and the item `item_id` among the items it was
+    /// saved with.
+    ///
+    /// # Errors
+    /// The outer error: the state or items file is unreadable or does not
+    /// match its recorded sha256 ([`OfflineError::Input`]). The inner one:
+    /// the item is not among the point's items (the message, for the
+    /// caller to name the field it came from).
+    pub fn point_state(
+        &self,
+        line: &PointLine,
+        item_id: &str,
+    ) -> Result<Result<(Vec<u8>, Item), String>, OfflineError> {
+        let state_file = line
+            .durable_state
+            .as_ref()
+            .expect("a planned point is durable");
+        let (state, items) = read_durable_state(&self.dir, state_file)
+            .map_err(|error| OfflineError::Input(error.to_string()))?;
+        Ok(items
+            .into_iter()
+            .find(|item| item.get("item_id").and_then(|id| id.as_str()) == Some(item_id))
+            .map(|item| (state, item))
+            .ok_or_else(|| {
+                format!(
+                    "item {item_id:?} is not among the items of replay point {}",
+                    line.point.replay_point_id
+                )
+            }))
+    }
+
+    /// Open the run's log `name` (`replays.jsonl`, `counterfactuals.jsonl`)
+    /// for appending and count what it already holds. A symbolic link or
+    /// anything but a regular file is refused (a FIFO is never waited on):
+    /// a command writes inside its run directory only
+    /// ([`crate::atomic::open_regular`]).
+    ///
+    /// # Errors
+    /// [`OfflineError::Input`]: the path is refused or cannot be opened;
+    /// [`OfflineError::Io`]: it cannot be read.
+    pub fn open_log(&self, name: &str) -> Result<RunLog, OfflineError> {
+        let path = self.dir.join(name);
+        let mut file = crate::atomic::open_regular(
+            std::fs::OpenOptions::new()
+                .read(true)
+                .create(true)
+                .append(true),
+            &path,
+        )
+        .map_err(|error| OfflineError::Input(error.to_string()))?;
+        let earlier = ReplaysFile::read(&mut file, &path)?;
+        Ok(RunLog {
+            file,
+            path,
+            earlier,
+        })
+    }
+}
+
+/// A run's log open for appending: one JSON line per command run.
+pub struct RunLog {
+    file: File,
+    path: PathBuf,
+    earlier: ReplaysFile,
+}
+
+impl RunLog {
+    /// Where the log is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The lines earlier commands appended: this command's is number
+    /// `earlier_lines() + 1`.
+    pub fn earlier_lines(&self) -> usize {
+        self.earlier.lines
+    }
+
+    /// Append `line` as one JSON line (after a partial one a crash left, on
+    /// a line of its own): see [`append_line`].
+    ///
+    /// # Errors
+    /// [`OfflineError::Io`]: the write failed; the log is cut back to its
+    /// length before it.
+    pub fn append(&mut self, line: &impl Serialize) -> Result<(), OfflineError> {
+        let value = serde_json::to_value(line).expect("a log line serialises");
+        append_line(&mut self.file, &self.path, self.earlier.partial, &value)?;
+        self.earlier.partial = false;
+        self.earlier.lines += 1;
+        Ok(())
+    }
+}
