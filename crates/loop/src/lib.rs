@@ -22,6 +22,9 @@
 //! - [`http_worker`]: the worker that pulls tasks from such a server.
 //! - [`auth`]: the bearer token; [`identity`]: who a worker is, whether it
 //!   still runs, and attempt ids.
+//! - [`local`]: a loop driven from one process (the coordinator lock, the
+//!   check before any state is written, the in-process worker, a stop
+//!   request); [`scaffold`]: the loop templates of `loop init`.
 
 #![forbid(unsafe_code)]
 
@@ -32,7 +35,9 @@ pub mod events;
 pub mod http_server;
 pub mod http_worker;
 pub mod identity;
+pub mod local;
 pub mod models;
+pub mod scaffold;
 pub mod scheduler;
 pub mod service;
 pub mod sessions;

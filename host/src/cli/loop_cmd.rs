@@ -11,15 +11,16 @@ use super::args::{
     LoopCommand, LoopInitArgs, LoopRepoArgs, LoopRunArgs, LoopServeArgs, LoopTokenArgs,
     LoopWorkerArgs,
 };
-use super::{CliError, loop_templates, say};
+use super::{CliError, say};
 use crate::coordinator::auth::{Token, create_token_file, loose_permissions_warning};
 use crate::coordinator::config::SANDLOOP_DIRNAME;
 use crate::coordinator::endpoints::Endpoints;
 use crate::coordinator::http_server::{self, ServeOptions, Shutdown};
 use crate::coordinator::http_worker::{TransportError, WorkerOptions};
-use crate::coordinator::models::{LoopState, LoopStatus, TaskResponse};
-use crate::coordinator::service::{Coordinator, CoordinatorError, Start};
-use crate::coordinator::state_store::StateStore;
+use crate::coordinator::local::{self, LocalError, lock_coordinator, open_checked};
+use crate::coordinator::models::LoopStatus;
+use crate::coordinator::scaffold::{self, ScaffoldError};
+use crate::coordinator::service::{Coordinator, Start};
 use crate::coordinator::worker::StepRunner;
 use crate::coordinator::worker::WorkerError;
 use crate::sandbox::workflow::WorkflowSteps;
@@ -121,17 +122,17 @@ fn read_token(path: Option<&Path>) -> Result<Option<Token>, CliError> {
     Ok(Some(token))
 }
 
-fn coordinator_error(error: CoordinatorError) -> CliError {
-    match error {
-        CoordinatorError::Config(_) | CoordinatorError::RunningState(_) => {
-            CliError::Input(error.to_string())
+impl From<LocalError> for CliError {
+    fn from(error: LocalError) -> Self {
+        match error {
+            LocalError::Refused(message) => CliError::Input(message),
+            LocalError::Failed(message) => CliError::Failed(message),
         }
-        other => CliError::Failed(other.to_string()),
     }
 }
 
 fn init(args: LoopInitArgs) -> Result<(), CliError> {
-    let template = loop_templates::find(&args.template).map_err(CliError::Input)?;
+    let template = scaffold::find(&args.template).map_err(CliError::Input)?;
     let bytes = sandloop_core::input_file::read_regular(&args.plugin).map_err(|error| {
         CliError::Input(format!(
             "cannot read --plugin {}: {error}",
@@ -158,38 +159,12 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
             allow_private_addresses: false,
         })
         .map_err(|error| CliError::Input(format!("--plugin: {error}; nothing was written")))?;
-    let repo = &args.repo;
-    let root = repo.join(crate::coordinator::config::ROOT_CONFIG_FILENAME);
-    if root.exists() {
-        // Writing a second template beside the first would merge their
-        // workflow sets.
-        return Err(CliError::Input(format!(
-            "{} exists: this repository already has a loop, and nothing was written \
-             (remove it to start over, or give another --repo)",
-            root.display()
-        )));
-    }
-    let plugin_rel = format!("{SANDLOOP_DIRNAME}/plugins/{}", template.plugin_file);
-    let mut created = Vec::new();
-    let write =
-        |relative: &str, content: &[u8], created: &mut Vec<String>| -> Result<(), CliError> {
-            let path = repo.join(relative);
-            if path.exists() {
-                return Ok(());
-            }
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(|error| {
-                    CliError::Failed(format!("cannot create {}: {error}", parent.display()))
-                })?;
-            }
-            sandloop_core::atomic::write_output_file(&path, content, None)?;
-            created.push(relative.to_string());
-            Ok(())
-        };
-    write(&plugin_rel, &bytes, &mut created)?;
-    for (relative, content) in template.files(&plugin_rel) {
-        write(&relative, content.as_bytes(), &mut created)?;
-    }
+    let created =
+        scaffold::write_loop(&args.repo, template, &bytes).map_err(|error| match error {
+            ScaffoldError::HasLoop(_) => CliError::Input(error.to_string()),
+            ScaffoldError::File(error) => error.into(),
+            ScaffoldError::Directory { .. } => CliError::Failed(error.to_string()),
+        })?;
     say("created:");
     for path in created {
         say(&format!("  {path}"));
@@ -199,54 +174,9 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
         say(&format!("(with --repo {})", args.repo.display()));
     }
     if args.token {
-        write_token(&repo.join(SANDLOOP_DIRNAME).join(TOKEN_FILE))?;
+        write_token(&args.repo.join(SANDLOOP_DIRNAME).join(TOKEN_FILE))?;
     }
     Ok(())
-}
-
-/// Hold the repository's coordinator lock (`.sandloop/.sandloop.lock`, see
-/// [`sandloop_core::dir_lock`]) for the coordinator's lifetime: one `loop run` or
-/// `loop serve` drives a repository's loop at a time. A second one is
-/// refused (exit 2) naming the holder's pid, before it reads or writes any
-/// state. `None` when the repository has no `.sandloop/` directory: then it
-/// has no loop, and the configuration check that follows refuses it.
-fn lock_coordinator(repo: &Path) -> Result<Option<sandloop_core::dir_lock::DirLock>, CliError> {
-    let dir = repo.join(SANDLOOP_DIRNAME);
-    if !dir.is_dir() {
-        return Ok(None);
-    }
-    sandloop_core::dir_lock::lock_dir(&dir)
-        .map(Some)
-        .map_err(|error| match error {
-            sandloop_core::dir_lock::DirLockError::Held { holder, .. } => CliError::Input(format!(
-                "another sandloop coordinator ({}) is driving the loop in {}; \
-                 one `loop run` or `loop serve` per repository at a time \
-                 (stop it first: `sandloop loop stop`, or end that process)",
-                sandloop_core::dir_lock::Holder(holder),
-                repo.display()
-            )),
-            other => CliError::Failed(other.to_string()),
-        })
-}
-
-/// Check the configuration and load every plugin before any state is
-/// written (exit 2 with every problem).
-fn check_before_start(
-    repo: &Path,
-    workflow_set: Option<&str>,
-    goal_file: Option<&Path>,
-    runner: &StepRunner,
-) -> Result<(), CliError> {
-    let preflight = crate::coordinator::config::run_preflight(repo, workflow_set, goal_file)
-        .map_err(|error| CliError::Input(error.to_string()))?;
-    runner
-        .check_plugins(&preflight.workflows)
-        .map_err(|problems| {
-            CliError::Input(match problems.as_slice() {
-                [one] => one.clone(),
-                many => format!("{} plugin problems:\n- {}", many.len(), many.join("\n- ")),
-            })
-        })
 }
 
 /// Say on stderr how the loop was found: a resumed session, or an ended
@@ -293,40 +223,26 @@ fn run_loop(args: LoopRunArgs) -> Result<(), CliError> {
         .clone()
         .or_else(crate::sandbox::config::default_cache_dir);
     let runner = StepRunner::new(repo, Arc::new(WorkflowSteps::new(cache)));
-    check_before_start(
-        repo,
-        args.workflow_set.as_deref(),
-        args.goal_file.as_deref(),
-        &runner,
-    )?;
-    let coordinator = Coordinator::open(
+    let coordinator = open_checked(
         repo,
         args.resume,
         args.workflow_set.as_deref(),
         args.goal_file.as_deref(),
-    )
-    .map_err(coordinator_error)?;
+        &runner,
+    )?;
     report_start(&coordinator, args.resume);
-    let mut task = coordinator.register().map_err(coordinator_error)?;
-    while let TaskResponse::Run(run) = &task {
-        let finished = runner
-            .run_task(run)
-            .map_err(|error| CliError::Failed(error.to_string()))?;
+    let task = local::drive(&coordinator, &runner, |finished| {
         if !args.json {
             say(&history_line(
-                finished.request.iteration,
-                &finished.request.workflow_id,
-                finished.request.success,
-                finished.request.text.as_deref(),
-                finished.request.error.as_deref(),
+                finished.iteration,
+                &finished.workflow_id,
+                finished.success,
+                finished.text.as_deref(),
+                finished.error.as_deref(),
             ));
         }
-        task = coordinator
-            .finished(&finished.request)
-            .map_err(coordinator_error)?;
-        let _ = std::fs::remove_file(&finished.pending_path);
-    }
-    let state = coordinator.state().map_err(coordinator_error)?;
+    })?;
+    let state = coordinator.state().map_err(LocalError::from)?;
     let reason = task.stop_reason().unwrap_or_default().to_string();
     if args.json {
         say(
@@ -410,19 +326,13 @@ fn serve(args: LoopServeArgs) -> Result<(), CliError> {
             crate::sandbox::config::default_cache_dir(),
         )),
     );
-    check_before_start(
-        &args.repo,
-        args.workflow_set.as_deref(),
-        args.goal_file.as_deref(),
-        &runner,
-    )?;
-    let coordinator = Coordinator::open(
+    let coordinator = open_checked(
         &args.repo,
         args.resume,
         args.workflow_set.as_deref(),
         args.goal_file.as_deref(),
-    )
-    .map_err(coordinator_error)?;
+        &runner,
+    )?;
     report_start(&coordinator, args.resume);
     let address = listener
         .local_addr()
@@ -506,14 +416,8 @@ fn worker(args: LoopWorkerArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-fn latest_state(repo: &Path) -> Result<Option<LoopState>, CliError> {
-    StateStore::<LoopState>::new(repo)
-        .read_state()
-        .map_err(|error| CliError::Failed(error.to_string()))
-}
-
 fn status(args: LoopRepoArgs) -> Result<(), CliError> {
-    let Some(state) = latest_state(&args.repo)? else {
+    let Some(state) = local::latest_state(&args.repo)? else {
         return Err(CliError::Input(format!(
             "no loop state found in {}; start one with `sandloop loop run`",
             args.repo.display()
@@ -552,20 +456,7 @@ fn status(args: LoopRepoArgs) -> Result<(), CliError> {
 /// Asks a running loop to stop before its next step; a loop that has
 /// already ended is left as it is, and says why it ended.
 fn stop(args: LoopRepoArgs) -> Result<(), CliError> {
-    let store = StateStore::<LoopState>::new(&args.repo);
-    let ended = store.try_mutate(|state: Option<LoopState>| match state {
-        None => Err(CliError::Input(format!(
-            "no loop state found in {}; there is no loop to stop (start one with `sandloop loop run`)",
-            args.repo.display()
-        ))),
-        Some(mut state) => match state.stop_reason.clone() {
-            Some(reason) => Ok((state, Some(reason))),
-            None => {
-                state.stop_requested = true;
-                Ok((state, None))
-            }
-        },
-    })?;
+    let ended = local::request_stop(&args.repo)?;
     if args.json {
         let report = json!({"stop_requested": ended.is_none(), "stop_reason": ended});
         say(&report.to_string());

@@ -9,7 +9,6 @@ pub mod finished_run;
 pub mod inspect;
 mod interrupt;
 pub mod loop_cmd;
-pub mod loop_templates;
 pub mod manual;
 pub mod nats_cmd;
 pub mod new_cmd;

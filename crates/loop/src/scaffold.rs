@@ -1,11 +1,14 @@
-//! The loops `sandloop loop init --template NAME` scaffolds. Each
-//! template's files live under `host/templates/loop/NAME/` as they are
-//! written into the repository, and are embedded in the binary; a path
-//! under `workflows/` goes into the `main` workflow set
-//! (`.sandloop/workflow_sets/main/workflows/`), and `{{plugin}}` in a file
-//! stands for the plugin's path relative to the repository.
+//! The loops `sandloop loop init --template NAME` scaffolds, and their
+//! writing into a repository. Each template's files live under
+//! `templates/NAME/` of this crate as they are written into the repository,
+//! and are embedded in the binary; a path under `workflows/` goes into the
+//! `main` workflow set (`.sandloop/workflow_sets/main/workflows/`), and
+//! `{{plugin}}` in a file stands for the plugin's path relative to the
+//! repository.
 
-use crate::coordinator::config::SANDLOOP_DIRNAME;
+use std::path::{Path, PathBuf};
+
+use crate::config::{ROOT_CONFIG_FILENAME, SANDLOOP_DIRNAME};
 
 /// A loop template: its name, the file name its plugin is copied to under
 /// `.sandloop/plugins/`, and its files.
@@ -21,10 +24,10 @@ pub struct LoopTemplate {
 }
 
 /// `(path, content)` of the files of template folder `$dir`, each
-/// embedded from `host/templates/loop/$dir/$path`.
+/// embedded from `templates/$dir/$path`.
 macro_rules! template_files {
     ($dir:literal: $($path:literal),+ $(,)?) => {
-        &[$(($path, include_str!(concat!("../../templates/loop/", $dir, "/", $path)))),+]
+        &[$(($path, include_str!(concat!("../templates/", $dir, "/", $path)))),+]
     };
 }
 
@@ -100,10 +103,79 @@ pub fn find(name: &str) -> Result<&'static LoopTemplate, String> {
         })
 }
 
+/// Why [`write_loop`] wrote nothing, or stopped part-way.
+#[derive(Debug, thiserror::Error)]
+pub enum ScaffoldError {
+    /// The repository already has a loop: nothing was written.
+    #[error(
+        "{} exists: this repository already has a loop, and nothing was written \
+         (remove it to start over, or give another --repo)",
+        .0.display()
+    )]
+    HasLoop(PathBuf),
+    /// A directory could not be made; the files already written stay.
+    #[error("cannot create {}: {source}", path.display())]
+    Directory {
+        /// The directory.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A file was refused (a link, not a regular file) or could not be
+    /// written; the files already written stay.
+    #[error(transparent)]
+    File(#[from] sandloop_core::atomic::OutputFileError),
+}
+
+/// Write `template`'s loop into `repo`, its plugin `plugin` (the
+/// component's bytes) copied to `.sandloop/plugins/`, and return the paths
+/// written, relative to `repo`. A file that already exists is left as it
+/// is (a repository's own `work/` survives); a root configuration that
+/// exists refuses the whole scaffold, since a second template beside the
+/// first would merge their workflow sets. Every file is written atomically,
+/// never through a link.
+///
+/// # Errors
+/// [`ScaffoldError::HasLoop`] before anything is written;
+/// [`ScaffoldError::Directory`] or [`ScaffoldError::File`] when a
+/// directory or file cannot be written.
+pub fn write_loop(
+    repo: &Path,
+    template: &LoopTemplate,
+    plugin: &[u8],
+) -> Result<Vec<String>, ScaffoldError> {
+    let root = repo.join(ROOT_CONFIG_FILENAME);
+    if root.exists() {
+        return Err(ScaffoldError::HasLoop(root));
+    }
+    let plugin_rel = format!("{SANDLOOP_DIRNAME}/plugins/{}", template.plugin_file);
+    let mut created = Vec::new();
+    let mut write = |relative: &str, content: &[u8]| -> Result<(), ScaffoldError> {
+        let path = repo.join(relative);
+        if path.exists() {
+            return Ok(());
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| ScaffoldError::Directory {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
+        sandloop_core::atomic::write_output_file(&path, content, None)?;
+        created.push(relative.to_owned());
+        Ok(())
+    };
+    write(&plugin_rel, plugin)?;
+    for (relative, content) in template.files(&plugin_rel) {
+        write(&relative, content.as_bytes())?;
+    }
+    Ok(created)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordinator::config::{ROOT_CONFIG_FILENAME, run_preflight};
+    use crate::config::run_preflight;
 
     #[test]
     fn unknown_templates_are_refused_with_the_known_ones() {
