@@ -505,6 +505,17 @@ pub enum ForkArg {
     Snapshot,
 }
 
+impl ForkArg {
+    /// The value as given on the command line (and recorded).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForkArg::Auto => "auto",
+            ForkArg::State => "state",
+            ForkArg::Snapshot => "snapshot",
+        }
+    }
+}
+
 /// Limits and grants for every adapter instance.
 #[derive(Debug, Args, Clone)]
 pub struct SandboxArgs {

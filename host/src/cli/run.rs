@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::args::{FailurePolicyArg, ForkArg, RunArgs, SandboxArgs};
 use super::compile_notice::while_compiling;
@@ -24,6 +24,9 @@ use crate::harness::manifest::{HostInfo, Invocation, ManifestAdapter};
 use crate::harness::queue::branch_id;
 use crate::harness::run_dir::SideWriteCheck;
 use crate::harness::run_files::RECORDS_FILE;
+use crate::harness::run_output::{
+    NatsOptions, RunAdapter, RunFailed, RunFinished, RunOptions, sorted_pretty_json,
+};
 use crate::harness::run_session::{
     RunSession, SessionError, check_not_in_use, check_out_dir, check_resume,
     unfinished_record_count,
@@ -275,12 +278,11 @@ pub(crate) fn run_with(args: RunArgs, closing: Closing) -> Result<(), CliError> 
             }
             let failure = session.record_failure(&error.to_string());
             if args.json {
-                say(&serde_json::to_string_pretty(&failure_json(
-                    &failure,
-                    &args.out,
-                    &progress.errors.counts(),
-                ))
-                .expect("the failure serialises"));
+                say(&sorted_pretty_json(&RunFailed {
+                    failure: &failure,
+                    out: &args.out,
+                    errors: &progress.errors.counts(),
+                }));
             }
             return Err(CliError::Failed(format!(
                 "{error}\nwhat the finished epochs wrote is kept: once the cause is fixed, \
@@ -292,12 +294,15 @@ pub(crate) fn run_with(args: RunArgs, closing: Closing) -> Result<(), CliError> 
         return Ok(());
     }
     if args.json {
-        say(&serde_json::to_string_pretty(&summary_json(
-            &summary,
-            &loaded.info,
-            &progress.errors.counts(),
-        ))
-        .expect("summary serialises"));
+        say(&sorted_pretty_json(&RunFinished {
+            summary: &summary,
+            errors: &progress.errors.counts(),
+            adapter: RunAdapter {
+                path: &loaded.info.path,
+                sha256: &loaded.info.sha256,
+                protocols: &loaded.info.protocols,
+            },
+        }));
     } else {
         print_summary(
             &summary,
@@ -357,11 +362,7 @@ fn check_run_args(args: &RunArgs) -> Result<Fidelity, CliError> {
     check_not_in_use(&args.out).map_err(session_error)?;
     check_out_dir(&args.out, args.resume).map_err(session_error)?;
     if args.fork != ForkArg::Auto && (args.no_replay || args.child_workers == 0) {
-        let fork = if args.fork == ForkArg::Snapshot {
-            "snapshot"
-        } else {
-            "state"
-        };
+        let fork = args.fork.as_str();
         return Err(CliError::Input(format!(
             "--fork {fork} forks children of replay points: it needs replay (no --no-replay) and --child-workers 1 or more"
         )));
@@ -613,10 +614,7 @@ fn arm_config(args: &RunArgs, sha256: &str) -> ArmConfig {
         frontier_max_lanes: args.variant_lanes,
         checkpoint: true,
         resume: args.resume,
-        item_failure_policy: match args.failure_policy {
-            FailurePolicyArg::Record => FailurePolicy::Record,
-            FailurePolicyArg::Fatal => FailurePolicy::Fatal,
-        },
+        item_failure_policy: failure_policy(args.failure_policy),
         ..ArmConfig::default()
     }
 }
@@ -677,7 +675,7 @@ fn record_invocation(
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0),
-        options: invocation_options(args),
+        options: invocation_options(args).to_map(),
     };
     let host = HostInfo {
         name: "sandloop".to_owned(),
@@ -710,89 +708,45 @@ fn session_error(error: SessionError) -> CliError {
 }
 
 /// Every flag of this invocation by its long name ([`Invocation::options`]).
-fn invocation_options(args: &RunArgs) -> serde_json::Map<String, Value> {
-    let options = json!({
-        "adapter": args.adapter,
-        "out": args.out,
-        "items": args.items,
-        "variants": args.variants,
-        "variant_lanes": args.variant_lanes,
-        "epochs": args.epochs,
-        "budget_minutes": args.budget_minutes,
-        "workers": args.workers,
-        "failure_policy": args.failure_policy,
-        "arm": args.arm,
-        "max_memory_mib": args.sandbox.max_memory,
-        "call_timeout_secs": args.sandbox.call_timeout,
-        "fuel": args.sandbox.fuel,
-        "dirs": args.sandbox.dirs,
-        "env": args.sandbox.env,
-        "max_output_bytes": args.sandbox.max_output,
-        "max_open_files": args.sandbox.max_open_files,
-        "cache": !args.sandbox.no_cache,
-        "no_replay": args.no_replay,
-        "replay_min_fidelity": args.replay_min_fidelity,
-        "child_workers": args.child_workers,
-        "fork": args.fork,
-    });
-    match options {
-        Value::Object(mut options) => {
-            // Recorded only when given, so a local run's options stay as
-            // they always were.
-            if let Some(url) = &args.nats {
-                options.insert(
-                    "nats".into(),
-                    json!(crate::distributed::transport::shown_url(url)),
-                );
-                options.insert("nats_creds".into(), json!(args.nats_creds));
-                options.insert("nats_wait_secs".into(), json!(args.nats_wait));
-            }
-            options
-        }
-        _ => unreachable!("json! of an object literal is an object"),
+fn invocation_options(args: &RunArgs) -> RunOptions {
+    RunOptions {
+        adapter: args.adapter.clone(),
+        out: args.out.clone(),
+        items: args.items.clone(),
+        variants: args.variants.clone(),
+        variant_lanes: args.variant_lanes,
+        epochs: args.epochs,
+        budget_minutes: args.budget_minutes,
+        workers: args.workers,
+        failure_policy: failure_policy(args.failure_policy),
+        arm: args.arm.clone(),
+        max_memory_mib: args.sandbox.max_memory,
+        call_timeout_secs: args.sandbox.call_timeout,
+        fuel: args.sandbox.fuel,
+        dirs: args.sandbox.dirs.clone(),
+        env: args.sandbox.env.clone(),
+        max_output_bytes: args.sandbox.max_output,
+        max_open_files: args.sandbox.max_open_files,
+        cache: !args.sandbox.no_cache,
+        no_replay: args.no_replay,
+        replay_min_fidelity: args.replay_min_fidelity.clone(),
+        child_workers: args.child_workers,
+        fork: args.fork.as_str(),
+        // Recorded only when given, so a local run's options stay as they
+        // always were.
+        nats: args.nats.as_ref().map(|url| NatsOptions {
+            nats: crate::distributed::transport::shown_url(url),
+            nats_creds: args.nats_creds.clone(),
+            nats_wait_secs: args.nats_wait,
+        }),
     }
 }
 
-/// What `run --json` prints: the arm summary, the run's error counts and
-/// the adapter.
-fn summary_json(
-    summary: &ArmSummary,
-    info: &crate::sandbox::ComponentInfo,
-    errors: &ErrorCounts,
-) -> Value {
-    let mut value = with_error_counts(
-        serde_json::to_value(summary).expect("summary serialises"),
-        errors,
-    );
-    if let Value::Object(map) = &mut value {
-        map.insert(
-            "adapter".into(),
-            json!({"path": info.path, "sha256": info.sha256, "protocols": info.protocols}),
-        );
+fn failure_policy(arg: FailurePolicyArg) -> FailurePolicy {
+    match arg {
+        FailurePolicyArg::Record => FailurePolicy::Record,
+        FailurePolicyArg::Fatal => FailurePolicy::Fatal,
     }
-    value
-}
-
-/// What `run --json` prints when the run fails after it began: the
-/// `failure.json` it wrote (`error`, `exit_code`, `resume`), the run
-/// directory, and the failures counted until then.
-fn failure_json(
-    failure: &crate::harness::RunFailure,
-    out: &std::path::Path,
-    errors: &ErrorCounts,
-) -> Value {
-    with_error_counts(json!({"failure": failure, "out": out}), errors)
-}
-
-/// The JSON object `value` with `error_count` and `errors_by_type` added.
-fn with_error_counts(mut value: Value, errors: &ErrorCounts) -> Value {
-    if let (Value::Object(map), Value::Object(counts)) = (
-        &mut value,
-        serde_json::to_value(errors).expect("the counts serialise"),
-    ) {
-        map.extend(counts);
-    }
-    value
 }
 
 /// A rate for the spinner: `1234 records/s`, `3.5 records/s` below 10,
@@ -1174,7 +1128,7 @@ mod tests {
             panic!("a run command");
         };
         assert_eq!(
-            invocation_options(&args),
+            invocation_options(&args).to_map(),
             golden.invocations[0].options,
             "every flag, by the same name and in the same JSON form"
         );

@@ -29,7 +29,7 @@
 //! keys), [`work`] (what a lane runs), `novelty`, `catalog` (variant
 //! specs and frontier selection), `checkpoint`, [`run_dir`] (outputs; `writeback` syncs `records.jsonl` as it grows),
 //! [`run_files`] (the run directory's file names, `failure.json`),
-//! [`manifest`] (`manifest.json`), [`summary`] (JSON shapes), `config`, `error`, [`items_file`] (seeds
+//! [`manifest`] (`manifest.json`), [`run_output`] (a run's recorded options and `run --json`), [`summary`] (JSON shapes), `config`, `error`, [`items_file`] (seeds
 //! from a JSONL file, for the CLI, each line checked by `item_line`).
 
 pub mod arm;
@@ -48,6 +48,7 @@ pub mod queue;
 pub(crate) mod record_line;
 pub mod run_dir;
 pub mod run_files;
+pub mod run_output;
 pub mod run_session;
 pub mod summary;
 pub mod work;
