@@ -1,7 +1,7 @@
 //! What `sandloop replay` and `sandloop counterfactual` share in the CLI:
 //! the component flags as the sandbox's [`RunComponent`], and its load
 //! with the compile notice. The work itself is core's
-//! [`FinishedRun`](crate::finished_run::FinishedRun) and the sandbox's
+//! [`crate::finished_run::FinishedRun`] and the sandbox's
 //! [`crate::sandbox::finished_run`].
 
 use std::sync::Arc;

@@ -67,7 +67,7 @@ fn strings(options: &Map<String, Value>, key: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The sandbox `source`'s run used — its limits ([`recorded_limits`]),
+/// The sandbox `source`'s run used — its limits (each checked as `sandloop run` checks them),
 /// directory grants (a relative host path taken from the run's working
 /// directory) and passed-through environment names — with `instances`
 /// pool slots. The cache directory is the default's; the caller sets it.
