@@ -43,6 +43,32 @@ impl Default for SandboxConfig {
     }
 }
 
+/// The environment names `names` passes through to instances: each
+/// checked to be a variable's name, duplicates dropped (first one kept),
+/// and `unset` called with each name this process does not have (its
+/// instances will not see it; the caller says so in its own words).
+///
+/// # Errors
+/// The first entry that is not a name (empty, or `NAME=VALUE`).
+pub fn env_names<'a>(
+    names: impl IntoIterator<Item = &'a String>,
+    mut unset: impl FnMut(&str),
+) -> Result<Vec<String>, &'a String> {
+    let mut kept: Vec<String> = Vec::new();
+    for name in names {
+        if name.is_empty() || name.contains('=') {
+            return Err(name);
+        }
+        if std::env::var_os(name).is_none() {
+            unset(name);
+        }
+        if !kept.contains(name) {
+            kept.push(name.clone());
+        }
+    }
+    Ok(kept)
+}
+
 /// `$SANDLOOP_CACHE_DIR`, else `$XDG_CACHE_HOME/sandloop`, else
 /// `$HOME/.cache/sandloop`.
 pub fn default_cache_dir() -> Option<PathBuf> {
@@ -53,4 +79,24 @@ pub fn default_cache_dir() -> Option<PathBuf> {
         return Some(PathBuf::from(dir).join("sandloop"));
     }
     std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache").join("sandloop"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::env_names;
+
+    #[test]
+    fn env_names_keep_the_first_of_each_and_refuse_an_assignment() {
+        let names: Vec<String> = ["PATH", "SANDLOOP_SURELY_UNSET_X", "PATH"]
+            .map(String::from)
+            .into();
+        let mut unset = Vec::new();
+        let kept = env_names(&names, |name| unset.push(name.to_owned())).unwrap();
+        assert_eq!(kept, ["PATH", "SANDLOOP_SURELY_UNSET_X"]);
+        assert_eq!(unset, ["SANDLOOP_SURELY_UNSET_X"]);
+        let bad: Vec<String> = ["PATH", "A=1", ""].map(String::from).into();
+        assert_eq!(env_names(&bad, |_| {}), Err(&bad[1]));
+        let empty = vec![String::new()];
+        assert_eq!(env_names(&empty, |_| {}), Err(&empty[0]));
+    }
 }

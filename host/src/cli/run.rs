@@ -47,27 +47,16 @@ use sandloop_core::limits::{LimitError, SandboxLimits};
 /// Build the sandbox configuration from the flags (exit 2 on bad values).
 pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxConfig, CliError> {
     let limits = limits_from_flags(args)?;
-    check_env_names(&args.env)?;
-    for name in &args.env {
-        if std::env::var_os(name).is_none() {
-            tracing::warn!(
-                "--env {name}: not set here, so the instances this process runs will not see it"
-            );
-        }
-    }
+    let env = checked_env_names(&args.env, |name| {
+        tracing::warn!(
+            "--env {name}: not set here, so the instances this process runs will not see it"
+        );
+    })?;
     let dirs = DirGrant::parse_all(&args.dirs).map_err(CliError::Input)?;
     let mut config = SandboxConfig {
         limits,
         dirs,
-        env: {
-            let mut names: Vec<String> = Vec::new();
-            for name in &args.env {
-                if !names.contains(name) {
-                    names.push(name.clone());
-                }
-            }
-            names
-        },
+        env,
         pool_instances: slots,
         ..SandboxConfig::default()
     };
@@ -1058,17 +1047,17 @@ fn snapshot_forks(
     .map_err(|error| CliError::Input(format!("--fork snapshot: {error}")))
 }
 
-/// Refuses (exit 2) an `--env` value that is not a variable's name.
-pub(super) fn check_env_names(names: &[String]) -> Result<(), CliError> {
-    match names
-        .iter()
-        .find(|name| name.is_empty() || name.contains('='))
-    {
-        Some(name) => Err(CliError::Input(format!(
+/// The `--env` names, each checked (exit 2 for one that is not a
+/// variable's name) and given once; `unset` warns of each not set here.
+pub(super) fn checked_env_names(
+    names: &[String],
+    unset: impl FnMut(&str),
+) -> Result<Vec<String>, CliError> {
+    crate::sandbox::config::env_names(names, unset).map_err(|name| {
+        CliError::Input(format!(
             "--env {name:?}: give the NAME of a host variable to pass through, not NAME=VALUE"
-        ))),
-        None => Ok(()),
-    }
+        ))
+    })
 }
 
 #[cfg(test)]

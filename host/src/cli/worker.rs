@@ -21,21 +21,18 @@ pub fn worker(args: WorkerArgs) -> Result<(), CliError> {
         )));
     }
     let offers = DirGrant::parse_all(&args.dirs).map_err(CliError::Input)?;
-    super::run::check_env_names(&args.env)?;
+    let env = super::run::checked_env_names(&args.env, |name| {
+        tracing::warn!(
+            "--env {name}: not set in this worker's environment, so the units it runs will \
+             not see it"
+        );
+    })?;
     let cache_dir = args
         .cache_dir
         .or_else(crate::sandbox::config::default_cache_dir)
         .unwrap_or_else(|| std::env::temp_dir().join("sandloop-worker"));
     crate::distributed::transport::check_url(&args.nats).map_err(CliError::Input)?;
     check_cache_dir(&cache_dir)?;
-    for name in &args.env {
-        if std::env::var_os(name).is_none() {
-            tracing::warn!(
-                "--env {name}: not set in this worker's environment, so the units it runs will \
-                 not see it"
-            );
-        }
-    }
     let name = args.name.unwrap_or_else(default_name);
     if name.is_empty() {
         return Err(CliError::Input("--name must not be empty".into()));
@@ -56,7 +53,7 @@ pub fn worker(args: WorkerArgs) -> Result<(), CliError> {
         name,
         lanes: args.lanes,
         offers,
-        env: args.env,
+        env,
         cache_dir,
         scratch_dir: scratch.path().to_owned(),
         connect_timeout: std::time::Duration::from_secs(args.connect_timeout),

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use sandloop_core::finished_run::OfflineError;
 use sandloop_core::finished_run::offline::{RunSource, as_run_saw_it};
 
-use crate::config::{DirGrant, SandboxConfig, SandboxLimits};
+use crate::config::{DirGrant, SandboxConfig, SandboxLimits, env_names};
 
 /// The limits the run recorded in `options` (`max_memory_mib`,
 /// `call_timeout_secs`, `fuel`, `max_output_bytes`, `max_open_files`; one
@@ -91,22 +91,17 @@ pub fn recorded_config(
     let in_manifest =
         |message: String| OfflineError::Input(format!("{}: {message}", manifest.display()));
     let dirs = DirGrant::parse_all(&dirs).map_err(in_manifest)?;
-    let mut env: Vec<String> = Vec::new();
-    for name in strings(&source.options, "env") {
-        if name.is_empty() || name.contains('=') {
-            return Err(in_manifest(format!(
-                "options.env: {name:?} is not the name of a host variable"
-            )));
-        }
-        if std::env::var_os(&name).is_none() {
-            tracing::warn!(
-                "the run passed {name} through; it is not set here, so the instances will not see it"
-            );
-        }
-        if !env.contains(&name) {
-            env.push(name);
-        }
-    }
+    let recorded_env = strings(&source.options, "env");
+    let env = env_names(&recorded_env, |name| {
+        tracing::warn!(
+            "the run passed {name} through; it is not set here, so the instances will not see it"
+        );
+    })
+    .map_err(|name| {
+        in_manifest(format!(
+            "options.env: {name:?} is not the name of a host variable"
+        ))
+    })?;
     Ok(SandboxConfig {
         limits: recorded_limits(&source.options, manifest)?,
         dirs,
