@@ -484,8 +484,7 @@ pub struct PlanArgs {
 }
 
 /// The item failure policy (reference `ItemFailurePolicy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum FailurePolicyArg {
     /// A failing item becomes a structured error record; the run goes on.
     Record,
@@ -494,8 +493,7 @@ pub enum FailurePolicyArg {
 }
 
 /// How isolated children are forked (`sandloop run --fork`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ForkArg {
     /// `state` when the adapter exports `replay-children`, else `snapshot`.
     Auto,
@@ -503,6 +501,15 @@ pub enum ForkArg {
     State,
     /// A snapshot of the live instance, compiled once per replay point.
     Snapshot,
+}
+
+impl From<FailurePolicyArg> for sandloop_core::episode::policy::FailurePolicy {
+    fn from(arg: FailurePolicyArg) -> Self {
+        match arg {
+            FailurePolicyArg::Record => Self::Record,
+            FailurePolicyArg::Fatal => Self::Fatal,
+        }
+    }
 }
 
 impl ForkArg {

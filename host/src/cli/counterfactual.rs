@@ -9,7 +9,6 @@
 //! `counterfactuals.jsonl`.
 
 use std::path::Path;
-use std::time::Instant;
 
 use serde_json::Value;
 
@@ -73,9 +72,9 @@ pub fn counterfactual(args: CounterfactualArgs) -> Result<(), CliError> {
         )
         .map_err(|message| named("first_affected_sequence", message))?;
     let (state, item) = run
-        .point_state(&plan.line, &hypothesis.item_id)?
+        .point_state(&plan, &hypothesis.item_id)?
         .map_err(|message| named("item_id", message))?;
-    let kind = plan.line.durable_state.as_ref().expect("planned").kind;
+    let kind = plan.state_file().kind;
     // The point's instance, and every candidate's child (all forked before
     // any runs), with one to spare for a re-instantiation.
     let instances = hypothesis.candidates.len() as u32 + 2;
@@ -95,7 +94,7 @@ pub fn counterfactual(args: CounterfactualArgs) -> Result<(), CliError> {
         trace: &trace,
         workers: args.child_workers as usize,
     };
-    let report = run_counterfactual(&loaded, &plan, &item, state, &request, Instant::now())?;
+    let report = run_counterfactual(&loaded, &plan, &item, state, &request)?;
     log.append(&report)?;
     if args.json {
         say(&serde_json::to_string_pretty(&report).expect("a report serialises"));

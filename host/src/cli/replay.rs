@@ -3,8 +3,6 @@
 //! item's first affected trace event — instead of running its whole prefix
 //! again — and report whether the restore was verified equivalent.
 
-use std::time::Instant;
-
 use super::args::ReplayArgs;
 use super::finished_run::load_component;
 use super::{CliError, say};
@@ -25,11 +23,10 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         .plan(&mut position, args.from_sequence, minimum)
         .map_err(CliError::Input)?;
     let (state, item) = run
-        .point_state(&plan.line, &args.item)?
+        .point_state(&plan, &args.item)?
         .map_err(CliError::Input)?;
-    let kind = plan.line.durable_state.as_ref().expect("planned").kind;
     // The point's instance, and the child that screens its intent.
-    let loaded = load_component(&run, &args.component, 2, kind)?;
+    let loaded = load_component(&run, &args.component, 2, plan.state_file().kind)?;
 
     // Everything is checked; the result must have somewhere to go.
     let mut log = run.open_log(REPLAYS_FILE)?;
@@ -38,15 +35,7 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         minimum,
         number: log.earlier_lines() + 1,
     };
-    let report = replay_item(
-        &loaded,
-        &plan,
-        &position,
-        &item,
-        &state,
-        &request,
-        Instant::now(),
-    )?;
+    let report = replay_item(&loaded, &plan, &position, &item, &state, &request)?;
     log.append(&report)?;
     if args.json {
         say(&serde_json::to_string_pretty(&report).expect("a report serialises"));

@@ -9,13 +9,12 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 
-use super::args::{FailurePolicyArg, ForkArg, RunArgs, SandboxArgs};
+use super::args::{ForkArg, RunArgs, SandboxArgs};
 use super::compile_notice::while_compiling;
 use super::run_distributed::{self, Lane};
 use super::{CliError, open_sandbox, say};
 use crate::distributed::Dispatcher;
 use crate::episode::adapter::SeedSource;
-use crate::episode::policy::FailurePolicy;
 use crate::episode::stored::StoredItems;
 use crate::harness::arm::{ArmEvent, ArmOptions, run_arm};
 use crate::harness::error_tally::{ErrorCounts, ErrorTally};
@@ -603,7 +602,7 @@ fn arm_config(args: &RunArgs, sha256: &str) -> ArmConfig {
         frontier_max_lanes: args.variant_lanes,
         checkpoint: true,
         resume: args.resume,
-        item_failure_policy: failure_policy(args.failure_policy),
+        item_failure_policy: args.failure_policy.into(),
         ..ArmConfig::default()
     }
 }
@@ -707,7 +706,7 @@ fn invocation_options(args: &RunArgs) -> RunOptions {
         epochs: args.epochs,
         budget_minutes: args.budget_minutes,
         workers: args.workers,
-        failure_policy: failure_policy(args.failure_policy),
+        failure_policy: args.failure_policy.into(),
         arm: args.arm.clone(),
         max_memory_mib: args.sandbox.max_memory,
         call_timeout_secs: args.sandbox.call_timeout,
@@ -728,13 +727,6 @@ fn invocation_options(args: &RunArgs) -> RunOptions {
             nats_creds: args.nats_creds.clone(),
             nats_wait_secs: args.nats_wait,
         }),
-    }
-}
-
-fn failure_policy(arg: FailurePolicyArg) -> FailurePolicy {
-    match arg {
-        FailurePolicyArg::Record => FailurePolicy::Record,
-        FailurePolicyArg::Fatal => FailurePolicy::Fatal,
     }
 }
 

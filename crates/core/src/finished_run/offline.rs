@@ -16,7 +16,7 @@ use crate::episode::adapter::Record;
 use crate::episode::units::GroupId;
 use crate::harness::RunManifest;
 use crate::harness::run_files::{MANIFEST_FILE, RECORDS_FILE, RunFileError, read_run_file};
-use crate::replay::durable::PointLine;
+use crate::replay::durable::{DurableState, PointLine};
 use crate::replay::fidelity::Fidelity;
 use crate::replay::point::Lifecycle;
 use crate::replay::registry::{Selection, select_before};
@@ -222,6 +222,17 @@ pub struct ReplayPlan {
     /// The first affected sequence the point lies at or before
     /// (`u64::MAX`: the item's end).
     pub first_affected: u64,
+}
+
+impl ReplayPlan {
+    /// The planned point's durable state file ([`plan_replay`] chooses
+    /// only durable points).
+    pub fn state_file(&self) -> &DurableState {
+        self.line
+            .durable_state
+            .as_ref()
+            .expect("a planned point is durable")
+    }
 }
 
 /// Choose the point to replay `position` from, among `points` (the run's

@@ -103,9 +103,9 @@ impl FinishedRun {
         plan_replay(&self.points, position, from_sequence, minimum)
     }
 
-    /// The planned point `line`'s state (its exported bytes, or its
-    /// snapshot component) and the item `item_id` among the items it was
-    /// saved with.
+    /// The state of `plan`'s point (its exported bytes, or its snapshot
+    /// component) and the item `item_id` among the items it was saved
+    /// with.
     ///
     /// # Errors
     /// The outer error: the state or items file is unreadable or does not
@@ -114,14 +114,10 @@ impl FinishedRun {
     /// caller to name the field it came from).
     pub fn point_state(
         &self,
-        line: &PointLine,
+        plan: &ReplayPlan,
         item_id: &str,
     ) -> Result<Result<(Vec<u8>, Item), String>, OfflineError> {
-        let state_file = line
-            .durable_state
-            .as_ref()
-            .expect("a planned point is durable");
-        let (state, items) = read_durable_state(&self.dir, state_file)
+        let (state, items) = read_durable_state(&self.dir, plan.state_file())
             .map_err(|error| OfflineError::Input(error.to_string()))?;
         Ok(items
             .into_iter()
@@ -130,7 +126,7 @@ impl FinishedRun {
             .ok_or_else(|| {
                 format!(
                     "item {item_id:?} is not among the items of replay point {}",
-                    line.point.replay_point_id
+                    plan.line.point.replay_point_id
                 )
             }))
     }

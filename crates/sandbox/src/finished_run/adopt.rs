@@ -6,7 +6,7 @@ use std::sync::Arc;
 use sandloop_core::compile_cost::SnapshotCompileCost;
 use sandloop_core::finished_run::OfflineError;
 use sandloop_core::finished_run::offline::ReplayPlan;
-use sandloop_core::replay::durable::{DurableKind, DurableState};
+use sandloop_core::replay::durable::DurableKind;
 use sandloop_core::replay::{
     MemoryAgentStateStore, ReplayError, ReplayMetricLedger, ReplayPoint, ReplayPointRegistry,
 };
@@ -37,15 +37,6 @@ pub struct AdoptedPoint {
     pub metrics: Arc<ReplayMetricLedger>,
 }
 
-/// The durable state file of a planned point (a plan only ever names a
-/// durable point).
-pub(super) fn planned_state(plan: &ReplayPlan) -> &DurableState {
-    plan.line
-        .durable_state
-        .as_ref()
-        .expect("a planned point is durable")
-}
-
 /// Adopt the durable point `plan` names into a fresh adapter of `loaded`,
 /// registered in a new registry whose metrics count the plan's selection:
 /// by importing its exported `state`, or, for a snapshot point, by
@@ -60,7 +51,7 @@ pub fn adopt_point(
     state: &[u8],
 ) -> Result<AdoptedPoint, OfflineError> {
     let line = &plan.line;
-    let state_file = planned_state(plan);
+    let state_file = plan.state_file();
     let metrics = Arc::new(ReplayMetricLedger::new());
     plan.selection.count(&metrics);
     let mut registry = ReplayPointRegistry::new(MemoryAgentStateStore::new(), Arc::clone(&metrics));

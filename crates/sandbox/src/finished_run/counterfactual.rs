@@ -17,7 +17,7 @@ use sandloop_core::replay::counterfactual::{
 };
 use sandloop_core::replay::{ReplayCause, ReplayError, ReplayPoint, ReplayStage};
 
-use super::adopt::{AdoptedPoint, OfflineRegistry, adopt_point, planned_state};
+use super::adopt::{AdoptedPoint, OfflineRegistry, adopt_point};
 use crate::adapter::{AdoptedFork, WasmAdapter, run_adopted_children};
 use crate::component::LoadedAdapter;
 
@@ -39,8 +39,8 @@ pub struct CounterfactualRequest<'a> {
 /// `release_error`).
 ///
 /// Returns the `counterfactuals.jsonl` line: a group that could not run
-/// is its `error`, not this function's. `started` is when the command
-/// began its work (the line's `wall_minutes`).
+/// is its `error`, not this function's; its `wall_minutes` are this
+/// call's.
 ///
 /// # Errors
 /// [`OfflineError::Failed`]: a snapshot point cannot be compiled.
@@ -50,10 +50,10 @@ pub fn run_counterfactual(
     item: &Item,
     state: Vec<u8>,
     request: &CounterfactualRequest<'_>,
-    started: Instant,
 ) -> Result<CounterfactualReport, OfflineError> {
+    let started = Instant::now();
     let line = &plan.line;
-    let state_file = planned_state(plan);
+    let state_file = plan.state_file();
     let AdoptedPoint {
         mut adapter,
         snapshot,

@@ -1,7 +1,7 @@
 //! A finished run's part run again in the sandbox: its component loaded
 //! as the run loaded it ([`load_run_component`]: the recorded limits and
 //! grants, the same sha256, `replay` exported), a durable point adopted
-//! into a fresh instance ([`adopt_point`]), and the two commands built on
+//! into a fresh instance (`adopt_point`), and the two commands built on
 //! them, each returning its typed log line: one item replayed from the
 //! point ([`replay_item`] → [`ReplayReport`]) and a hypothesis's
 //! candidates run as children of it ([`run_counterfactual`] →
@@ -18,8 +18,6 @@ mod load;
 mod recorded;
 mod replay_item;
 
-pub use adopt::{AdoptedPoint, OfflineRegistry, adopt_point};
 pub use counterfactual::{CounterfactualRequest, run_counterfactual};
 pub use load::{RunComponent, load_run_component};
-pub use recorded::recorded_config;
 pub use replay_item::{ReplayRequest, replay_item};

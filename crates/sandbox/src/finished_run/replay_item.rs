@@ -15,7 +15,7 @@ use sandloop_core::replay::registry::judge_replay_intent;
 use sandloop_core::replay::{Fidelity, ReplayError, ReplayRestoreResult};
 use sandloop_core::trace::TraceLog;
 
-use super::adopt::{AdoptedPoint, adopt_point, planned_state};
+use super::adopt::{AdoptedPoint, adopt_point};
 use crate::adapter::screen_adopted_intent;
 use crate::component::LoadedAdapter;
 
@@ -39,8 +39,7 @@ pub struct ReplayRequest<'a> {
 /// failure to release it is the report's `release_error`, not hidden.
 ///
 /// Returns the `replays.jsonl` line: a failed restore or suffix is its
-/// `outcome`, not an error. `started` is when the command began its work
-/// (the line's `replay_wall_minutes`).
+/// `outcome`, not an error; its `replay_wall_minutes` are this call's.
 ///
 /// # Errors
 /// [`OfflineError::Failed`]: a snapshot point cannot be compiled.
@@ -51,11 +50,10 @@ pub fn replay_item(
     item: &Item,
     state: &[u8],
     request: &ReplayRequest<'_>,
-    started: Instant,
 ) -> Result<ReplayReport, OfflineError> {
+    let started = Instant::now();
     let line = &plan.line;
-    let state_file = planned_state(plan);
-    let import_started = Instant::now();
+    let state_file = plan.state_file();
     let AdoptedPoint {
         mut adapter,
         snapshot,
@@ -63,7 +61,7 @@ pub fn replay_item(
         mut registry,
         metrics,
     } = adopt_point(loaded, plan, state)?;
-    let import_minutes = import_started.elapsed().as_secs_f64() / 60.0;
+    let import_minutes = started.elapsed().as_secs_f64() / 60.0;
     let target_branch = format!("replay-{}:{}", request.number, request.item_id);
     let mut trace = TraceLog::fork(
         &line.point.cursor.trace_id,
