@@ -28,8 +28,14 @@ fn serve(repo: &Path, listen: &str, args: &[&str], logs: &Path) -> KillOnDrop {
         .stderr(std::fs::File::create(logs.join("serve.err")).unwrap())
         .spawn()
         .unwrap();
+    // The socket is bound before the loop is checked and opened, so a
+    // connection can succeed before the start line is printed: wait for both.
     let started = Instant::now();
-    while TcpStream::connect(listen).is_err() {
+    let printed = || {
+        std::fs::read_to_string(logs.join("serve.out"))
+            .is_ok_and(|out| out.contains("coordinator listening on"))
+    };
+    while TcpStream::connect(listen).is_err() || !printed() {
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "loop serve did not start listening: {}",
