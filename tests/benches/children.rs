@@ -7,7 +7,9 @@
 //! constant, 16 bytes of state; see `children/noop.rs`): serial, parallel
 //! and snapshot batches of no-op children, then the lines
 //! `host overhead per isolated child (no-op adapter): N µs` (p50, serial)
-//! and `parallel speed-up: N.NNx` (serial batch / parallel batch, p50),
+//! `parallel speed-up: N.NNx` (serial batch / parallel batch, p50) and
+//! `warm no-op call: N µs` (one `execute-episode` on a prepared group of a
+//! warm instance, p50),
 //! the snapshot / state-fork ratio, what two workers can get out of this
 //! machine at all, measured now (`children/ceiling.rs`: arithmetic on two
 //! threads; two processes, and two lanes of one process — sharing an
@@ -66,9 +68,10 @@
 //! default 500; `SANDLOOP_BENCH_CHILDREN_COMPONENT=PATH` another build of
 //! replay-probe; `SANDLOOP_BENCH_CHILDREN_NOOP_ONLY=1` stops after the
 //! no-op section, e.g. to profile it alone;
-//! `SANDLOOP_BENCH_CHILDREN_PROFILE=serial|parallel|snapshot|lanes|engines`
-//! runs only that no-op mode's batches and exits; `lanes` is two serial
-//! lanes at once, `engines` the same with an engine per lane). Figures
+//! `SANDLOOP_BENCH_CHILDREN_PROFILE=serial|parallel|snapshot|warm|lanes|engines`
+//! runs only that no-op mode's batches and exits; `warm` is 200,000 warm
+//! `execute-episode` calls, `lanes` two serial lanes at once, `engines` the
+//! same with an engine per lane). Figures
 //! only, no timing
 //! asserts; the component cache goes to a temporary directory.
 

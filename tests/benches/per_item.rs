@@ -14,7 +14,15 @@
 //! Then, side by side in the same run: the reference runtime
 //! (`loopx_explore/episode_runtime.py`, python3, no packages) over the same
 //! items with a no-op adapter, timed by itself in-process with no I/O
-//! (`reference/per_item.py`), against the whole `sandloop run` process; and
+//! (`reference/per_item.py`), against the whole `sandloop run` process;
+//! the default path — replay on, as `sandloop run` does for an adapter that
+//! exports `replay` and `replay-children` (bench-adapter does): a replay
+//! point per seed, each variant an isolated child forked from it — as a
+//! whole process against the reference's own runtimes doing the same
+//! (`reference/default_path.py`: episode groups, a replay point per seed
+//! captured by `ReplayPointRegistry`, the variants as one settled child
+//! group from it, timed in-process), printed as
+//! `default path (…): sandloop N µs/item, reference M µs/item, R.RRx`; and
 //! a run ten times larger (`SANDLOOP_BENCH_LARGE_SEEDS`, default 90,910
 //! seeds: 1,000,010 items) with its peak RSS. The reference is looked for
 //! in `SANDLOOP_REFERENCE_DIR`, else `../shared/reference/loopx_explore`
@@ -37,7 +45,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod reference;
 #[path = "common/runs.rs"]
 mod runs;
-use runs::{VARIANTS_PER_SEED, env_usize, median, sandloop_run_measured, write_items};
+use runs::{
+    Replay, VARIANTS_PER_SEED, env_usize, median, sandloop_run_default, sandloop_run_measured,
+    write_items,
+};
 
 /// Wall seconds of one `sandloop run` of the no-op component over `items`.
 fn sandloop_run(items: &Path, workers: usize, cache: &Path) -> f64 {
@@ -123,10 +134,12 @@ fn native_run(items: &Path, workers: usize) -> f64 {
     started.elapsed().as_secs_f64()
 }
 
-/// The reference runtime's own seconds over `items` (its in-process timer),
-/// or why it could not be measured.
-fn reference_seconds(items: &Path) -> Result<f64, String> {
-    let line = reference::run_script("per_item.py", "episode_runtime.py", &[items.as_os_str()])?;
+/// The reference's own seconds over `items` (its in-process timer) with
+/// `script` (`per_item.py`: the episode runtime alone; `default_path.py`:
+/// episode groups with a replay point per seed and the variants as a child
+/// group), or why it could not be measured.
+fn reference_seconds(script: &str, items: &Path) -> Result<f64, String> {
+    let line = reference::run_script(script, "episode_runtime.py", &[items.as_os_str()])?;
     line["seconds"]
         .as_f64()
         .ok_or_else(|| "no seconds in its output".to_string())
@@ -197,8 +210,9 @@ fn main() {
     }
 
     // The reference, on the same items, in the same bench.
-    let reference: Result<Vec<f64>, String> =
-        (0..runs).map(|_| reference_seconds(&items_path)).collect();
+    let reference: Result<Vec<f64>, String> = (0..runs)
+        .map(|_| reference_seconds("per_item.py", &items_path))
+        .collect();
     match reference {
         Ok(seconds) => {
             let seconds = median(seconds);
@@ -216,14 +230,42 @@ fn main() {
         Err(why) => println!("reference runtime: skipped ({why})"),
     }
 
+    // The default path: replay on, each variant an isolated child of its
+    // seed's replay point; whole process against the reference's own timer.
+    let workers = workers_list.iter().copied().max().unwrap_or(1);
+    let adapter = sandloop_tests::BENCH_ADAPTER;
+    sandloop_run_default(adapter, &one_path, workers, &cache);
+    let wall = median(
+        (0..runs)
+            .map(|_| sandloop_run_default(adapter, &items_path, workers, &cache))
+            .collect(),
+    );
+    let per = wall / items as f64 * 1e6;
+    let reference: Result<Vec<f64>, String> = (0..runs.min(3))
+        .map(|_| reference_seconds("default_path.py", &items_path))
+        .collect();
+    match reference {
+        Ok(seconds) => {
+            let reference_per = median(seconds) / items as f64 * 1e6;
+            println!(
+                "default path (replay, isolated children, {workers} w, whole process): \
+                 sandloop {per:.2} µs/item, reference {reference_per:.2} µs/item, {:.2}x",
+                reference_per / per
+            );
+        }
+        Err(why) => println!(
+            "default path (replay, isolated children, {workers} w, whole process): \
+             sandloop {per:.2} µs/item, reference skipped ({why})"
+        ),
+    }
+
     // A run ten times larger: time and peak memory.
     let large_seeds = env_usize("SANDLOOP_BENCH_LARGE_SEEDS", seeds * 10);
     if large_seeds > 0 {
         let large_path = dir.path().join("large.jsonl");
         let large = write_items(&large_path, large_seeds);
-        let workers = workers_list.iter().copied().max().unwrap_or(1);
         let (wall, peak) =
-            sandloop_run_measured(sandloop_tests::BENCH_ADAPTER, &large_path, workers, &cache);
+            sandloop_run_measured(adapter, &large_path, workers, &cache, Replay::Off);
         println!(
             "{large} items, {workers} worker(s): {wall:.2} s, peak RSS {:.0} MB ({:.0} bytes per item)",
             peak as f64 / 1e6,

@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{Lane, ceiling, header, reference};
-use sandloop::episode::adapter::Item;
+use super::{Lane, Samples, ceiling, ctx, header, reference};
+use sandloop::episode::adapter::{EpisodeAdapter, Item};
 use sandloop::replay::ReplayMetricLedger;
-use sandloop::sandbox::LoadedAdapter;
 use sandloop::sandbox::snapshot::Instrumented;
+use sandloop::sandbox::{LoadedAdapter, WasmAdapter};
 
 /// What the no-op section measured, for the targets.
 pub struct Figures {
@@ -49,7 +49,8 @@ const PROCESS_BATCHES_PER_ROUND: usize = 5 * BATCHES_PER_ROUND;
 pub const LANE_PROCESS: &str = "SANDLOOP_BENCH_CHILDREN_LANE_PROCESS";
 
 /// Set to `serial`, `parallel` or `snapshot`: run only that mode's no-op
-/// batches, untimed per batch, print the time per child and exit — a
+/// batches, untimed per batch, print the time per child and exit (`warm`:
+/// only warm `execute-episode` calls, the time per call) — a
 /// process to profile one mode with (`perf record`, `perf stat`); `lanes`
 /// does the same for two serial lanes at once, each on its own thread, and
 /// `engines` for two such lanes that share no engine (each loads the
@@ -228,6 +229,37 @@ fn items(children: usize) -> Vec<Item> {
     working_items(children, None)
 }
 
+/// `calls` timed `execute-episode` calls on one prepared group of
+/// bench-adapter, on one warm instance (after as many untimed ones): the
+/// host's whole cost of an item call — the item's JSON and the context
+/// lowered, the call's deadline and fuel armed, the guest's constant record
+/// lifted and parsed.
+fn warm_calls(loaded: &Arc<LoadedAdapter>, calls: usize) -> Samples {
+    let items = items(2);
+    let mut adapter = WasmAdapter::new(Arc::clone(loaded), "noop-warm", None);
+    let ctx = ctx("g-warm");
+    let prepared = adapter
+        .prepare_episode_group(&items[0], &items, &ctx)
+        .unwrap()
+        .unwrap();
+    let mut samples = Samples::default();
+    for round in 0..2 {
+        let mut timed = Samples::default();
+        for _ in 0..calls {
+            timed
+                .time(|| adapter.execute_episode(&prepared.handle, &items[1], &ctx))
+                .unwrap();
+        }
+        if round == 1 {
+            samples = timed;
+        }
+    }
+    adapter
+        .release_episode_group(prepared.handle, &ctx)
+        .unwrap();
+    samples
+}
+
 /// [`items`], each ending with `"work":rounds` when given: bench-adapter
 /// then spends that many rounds of arithmetic in each child's run.
 fn working_items(children: usize, rounds: Option<u64>) -> Vec<Item> {
@@ -319,6 +351,15 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         snapshot.run_batch(false);
     }
     match std::env::var(PROFILE).as_deref() {
+        Ok("warm") => {
+            let calls = warm_calls(loaded, 200_000);
+            println!(
+                "warm no-op calls only ({PROFILE}): {} calls, {:.2} µs per call (mean)",
+                calls.0.len(),
+                calls.mean_us()
+            );
+            std::process::exit(0);
+        }
         Ok("lanes") => profile_two_lanes(loaded, loaded, &ledger, &items, batches),
         Ok("engines") => profile_two_lanes(loaded, &own_engine(loaded), &ledger, &items, batches),
         _ => {}
@@ -329,7 +370,9 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
             "parallel" => &mut parallel,
             "snapshot" => &mut snapshot,
             other => {
-                panic!("{PROFILE}={other}: expected serial, parallel, snapshot, lanes or engines")
+                panic!(
+                    "{PROFILE}={other}: expected serial, parallel, snapshot, warm, lanes or engines"
+                )
             }
         };
         let started = std::time::Instant::now();
@@ -368,7 +411,15 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         processes_ceiling: two_processes(children, batches),
     };
 
+    let warm = warm_calls(loaded, 20 * batches * children);
     header("no-op children, side by side");
+    println!(
+        "warm no-op call: {:.2} µs (p50; mean {:.2}, p90 {:.2}: execute-episode on a \
+         prepared group of bench-adapter, item in, record out)",
+        warm.p50_us(),
+        warm.mean_us(),
+        warm.quantile_us(0.9)
+    );
     println!(
         "host overhead per isolated child (no-op adapter): {:.1} µs",
         figures.per_child_us

@@ -52,11 +52,29 @@ pub fn median(mut values: Vec<f64>) -> f64 {
 /// `items` with `workers` lanes and the compiled-component cache at
 /// `cache`. `--no-replay`: these benches measure the per-item episode path,
 /// and `bench-adapter` exports `replay` (with it, every group would capture
-/// a point and fork its variants as isolated children, which the
-/// `children` bench measures); for adapters without `replay` the flag
-/// changes nothing.
+/// a point and fork its variants as isolated children, which
+/// [`sandloop_run_default`] and the `children` bench measure); for adapters
+/// without `replay` the flag changes nothing.
 pub fn sandloop_run(adapter: &str, items: &Path, workers: usize, cache: &Path) -> f64 {
-    sandloop_run_measured(adapter, items, workers, cache).0
+    sandloop_run_measured(adapter, items, workers, cache, Replay::Off).0
+}
+
+/// Wall seconds of one `sandloop run` on its default path: with an adapter
+/// that exports `replay` and `replay-children`, a replay point per seed and
+/// each variant an isolated child forked from it.
+#[allow(dead_code)] // not every bench that includes this file runs it
+pub fn sandloop_run_default(adapter: &str, items: &Path, workers: usize, cache: &Path) -> f64 {
+    sandloop_run_measured(adapter, items, workers, cache, Replay::Default).0
+}
+
+/// Whether a measured run passes `--no-replay`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Replay {
+    /// `--no-replay`: the per-item episode path.
+    Off,
+    /// No flag: what `sandloop run` does by default.
+    #[allow(dead_code)]
+    Default,
 }
 
 /// [`sandloop_run`], also returning the process's peak resident set size
@@ -73,20 +91,16 @@ pub fn sandloop_run_measured(
     items: &Path,
     workers: usize,
     cache: &Path,
+    replay: Replay,
 ) -> (f64, u64) {
     let out = tempfile::tempdir().unwrap();
     let started = Instant::now();
     let output = Command::new(std::env::current_exe().unwrap())
         .arg(PEAK_RSS_FLAG)
         .arg(env!("CARGO_BIN_EXE_sandloop"))
-        .args([
-            "run",
-            "--adapter",
-            adapter,
-            "--json",
-            "--no-replay",
-            "--workers",
-        ])
+        .args(["run", "--adapter", adapter, "--json"])
+        .args((replay == Replay::Off).then_some("--no-replay"))
+        .arg("--workers")
         .arg(workers.to_string())
         .arg("--items")
         .arg(items)
