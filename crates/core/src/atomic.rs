@@ -194,6 +194,23 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     fs::rename(&partial, path)
 }
 
+/// Writes `bytes` to `path`, a file that usually does not exist yet,
+/// whose parent directory does: created exclusively (`O_CREAT | O_EXCL`,
+/// which never follows a symbolic link) and written in place — one open,
+/// one write, no temporary and no rename. When `path` exists (a resumed
+/// run writing the same file again) it is replaced as [`replace_file`]
+/// does. A crash can leave the file half written, so use it only for
+/// files whose reader checks a digest recorded after the write (a durable
+/// replay point's state and items: `replay-points.jsonl` names their
+/// sha256 and is appended once both are written).
+pub fn write_new_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    match OpenOptions::new().write(true).create_new(true).open(path) {
+        Ok(mut file) => file.write_all(bytes),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => replace_file(path, bytes),
+        Err(error) => Err(error),
+    }
+}
+
 /// Fsyncs a directory so a rename in it is durable (no-op where
 /// directories cannot be opened).
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -207,6 +224,35 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_new_file_is_written_in_place_and_an_existing_one_replaced_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rp-1.bin");
+        write_new_file(&path, b"first").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"first");
+        write_new_file(&path, b"second").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"second");
+        // A link planted where the file goes is replaced, never written through.
+        let target = dir.path().join("elsewhere");
+        fs::write(&target, b"untouched").unwrap();
+        let linked = dir.path().join("rp-2.bin");
+        std::os::unix::fs::symlink(&target, &linked).unwrap();
+        write_new_file(&linked, b"state").unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"untouched");
+        assert!(
+            !fs::symlink_metadata(&linked)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(fs::read(&linked).unwrap(), b"state");
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 3, "no temporary left: {names:?}");
+    }
 
     #[test]
     fn replaces_the_file_and_leaves_no_temporary_behind() {

@@ -14,7 +14,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -194,9 +194,12 @@ pub struct ReplayStore {
     /// [`ReplayStore::take_captured`] instead of appending them to
     /// `replay-points.jsonl` (a distributed run's worker).
     captured: Option<Mutex<Vec<PointLine>>>,
+    /// Whether `replay-points/` is known to exist (created once, not at
+    /// every point).
+    states_dir_ready: AtomicBool,
 }
 
-use crate::atomic::replace_file as write_file;
+use crate::atomic::{replace_file, write_new_file};
 use crate::digest::sha256_hex;
 
 impl ReplayStore {
@@ -210,6 +213,7 @@ impl ReplayStore {
             snapshot_budget: u64::MAX,
             snapshot_bytes: AtomicU64::new(0),
             captured: None,
+            states_dir_ready: AtomicBool::new(false),
         }
     }
 
@@ -248,8 +252,7 @@ impl ReplayStore {
     }
 
     /// Writes a point another process captured: its state and items files
-    /// (`files`, when the line names a durable state), each atomically, then
-    /// its line.
+    /// (`files`, when the line names a durable state), then its line.
     ///
     /// # Errors
     /// Nothing is written when the line's durable state is not a state
@@ -296,10 +299,9 @@ impl ReplayStore {
                         "point {id}: its items do not match durable_state.items_sha256"
                     ));
                 }
-                let dir = self.root.join(STATES_DIR);
-                std::fs::create_dir_all(&dir)
-                    .and_then(|()| write_file(&self.root.join(&durable.file), state))
-                    .and_then(|()| write_file(&self.root.join(&durable.items_file), items))
+                self.states_dir()
+                    .and_then(|()| write_new_file(&self.root.join(&durable.file), state))
+                    .and_then(|()| write_new_file(&self.root.join(&durable.items_file), items))
                     .map_err(|error| format!("point {id}: writing {}: {error}", durable.file))?;
             }
             (None, Some(_)) => {
@@ -333,15 +335,18 @@ impl ReplayStore {
         self
     }
 
-    /// Write `state` and the group's `items` for point `id`, each atomically
-    /// (a temporary file renamed into place).
+    /// Write `state` and the group's `items` for point `id`. Each file is
+    /// created in place ([`write_new_file`]: exclusively, never through a
+    /// link; replaced when it exists): half a file after a crash is caught
+    /// by the sha256 the point's line records, and that line is written
+    /// only after both files.
     pub fn write_state(&self, id: &str, state: &[u8], items: &[Item]) -> io::Result<DurableState> {
         self.write_durable(id, DurableKind::State, state, items, None)
     }
 
     /// Write the snapshot component `component` of point `id`, whose
-    /// binding answers to `binding_token`, and the group's `items`, each
-    /// atomically.
+    /// binding answers to `binding_token`, and the group's `items`, as
+    /// [`ReplayStore::write_state`] writes a state.
     pub fn write_snapshot(
         &self,
         id: &str,
@@ -374,6 +379,15 @@ impl ReplayStore {
         written
     }
 
+    /// Create `replay-points/` unless this store already did.
+    fn states_dir(&self) -> io::Result<()> {
+        if !self.states_dir_ready.load(Ordering::Relaxed) {
+            std::fs::create_dir_all(self.root.join(STATES_DIR))?;
+            self.states_dir_ready.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
     fn write_durable(
         &self,
         id: &str,
@@ -382,17 +396,16 @@ impl ReplayStore {
         items: &[Item],
         binding_token: Option<u64>,
     ) -> io::Result<DurableState> {
-        let dir = self.root.join(STATES_DIR);
-        std::fs::create_dir_all(&dir)?;
+        self.states_dir()?;
         let extension = match kind {
             DurableKind::State => "bin",
             DurableKind::Snapshot => "wasm",
         };
         let file = format!("{STATES_DIR}/{id}.{extension}");
         let items_file = format!("{STATES_DIR}/{id}.items.json");
-        write_file(&self.root.join(&file), bytes)?;
+        write_new_file(&self.root.join(&file), bytes)?;
         let items_json = serde_json::to_vec(items).map_err(io::Error::other)?;
-        write_file(&self.root.join(&items_file), &items_json)?;
+        write_new_file(&self.root.join(&items_file), &items_json)?;
         Ok(DurableState {
             kind,
             file,
@@ -584,7 +597,7 @@ pub fn cut_back_points(root: &Path, next_epoch: u32) -> Result<usize, DurableErr
         }
     }
     if dropped > 0 {
-        write_file(&path, kept.as_bytes()).map_err(io_error)?;
+        replace_file(&path, kept.as_bytes()).map_err(io_error)?;
     }
     Ok(dropped)
 }
