@@ -19,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-DIGEST = "sha256:noop"
+from noop_replay import noop_replay
+
 
 
 def main() -> None:
@@ -29,73 +30,7 @@ def main() -> None:
     package = reference_dir.name
     replay = __import__(f"{package}.replay_runtime", fromlist=["*"])
     trace = __import__(f"{package}.trace_runtime", fromlist=["*"])
-    fidelity = replay.ReplayFidelity.SEMANTIC_EQUIVALENT
-
-    def report():
-        return replay.EquivalenceReport(
-            achieved_fidelity=fidelity,
-            equivalent=True,
-            expected_digest=DIGEST,
-            observed_digest=DIGEST,
-            checks=(replay.EquivalenceCheck(check_id="noop", passed=True),),
-        )
-
-    allow = replay.ReplayRiskAssessment(
-        disposition=replay.ReplayRiskDisposition.ALLOW, policy_id="noop"
-    )
-
-    class NoopAdapter:
-        """Every call returns a fixed value; a child is a plain object."""
-
-        def capture_replay_state(self, request):
-            return replay.AdapterStateLease(
-                binding_key=object(), fidelity=fidelity, projection_digest=DIGEST
-            )
-
-        def restore_replay_state(self, binding_key, request):
-            return replay.RestoreReceipt(achieved_fidelity=fidelity)
-
-        def validate_replay_equivalence(self, binding_key, receipt):
-            return report()
-
-        def release_replay_state(self, binding_key):
-            return None
-
-        def fork_replay_child(self, binding_key, request):
-            return replay.ReplayChildLease(
-                child_key=object(),
-                receipt=replay.RestoreReceipt(
-                    achieved_fidelity=fidelity,
-                    restored_projection_digest=DIGEST,
-                    prefix_reused=True,
-                ),
-                concurrency=replay.ReplayChildConcurrency.THREAD_SAFE,
-            )
-
-        def validate_replay_child_equivalence(self, child_key, receipt):
-            return report()
-
-        def release_replay_child(self, child_key):
-            return None
-
-        def assess_replay_child_intent(self, child_key, intent):
-            return allow
-
-        def assess_replay_child_outcome(self, child_key, intent, outcome):
-            return allow
-
-    class AgentStates:
-        def capture_agent_state(self, cursor):
-            return object()
-
-        def restore_agent_state(self, state_key):
-            return None
-
-        def release_agent_state(self, state_key):
-            return None
-
-        def fork_agent_state(self, state_key, child_id):
-            return object()
+    NoopAdapter, AgentStates, fidelity = noop_replay(replay)
 
     registry = replay.ReplayPointRegistry()
     log = trace.TraceLog("bench-trace", "main")

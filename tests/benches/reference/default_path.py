@@ -27,7 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-DIGEST = "sha256:noop"
+from noop_replay import noop_replay
+
 RECORD = {"observation_keys": ["k"], "accepted": True}
 
 
@@ -39,81 +40,18 @@ def main() -> None:
     episode = __import__(f"{package}.episode_runtime", fromlist=["*"])
     replay = __import__(f"{package}.replay_runtime", fromlist=["*"])
     trace = __import__(f"{package}.trace_runtime", fromlist=["*"])
-    fidelity = replay.ReplayFidelity.SEMANTIC_EQUIVALENT
+    NoopReplayAdapter, AgentStates, fidelity = noop_replay(replay)
 
     items = [json.loads(line) for line in Path(items_path).read_text().splitlines() if line]
 
-    def report():
-        return replay.EquivalenceReport(
-            achieved_fidelity=fidelity,
-            equivalent=True,
-            expected_digest=DIGEST,
-            observed_digest=DIGEST,
-            checks=(replay.EquivalenceCheck(check_id="noop", passed=True),),
-        )
-
-    allow = replay.ReplayRiskAssessment(
-        disposition=replay.ReplayRiskDisposition.ALLOW, policy_id="noop"
-    )
-
-    class NoopAdapter:
-        """The episode and replay protocols; every call returns a fixed value."""
+    class NoopAdapter(NoopReplayAdapter):
+        """The episode protocol too; every call returns a fixed value."""
 
         def prepare_episode_group(self, seed, items, **context):
             return {"handle": None, "prefix_record": dict(RECORD)}
 
         def release_episode_group(self, handle, **context):
             return None
-
-        def capture_replay_state(self, request):
-            return replay.AdapterStateLease(
-                binding_key=object(), fidelity=fidelity, projection_digest=DIGEST
-            )
-
-        def restore_replay_state(self, binding_key, request):
-            return replay.RestoreReceipt(achieved_fidelity=fidelity)
-
-        def validate_replay_equivalence(self, binding_key, receipt):
-            return report()
-
-        def release_replay_state(self, binding_key):
-            return None
-
-        def fork_replay_child(self, binding_key, request):
-            return replay.ReplayChildLease(
-                child_key=object(),
-                receipt=replay.RestoreReceipt(
-                    achieved_fidelity=fidelity,
-                    restored_projection_digest=DIGEST,
-                    prefix_reused=True,
-                ),
-                concurrency=replay.ReplayChildConcurrency.THREAD_SAFE,
-            )
-
-        def validate_replay_child_equivalence(self, child_key, receipt):
-            return report()
-
-        def release_replay_child(self, child_key):
-            return None
-
-        def assess_replay_child_intent(self, child_key, intent):
-            return allow
-
-        def assess_replay_child_outcome(self, child_key, intent, outcome):
-            return allow
-
-    class AgentStates:
-        def capture_agent_state(self, cursor):
-            return object()
-
-        def restore_agent_state(self, state_key):
-            return None
-
-        def release_agent_state(self, state_key):
-            return None
-
-        def fork_agent_state(self, state_key, child_id):
-            return object()
 
     def run_child(context):
         return dict(RECORD)
