@@ -194,17 +194,26 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     fs::rename(&partial, path)
 }
 
-/// Writes `bytes` to `path`, a file that usually does not exist yet,
-/// whose parent directory does: created exclusively (`O_CREAT | O_EXCL`,
-/// which never follows a symbolic link) and written in place — one open,
-/// one write, no temporary and no rename. When `path` exists (a resumed
-/// run writing the same file again) it is replaced as [`replace_file`]
-/// does. A crash can leave the file half written, so use it only for
-/// files whose reader checks a digest recorded after the write (a durable
-/// replay point's state and items: `replay-points.jsonl` names their
-/// sha256 and is appended once both are written).
+/// Writes `bytes` to `path`, a file that usually does not exist yet:
+/// created exclusively (`O_CREAT | O_EXCL`, which never follows a symbolic
+/// link) and written in place — one open, one write, no temporary and no
+/// rename; the parent directory is created only when the open finds it
+/// missing, so a folder of many such files costs one `mkdir`. When `path`
+/// exists (a resumed run writing the same file again) it is replaced as
+/// [`replace_file`] does. A crash can leave the file half written, so use
+/// it only for files whose reader checks a digest recorded after the write
+/// (a durable replay point's state and items: `replay-points.jsonl` names
+/// their sha256 and is appended once both are written).
 pub fn write_new_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    match OpenOptions::new().write(true).create_new(true).open(path) {
+    let create = || OpenOptions::new().write(true).create_new(true).open(path);
+    let created = match create() {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir_all(directory_of(path))?;
+            create()
+        }
+        other => other,
+    };
+    match created {
         Ok(mut file) => file.write_all(bytes),
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => replace_file(path, bytes),
         Err(error) => Err(error),
@@ -227,16 +236,18 @@ mod tests {
 
     #[test]
     fn a_new_file_is_written_in_place_and_an_existing_one_replaced_not_followed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("rp-1.bin");
+        let root = tempfile::tempdir().unwrap();
+        // The folder is made by the first write.
+        let dir = root.path().join("replay-points");
+        let path = dir.join("rp-1.bin");
         write_new_file(&path, b"first").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"first");
         write_new_file(&path, b"second").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"second");
         // A link planted where the file goes is replaced, never written through.
-        let target = dir.path().join("elsewhere");
+        let target = dir.join("elsewhere");
         fs::write(&target, b"untouched").unwrap();
-        let linked = dir.path().join("rp-2.bin");
+        let linked = dir.join("rp-2.bin");
         std::os::unix::fs::symlink(&target, &linked).unwrap();
         write_new_file(&linked, b"state").unwrap();
         assert_eq!(fs::read(&target).unwrap(), b"untouched");
@@ -247,7 +258,7 @@ mod tests {
                 .is_symlink()
         );
         assert_eq!(fs::read(&linked).unwrap(), b"state");
-        let names: Vec<_> = fs::read_dir(dir.path())
+        let names: Vec<_> = fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();

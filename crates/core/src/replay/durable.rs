@@ -14,7 +14,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -194,9 +194,6 @@ pub struct ReplayStore {
     /// [`ReplayStore::take_captured`] instead of appending them to
     /// `replay-points.jsonl` (a distributed run's worker).
     captured: Option<Mutex<Vec<PointLine>>>,
-    /// Whether `replay-points/` is known to exist (created once, not at
-    /// every point).
-    states_dir_ready: AtomicBool,
 }
 
 use crate::atomic::{replace_file, write_new_file};
@@ -213,7 +210,6 @@ impl ReplayStore {
             snapshot_budget: u64::MAX,
             snapshot_bytes: AtomicU64::new(0),
             captured: None,
-            states_dir_ready: AtomicBool::new(false),
         }
     }
 
@@ -299,8 +295,7 @@ impl ReplayStore {
                         "point {id}: its items do not match durable_state.items_sha256"
                     ));
                 }
-                self.states_dir()
-                    .and_then(|()| write_new_file(&self.root.join(&durable.file), state))
+                write_new_file(&self.root.join(&durable.file), state)
                     .and_then(|()| write_new_file(&self.root.join(&durable.items_file), items))
                     .map_err(|error| format!("point {id}: writing {}: {error}", durable.file))?;
             }
@@ -379,15 +374,6 @@ impl ReplayStore {
         written
     }
 
-    /// Create `replay-points/` unless this store already did.
-    fn states_dir(&self) -> io::Result<()> {
-        if !self.states_dir_ready.load(Ordering::Relaxed) {
-            std::fs::create_dir_all(self.root.join(STATES_DIR))?;
-            self.states_dir_ready.store(true, Ordering::Relaxed);
-        }
-        Ok(())
-    }
-
     fn write_durable(
         &self,
         id: &str,
@@ -396,7 +382,6 @@ impl ReplayStore {
         items: &[Item],
         binding_token: Option<u64>,
     ) -> io::Result<DurableState> {
-        self.states_dir()?;
         let extension = match kind {
             DurableKind::State => "bin",
             DurableKind::Snapshot => "wasm",
