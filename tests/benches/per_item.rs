@@ -234,7 +234,6 @@ fn main() {
     // seed's replay point; whole process against the reference's own timer.
     let workers = workers_list.iter().copied().max().unwrap_or(1);
     let adapter = sandloop_tests::BENCH_ADAPTER;
-    sandloop_run_default(adapter, &one_path, workers, &cache);
     let wall = median(
         (0..runs)
             .map(|_| sandloop_run_default(adapter, &items_path, workers, &cache))

@@ -242,17 +242,16 @@ fn warm_calls(loaded: &Arc<LoadedAdapter>, calls: usize) -> Samples {
         .prepare_episode_group(&items[0], &items, &ctx)
         .unwrap()
         .unwrap();
+    for _ in 0..calls {
+        adapter
+            .execute_episode(&prepared.handle, &items[1], &ctx)
+            .unwrap();
+    }
     let mut samples = Samples::default();
-    for round in 0..2 {
-        let mut timed = Samples::default();
-        for _ in 0..calls {
-            timed
-                .time(|| adapter.execute_episode(&prepared.handle, &items[1], &ctx))
-                .unwrap();
-        }
-        if round == 1 {
-            samples = timed;
-        }
+    for _ in 0..calls {
+        samples
+            .time(|| adapter.execute_episode(&prepared.handle, &items[1], &ctx))
+            .unwrap();
     }
     adapter
         .release_episode_group(prepared.handle, &ctx)
@@ -336,6 +335,16 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         loaded.protocols.replay,
         "bench-adapter exports replay, replay-children and child-risk"
     );
+    if std::env::var(PROFILE).as_deref() == Ok("warm") {
+        // Only the calls: no lane is built, no snapshot compiled.
+        let calls = warm_calls(loaded, 200_000);
+        println!(
+            "warm no-op calls only ({PROFILE}): {} calls, {:.2} µs per call (mean)",
+            calls.0.len(),
+            calls.mean_us()
+        );
+        std::process::exit(0);
+    }
     let ledger = Arc::new(ReplayMetricLedger::new());
     let items = items(children);
     let instrumented = Arc::new(Instrumented::load(loaded).unwrap());
@@ -351,15 +360,6 @@ pub fn section(loaded: &Arc<LoadedAdapter>, children: usize, batches: usize) -> 
         snapshot.run_batch(false);
     }
     match std::env::var(PROFILE).as_deref() {
-        Ok("warm") => {
-            let calls = warm_calls(loaded, 200_000);
-            println!(
-                "warm no-op calls only ({PROFILE}): {} calls, {:.2} µs per call (mean)",
-                calls.0.len(),
-                calls.mean_us()
-            );
-            std::process::exit(0);
-        }
         Ok("lanes") => profile_two_lanes(loaded, loaded, &ledger, &items, batches),
         Ok("engines") => profile_two_lanes(loaded, &own_engine(loaded), &ledger, &items, batches),
         _ => {}
