@@ -76,23 +76,20 @@ impl LaneReplay {
         connection: &Connection,
     ) -> Result<ReplayShipment, String> {
         // Taken first: a unit handed back leaves nothing to the next one.
-        let lines = self.store.take_captured();
         let metrics = self.metrics.take_totals();
         let errors = self.store.take_errors();
-        let mut points = Vec::with_capacity(lines.len());
-        for line in &lines {
-            if let Some(durable) = &line.durable_state {
-                for file in [&durable.file, &durable.items_file] {
-                    let path = self.dir.path().join(file);
-                    let bytes = std::fs::read(&path)
-                        .map_err(|error| format!("reading {}: {error}", path.display()))?;
-                    runtime
-                        .block_on(connection.put_by_digest(STATES_BUCKET, &self.prefix, &bytes))
-                        .map_err(|error| error.to_string())?;
-                    let _ = std::fs::remove_file(&path);
-                }
+        let captured = self
+            .store
+            .take_captured_with_states()
+            .map_err(|error| error.to_string())?;
+        let mut points = Vec::with_capacity(captured.len());
+        for point in captured {
+            for bytes in point.files.iter().flat_map(|(state, items)| [state, items]) {
+                runtime
+                    .block_on(connection.put_by_digest(STATES_BUCKET, &self.prefix, bytes))
+                    .map_err(|error| error.to_string())?;
             }
-            points.push(line.to_record());
+            points.push(point.line.to_record());
         }
         Ok(ReplayShipment {
             points,

@@ -482,7 +482,7 @@ fn snapshot_forks_run_each_child_in_its_own_copy_of_the_parent() {
             .unwrap()
             .path()
             .extension()
-            .is_some_and(|e| e == "bin")
+            .is_some_and(|e| e == "bin" || e == "pack")
     }));
 
     // A later process replays a child's item from that snapshot: the

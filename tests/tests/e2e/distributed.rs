@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::{
-    KillOnDrop, assert_exit, code, json_file, jsonl, records, run_markdown_explorer, s, sandloop,
-    stderr, workspace_file,
+    KillOnDrop, assert_exit, code, durable_bytes, json_file, jsonl, records, run_markdown_explorer,
+    s, sandloop, stderr, workspace_file,
 };
 
 mod ops;
@@ -120,12 +120,17 @@ fn line_counts(dir: &Path, folder: &str) -> BTreeMap<String, usize> {
         .collect()
 }
 
-/// A run's replay-point lines without durations, sorted.
+/// A run's replay-point lines without durations and without where in the
+/// run's pack each state landed (the order points arrive in), sorted.
 fn comparable_points(dir: &Path) -> Vec<String> {
     let mut lines: Vec<String> = jsonl(&dir.join("replay-points.jsonl"))
         .into_iter()
         .map(|mut line| {
             without_durations(&mut line);
+            if let Some(durable) = line["durable_state"].as_object_mut() {
+                durable.remove("offset");
+                durable.remove("items_offset");
+            }
             line.to_string()
         })
         .collect();
@@ -133,19 +138,17 @@ fn comparable_points(dir: &Path) -> Vec<String> {
     lines
 }
 
-/// The files under `dir/replay-points/`, by name, with their bytes.
-fn state_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir.join("replay-points"))
-        .map(|entries| {
-            entries
-                .map(|entry| {
-                    let path = entry.expect("a directory entry").path();
-                    let name = path.file_name().unwrap().to_string_lossy().into_owned();
-                    (name, std::fs::read(&path).expect("a state file"))
-                })
-                .collect()
+/// Each durable replay point's state and items, by point id, as read from
+/// the files and ranges its line names.
+fn durable_states(dir: &Path) -> BTreeMap<String, (Vec<u8>, Vec<u8>)> {
+    jsonl(&dir.join("replay-points.jsonl"))
+        .iter()
+        .filter(|line| line["durable_state"].is_object())
+        .map(|line| {
+            let id = line["replay_point_id"].as_str().expect("a point id");
+            (id.to_string(), durable_bytes(dir, &line["durable_state"]))
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 #[test]
@@ -203,13 +206,13 @@ fn a_run_on_three_workers_writes_the_records_of_a_local_run() {
     let points = comparable_points(&remote);
     assert!(!points.is_empty(), "the run captured replay points");
     assert_eq!(points, comparable_points(&local), "the same replay points");
-    let states = state_files(&remote);
+    let states = durable_states(&remote);
     assert!(
-        states.keys().any(|name| name.ends_with(".bin")),
+        states.values().any(|(state, _)| !state.is_empty()),
         "durable states: {:?}",
         states.keys()
     );
-    assert_eq!(states, state_files(&local), "the same durable states");
+    assert_eq!(states, durable_states(&local), "the same durable states");
     let counts = |summary: &Value| -> BTreeMap<String, Value> {
         summary["replay"]
             .as_object()
@@ -272,7 +275,10 @@ fn a_run_on_three_workers_writes_the_records_of_a_local_run() {
         "{distributed}"
     );
     assert_eq!(distributed["redeliveries"], 0, "{distributed}");
-    let state_bytes: usize = states.values().map(Vec::len).sum();
+    let state_bytes: usize = states
+        .values()
+        .map(|(state, items)| state.len() + items.len())
+        .sum();
     assert!(
         distributed["bytes_received"].as_u64().unwrap() > state_bytes as u64,
         "results and the states fetched are counted: {distributed}"

@@ -86,8 +86,16 @@ fn markdown_explorer_captures_exact_durable_points_and_replays_in_a_new_process(
         assert_eq!(point["quarantined"], false);
         assert_eq!(point["fidelity"], "exact");
         let durable = &point["durable_state"];
-        let bytes = std::fs::read(out.join(durable["file"].as_str().unwrap())).unwrap();
+        assert_eq!(durable["file"], "replay-points/states.pack", "{durable}");
+        let (bytes, items) = durable_bytes(&out, durable);
         assert_eq!(bytes.len() as u64, durable["size_bytes"].as_u64().unwrap());
+        let items: Vec<Value> = serde_json::from_slice(&items).unwrap();
+        assert!(
+            items
+                .iter()
+                .any(|item| item["item_id"] == point["seed_item_id"]),
+            "the group's items hold its seed: {durable}"
+        );
         assert!(!has_absolute_path(point), "{point}");
         for key in ["binding", "binding_key", "agent_state_key"] {
             assert!(point.get(key).is_none(), "{key} must never be written");
@@ -635,13 +643,10 @@ fn replay_reruns_a_failed_suffix_and_refuses_bad_input_without_writing() {
         std::fs::remove_dir(&records).unwrap();
         std::fs::rename(&aside, &records).unwrap();
     }
-    let state = out.join(
-        point(&points, "honest")["durable_state"]["file"]
-            .as_str()
-            .unwrap(),
-    );
+    let durable = &point(&points, "honest")["durable_state"];
+    let state = out.join(durable["file"].as_str().unwrap());
     let mut bytes = std::fs::read(&state).unwrap();
-    bytes[0] ^= 1;
+    bytes[durable["offset"].as_u64().unwrap() as usize] ^= 1;
     std::fs::write(&state, bytes).unwrap();
     refused(
         &["replay", "--run", s(&out), "--item", "honest"],

@@ -169,6 +169,28 @@ pub fn has_absolute_path(value: &Value) -> bool {
     }
 }
 
+/// The bytes a replay point line's `durable_state` names under the run
+/// directory `dir`: the state's (`file`, from `offset` for `size_bytes`
+/// when it is in the run's pack) and the items' JSON (`items_file`, from
+/// `items_offset` for `items_size_bytes`), each as the run wrote them.
+pub fn durable_bytes(dir: &Path, durable: &Value) -> (Vec<u8>, Vec<u8>) {
+    let part = |file: &str, offset: &str, size: &str| {
+        let bytes = std::fs::read(dir.join(durable[file].as_str().expect("a file name")))
+            .expect("a durable state's file");
+        match durable[offset].as_u64() {
+            None => bytes,
+            Some(start) => {
+                let end = start + durable[size].as_u64().expect("a size with the offset");
+                bytes[start as usize..end as usize].to_vec()
+            }
+        }
+    };
+    (
+        part("file", "offset", "size_bytes"),
+        part("items_file", "items_offset", "items_size_bytes"),
+    )
+}
+
 /// `sandloop replay --run RUN --item ITEM --json`, which must succeed: its
 /// report.
 pub fn replay_report(run_dir: &Path, item: &str) -> Value {

@@ -1,17 +1,23 @@
 //! Durable replay points in a run directory: `replay-points.jsonl` (one
-//! public record per point, written when its group finished) and, per
-//! point, either `replay-points/<id>.bin` (the adapter's exported state) or
-//! `replay-points/<id>.wasm` (a snapshot component of the live instance,
-//! when the run forked its children by snapshot), with `<id>.items.json`
-//! (the group's items, so a suffix can run again in another process).
+//! public record per point, written when its group finished) and the
+//! point's bytes: the adapter's exported state followed by the group's
+//! items (so a suffix can run again in another process), appended to the
+//! run's one pack file `replay-points/states.pack` at offsets the line
+//! records; or, when the run forked its children by snapshot,
+//! `replay-points/<id>.wasm` (a snapshot component of the live instance)
+//! with `<id>.items.json`. One pack per run instead of two files per point
+//! keeps file creation (an inode each, on the lanes' hot path) out of the
+//! default path; lines written before packs existed name a
+//! `replay-points/<id>.bin` of their own, and still read.
 //!
 //! Point ids are deterministic per arm, epoch and group, so a resumed run
-//! that runs a group again writes the same files; readers keep the last
+//! that runs a group again writes the same ids; readers keep the last
 //! line of each id.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +32,9 @@ use crate::episode::adapter::Item;
 pub const POINTS_FILE: &str = "replay-points.jsonl";
 /// `replay-points/`, the folder of durable states.
 pub const STATES_DIR: &str = "replay-points";
+/// `replay-points/states.pack`, the run's exported states and their
+/// groups' items, appended one point after another.
+pub const STATES_PACK: &str = "replay-points/states.pack";
 
 /// What a durable point's file holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,17 +58,32 @@ pub struct DurableState {
     /// snapshot points existed).
     #[serde(default)]
     pub kind: DurableKind,
-    /// Path relative to the run directory: `replay-points/<id>.bin` for a
-    /// state, `replay-points/<id>.wasm` for a snapshot.
+    /// Path relative to the run directory: [`STATES_PACK`] for a state
+    /// (`replay-points/<id>.bin` in lines written before packs),
+    /// `replay-points/<id>.wasm` for a snapshot.
     pub file: String,
-    /// sha256 of the file, lowercase hex.
+    /// sha256 of the state's bytes, lowercase hex.
     pub sha256: String,
-    /// Size of the file, bytes.
+    /// Size of the state, bytes.
     pub size_bytes: u64,
-    /// The group's items, relative path `replay-points/<id>.items.json`.
+    /// Where the state starts in `file`, bytes from its start; absent when
+    /// the file holds this state alone (snapshots, lines written before
+    /// packs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// Where the group's items (a JSON array) are: [`STATES_PACK`] for a
+    /// state, `replay-points/<id>.items.json` for a snapshot (and in lines
+    /// written before packs).
     pub items_file: String,
-    /// sha256 of the items file, lowercase hex.
+    /// sha256 of the items' JSON, lowercase hex.
     pub items_sha256: String,
+    /// Where the items start in `items_file`, bytes; absent when the file
+    /// holds the items alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items_offset: Option<u64>,
+    /// Size of the items' JSON, bytes; written with `items_offset`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items_size_bytes: Option<u64>,
     /// For a snapshot: the token `binding-token` gave for the point's
     /// binding, which `resume-binding` takes in the snapshot's instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -184,6 +208,8 @@ impl PointLine {
 pub struct ReplayStore {
     root: PathBuf,
     points: Mutex<Option<File>>,
+    /// [`STATES_PACK`], opened on first use.
+    pack: Mutex<Option<Pack>>,
     errors: Mutex<Vec<String>>,
     /// Most bytes of snapshot components the run keeps durable.
     snapshot_budget: u64,
@@ -196,7 +222,7 @@ pub struct ReplayStore {
     captured: Option<Mutex<Vec<PointLine>>>,
 }
 
-use crate::atomic::{replace_file, write_new_file};
+use crate::atomic::{open_regular, replace_file, write_new_file};
 use crate::digest::sha256_hex;
 
 impl ReplayStore {
@@ -206,6 +232,7 @@ impl ReplayStore {
         Self {
             root: root.to_path_buf(),
             points: Mutex::new(None),
+            pack: Mutex::new(None),
             errors: Mutex::new(Vec::new()),
             snapshot_budget: u64::MAX,
             snapshot_bytes: AtomicU64::new(0),
@@ -247,42 +274,30 @@ impl ReplayStore {
             .push(error);
     }
 
-    /// Writes a point another process captured: its state and items files
-    /// (`files`, when the line names a durable state), then its line.
+    /// Writes a point another process captured: its state and items
+    /// (`files`, when the line names a durable state) appended to this
+    /// run's pack, then its line, with `durable_state` naming where this
+    /// store put them (the sender's file names and offsets are its own).
     ///
     /// # Errors
     /// Nothing is written when the line's durable state is not a state
-    /// (snapshots do not travel), names other files than
-    /// `replay-points/<id>.bin` and `replay-points/<id>.items.json`, or does
-    /// not match `files` (sha256, size); or when `files` are given without a
-    /// durable state, or missing for one. A write error is an error too.
+    /// (snapshots do not travel) or does not match `files` (sha256, size);
+    /// or when `files` are given without a durable state, or missing for
+    /// one. A write error is an error too.
     pub fn receive_point(
         &self,
         line: &PointLine,
         files: Option<(&[u8], &[u8])>,
     ) -> Result<(), String> {
         let id = &line.point.replay_point_id;
+        let mut line = line.clone();
         match (&line.durable_state, files) {
             (None, None) => {}
             (Some(durable), Some((state, items))) => {
-                let expected = format!("{STATES_DIR}/{id}.bin");
-                let items_expected = format!("{STATES_DIR}/{id}.items.json");
                 if durable.kind != DurableKind::State {
                     return Err(format!(
                         "point {id}: only exported states travel between processes, not {:?}",
                         durable.kind
-                    ));
-                }
-                if !is_state_file_name(&expected) {
-                    return Err(format!(
-                        "point id {id:?} cannot name a file under {STATES_DIR}/ (it holds a path \
-                         separator or is `.` or `..`)"
-                    ));
-                }
-                if durable.file != expected || durable.items_file != items_expected {
-                    return Err(format!(
-                        "point {id}: durable_state names {:?} and {:?}, not {expected:?} and {items_expected:?}",
-                        durable.file, durable.items_file
                     ));
                 }
                 if sha256_hex(state) != durable.sha256 || state.len() as u64 != durable.size_bytes {
@@ -295,9 +310,10 @@ impl ReplayStore {
                         "point {id}: its items do not match durable_state.items_sha256"
                     ));
                 }
-                write_new_file(&self.root.join(&durable.file), state)
-                    .and_then(|()| write_new_file(&self.root.join(&durable.items_file), items))
-                    .map_err(|error| format!("point {id}: writing {}: {error}", durable.file))?;
+                let packed = self
+                    .append_to_pack(state, items)
+                    .map_err(|error| format!("point {id}: writing {STATES_PACK}: {error}"))?;
+                line.durable_state = Some(packed);
             }
             (None, Some(_)) => {
                 return Err(format!("point {id}: files sent without a durable_state"));
@@ -306,7 +322,7 @@ impl ReplayStore {
                 return Err(format!("point {id}: {} was not sent", durable.file));
             }
         }
-        self.append_point(line);
+        self.append_point(&line);
         Ok(())
     }
 
@@ -330,18 +346,84 @@ impl ReplayStore {
         self
     }
 
-    /// Write `state` and the group's `items` for point `id`. Each file is
-    /// created in place ([`write_new_file`]: exclusively, never through a
-    /// link; replaced when it exists): half a file after a crash is caught
-    /// by the sha256 the point's line records, and that line is written
-    /// only after both files.
-    pub fn write_state(&self, id: &str, state: &[u8], items: &[Item]) -> io::Result<DurableState> {
-        self.write_durable(id, DurableKind::State, state, items, None)
+    /// Append a point's `state` and its group's `items` to the run's
+    /// pack, [`STATES_PACK`]: half a point after a crash is caught by the
+    /// sha256 digests the point's line records, and that line is written
+    /// only after its bytes.
+    pub fn write_state(&self, state: &[u8], items: &[Item]) -> io::Result<DurableState> {
+        let items_json = serde_json::to_vec(items).map_err(io::Error::other)?;
+        self.append_to_pack(state, &items_json)
+    }
+
+    /// Appends `state`, then `items_json`, to [`STATES_PACK`] (opened on
+    /// first use, never through a link; a resumed run's appends after what
+    /// is there) and says where they are.
+    fn append_to_pack(&self, state: &[u8], items_json: &[u8]) -> io::Result<DurableState> {
+        let mut guard = self.pack.lock().unwrap_or_else(|p| p.into_inner());
+        let pack = match &mut *guard {
+            Some(pack) => pack,
+            empty => empty.insert(Pack::open(&self.root.join(STATES_PACK))?),
+        };
+        let offset = pack.end;
+        let written = pack
+            .file
+            .write_all(state)
+            .and_then(|()| pack.file.write_all(items_json));
+        if let Err(error) = written {
+            // Part of it may be there: the next point opens the pack again
+            // and starts at its real end.
+            *guard = None;
+            return Err(error);
+        }
+        pack.end += (state.len() + items_json.len()) as u64;
+        Ok(DurableState {
+            kind: DurableKind::State,
+            file: STATES_PACK.into(),
+            sha256: sha256_hex(state),
+            size_bytes: state.len() as u64,
+            offset: Some(offset),
+            items_file: STATES_PACK.into(),
+            items_sha256: sha256_hex(items_json),
+            items_offset: Some(offset + state.len() as u64),
+            items_size_bytes: Some(items_json.len() as u64),
+            binding_token: None,
+        })
+    }
+
+    /// For a [`ReplayStore::capturing`] store: the lines kept since the
+    /// last call, each with its state's and items' bytes when it has a
+    /// durable state, read back and checked. The pack is emptied
+    /// afterwards, whether or not every point could be read.
+    ///
+    /// # Errors
+    /// A point's bytes cannot be read back or do not match its line.
+    pub fn take_captured_with_states(&self) -> Result<Vec<CapturedPoint>, DurableError> {
+        let lines = self.take_captured();
+        let read = lines
+            .into_iter()
+            .map(|line| {
+                let files = match &line.durable_state {
+                    Some(durable) => Some(read_durable_bytes(&self.root, durable)?),
+                    None => None,
+                };
+                Ok(CapturedPoint { line, files })
+            })
+            .collect();
+        let mut guard = self.pack.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(pack) = &mut *guard {
+            if pack.file.set_len(0).is_ok() {
+                pack.end = 0;
+            } else {
+                *guard = None;
+            }
+        }
+        read
     }
 
     /// Write the snapshot component `component` of point `id`, whose
     /// binding answers to `binding_token`, and the group's `items`, as
-    /// [`ReplayStore::write_state`] writes a state.
+    /// `replay-points/<id>.wasm` and `<id>.items.json` (snapshots are
+    /// megabytes each, and kept within a budget: a file each).
     pub fn write_snapshot(
         &self,
         id: &str,
@@ -361,44 +443,40 @@ impl ReplayStore {
                 before >> 20
             )));
         }
-        let written = self.write_durable(
-            id,
-            DurableKind::Snapshot,
-            component,
-            items,
-            Some(binding_token),
-        );
+        let written = self.write_snapshot_files(id, component, items, binding_token);
         if written.is_err() {
             self.snapshot_bytes.fetch_sub(size, Ordering::Relaxed);
         }
         written
     }
 
-    fn write_durable(
+    /// Writes point `id`'s snapshot `component` and its group's `items`
+    /// as `replay-points/<id>.wasm` and `<id>.items.json`, each created in
+    /// place ([`write_new_file`]: exclusively, never through a link;
+    /// replaced when it exists).
+    fn write_snapshot_files(
         &self,
         id: &str,
-        kind: DurableKind,
-        bytes: &[u8],
+        component: &[u8],
         items: &[Item],
-        binding_token: Option<u64>,
+        binding_token: u64,
     ) -> io::Result<DurableState> {
-        let extension = match kind {
-            DurableKind::State => "bin",
-            DurableKind::Snapshot => "wasm",
-        };
-        let file = format!("{STATES_DIR}/{id}.{extension}");
+        let file = format!("{STATES_DIR}/{id}.wasm");
         let items_file = format!("{STATES_DIR}/{id}.items.json");
-        write_new_file(&self.root.join(&file), bytes)?;
+        write_new_file(&self.root.join(&file), component)?;
         let items_json = serde_json::to_vec(items).map_err(io::Error::other)?;
         write_new_file(&self.root.join(&items_file), &items_json)?;
         Ok(DurableState {
-            kind,
+            kind: DurableKind::Snapshot,
             file,
-            sha256: sha256_hex(bytes),
-            size_bytes: bytes.len() as u64,
+            sha256: sha256_hex(component),
+            size_bytes: component.len() as u64,
+            offset: None,
             items_file,
             items_sha256: sha256_hex(&items_json),
-            binding_token,
+            items_offset: None,
+            items_size_bytes: None,
+            binding_token: Some(binding_token),
         })
     }
 
@@ -438,6 +516,36 @@ impl ReplayStore {
     /// Write errors so far.
     pub fn errors(&self) -> Vec<String> {
         self.errors.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+}
+
+/// A point a [`ReplayStore::capturing`] store kept, with its bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CapturedPoint {
+    /// Its line, naming where the capturing store put its bytes.
+    pub line: PointLine,
+    /// Its state's bytes and its items' JSON, when it has a durable state.
+    pub files: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The open [`STATES_PACK`] and where the next point starts in it.
+struct Pack {
+    file: File,
+    end: u64,
+}
+
+impl Pack {
+    /// Opens (creating it and its folder when missing) the pack at `path`
+    /// for appending; a symbolic link or anything but a regular file there
+    /// is refused.
+    fn open(path: &Path) -> io::Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = open_regular(OpenOptions::new().create(true).append(true), path)
+            .map_err(io::Error::other)?;
+        let end = file.metadata()?.len();
+        Ok(Self { file, end })
     }
 }
 
@@ -542,11 +650,15 @@ pub fn cut_back_points(root: &Path, next_epoch: u32) -> Result<usize, DurableErr
     });
     let mut kept = String::with_capacity(text.len());
     let mut dropped = 0;
+    // Where the kept points' bytes in the pack end; `None` once a kept
+    // line's durable state cannot be read (the pack is then left whole).
+    let mut pack_kept = Some(0u64);
     for (position, (number, line, record)) in lines.iter().enumerate() {
         let record = match record {
             Ok(record) if epoch_of(record).is_some_and(|epoch| epoch < next) => {
                 kept.push_str(line);
                 kept.push('\n');
+                pack_kept = pack_kept.zip(packed_end(record)).map(|(a, b)| a.max(b));
                 continue;
             }
             Ok(record) => Some(record),
@@ -583,8 +695,51 @@ pub fn cut_back_points(root: &Path, next_epoch: u32) -> Result<usize, DurableErr
     }
     if dropped > 0 {
         replace_file(&path, kept.as_bytes()).map_err(io_error)?;
+        // The dropped points' bytes follow the kept ones' in the pack (an
+        // epoch's points are written before the next epoch runs): cut them
+        // off, so the epochs that run again append in their place.
+        if let Some(end) = pack_kept {
+            let pack = root.join(STATES_PACK);
+            let cut = OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&pack)
+                .and_then(|file| match file.metadata()?.len() > end {
+                    true => file.set_len(end),
+                    false => Ok(()),
+                });
+            match cut {
+                Err(error) if error.kind() != io::ErrorKind::NotFound => {
+                    return Err(DurableError::Read {
+                        path: pack.display().to_string(),
+                        source: error,
+                    });
+                }
+                _ => {}
+            }
+        }
     }
     Ok(dropped)
+}
+
+/// Where the bytes a point line keeps in [`STATES_PACK`] end (0 when it
+/// keeps none there); `None` when its `durable_state` cannot be read.
+fn packed_end(record: &Map<String, Value>) -> Option<u64> {
+    let durable = match record.get("durable_state") {
+        None | Some(Value::Null) => return Some(0),
+        Some(value) => DurableState::deserialize(value).ok()?,
+    };
+    let end = |file: &str, offset: Option<u64>, size: Option<u64>| match offset {
+        Some(offset) if file == STATES_PACK => offset.checked_add(size?),
+        _ => Some(0),
+    };
+    Some(
+        end(&durable.file, durable.offset, Some(durable.size_bytes))?.max(end(
+            &durable.items_file,
+            durable.items_offset,
+            durable.items_size_bytes,
+        )?),
+    )
 }
 
 /// The number after the first `"epoch":` in `text` (what is left of a
@@ -678,12 +833,37 @@ pub fn read_jsonl_from(
 }
 
 /// Read a durable state (or snapshot component) and the group's items,
-/// checking the file's size and sha256 against the record, and that a
+/// checking their sizes and sha256 digests against the record, and that a
 /// snapshot names its binding token.
+///
+/// # Errors
+/// [`DurableError::Tampered`] when the record names a file outside
+/// `replay-points/` or the bytes do not match it; [`DurableError::Read`]
+/// when a file cannot be read; [`DurableError::Malformed`] when the items
+/// are not a JSON array of items.
 pub fn read_durable_state(
     root: &Path,
     durable: &DurableState,
 ) -> Result<(Vec<u8>, Vec<Item>), DurableError> {
+    let (bytes, items_json) = read_durable_bytes(root, durable)?;
+    let items: Vec<Item> =
+        serde_json::from_slice(&items_json).map_err(|error| DurableError::Malformed {
+            path: root.join(&durable.items_file).display().to_string(),
+            line: error.line(),
+            message: error.to_string(),
+        })?;
+    Ok((bytes, items))
+}
+
+/// [`read_durable_state`] without parsing the items: the state's bytes and
+/// the items' JSON, both checked against the record.
+///
+/// # Errors
+/// As [`read_durable_state`], but for the items' parse.
+pub fn read_durable_bytes(
+    root: &Path,
+    durable: &DurableState,
+) -> Result<(Vec<u8>, Vec<u8>), DurableError> {
     if durable.kind == DurableKind::Snapshot && durable.binding_token.is_none() {
         return Err(DurableError::Tampered {
             path: root.join(POINTS_FILE).display().to_string(),
@@ -701,45 +881,83 @@ pub fn read_durable_state(
             });
         }
     }
-    let path = root.join(&durable.file);
-    let shown = path.display().to_string();
-    let bytes = std::fs::read(&path).map_err(|source| DurableError::Read {
-        path: shown.clone(),
-        source,
-    })?;
-    if bytes.len() as u64 != durable.size_bytes {
-        return Err(DurableError::Tampered {
-            path: shown,
-            what: format!("{} bytes, recorded {}", bytes.len(), durable.size_bytes),
-        });
+    let state = Part {
+        path: root.join(&durable.file),
+        offset: durable.offset,
+        size: Some(durable.size_bytes),
+        sha256: &durable.sha256,
     }
-    let digest = sha256_hex(&bytes);
-    if digest != durable.sha256 {
-        return Err(DurableError::Tampered {
-            path: shown,
-            what: format!("sha256 {digest}, recorded {}", durable.sha256),
-        });
+    .read()?;
+    let items = Part {
+        path: root.join(&durable.items_file),
+        offset: durable.items_offset,
+        size: durable.items_size_bytes,
+        sha256: &durable.items_sha256,
     }
-    let items_path = root.join(&durable.items_file);
-    let items_shown = items_path.display().to_string();
-    let text = std::fs::read_to_string(&items_path).map_err(|source| DurableError::Read {
-        path: items_shown.clone(),
-        source,
-    })?;
-    let digest = sha256_hex(text.as_bytes());
-    if digest != durable.items_sha256 {
-        return Err(DurableError::Tampered {
-            path: items_shown,
-            what: format!("sha256 {digest}, recorded {}", durable.items_sha256),
-        });
+    .read()?;
+    Ok((state, items))
+}
+
+/// One recorded run of bytes: a whole file (`offset` absent) or `size`
+/// bytes of it from `offset`, and the sha256 they must have.
+struct Part<'a> {
+    path: PathBuf,
+    offset: Option<u64>,
+    size: Option<u64>,
+    sha256: &'a str,
+}
+
+impl Part<'_> {
+    /// The bytes, checked against the recorded size and sha256.
+    fn read(&self) -> Result<Vec<u8>, DurableError> {
+        let shown = self.path.display().to_string();
+        let tampered = |what: String| DurableError::Tampered {
+            path: shown.clone(),
+            what,
+        };
+        let unreadable = |source| DurableError::Read {
+            path: shown.clone(),
+            source,
+        };
+        let bytes = match self.offset {
+            None => {
+                let bytes = std::fs::read(&self.path).map_err(unreadable)?;
+                if let Some(size) = self.size.filter(|&size| size != bytes.len() as u64) {
+                    return Err(tampered(format!("{} bytes, recorded {size}", bytes.len())));
+                }
+                bytes
+            }
+            Some(offset) => {
+                let Some(size) = self.size else {
+                    return Err(tampered(format!(
+                        "its record gives an offset ({offset}) without a size"
+                    )));
+                };
+                let file = File::open(&self.path).map_err(unreadable)?;
+                let length = file.metadata().map_err(unreadable)?.len();
+                let end = offset.checked_add(size).filter(|&end| end <= length);
+                let Some(end) = end else {
+                    return Err(tampered(format!(
+                        "{length} bytes, too short for the recorded {size} bytes at offset {offset}"
+                    )));
+                };
+                let mut bytes = vec![0; (end - offset) as usize];
+                file.read_exact_at(&mut bytes, offset).map_err(unreadable)?;
+                bytes
+            }
+        };
+        let digest = sha256_hex(&bytes);
+        if digest != self.sha256 {
+            let at = self.offset.map_or_else(String::new, |offset| {
+                format!(" of the bytes at offset {offset}")
+            });
+            return Err(tampered(format!(
+                "sha256{at} {digest}, recorded {}",
+                self.sha256
+            )));
+        }
+        Ok(bytes)
     }
-    let items: Vec<Item> =
-        serde_json::from_str(&text).map_err(|error| DurableError::Malformed {
-            path: items_shown,
-            line: error.line(),
-            message: error.to_string(),
-        })?;
-    Ok((bytes, items))
 }
 
 #[cfg(test)]
@@ -790,7 +1008,7 @@ pub(crate) mod tests {
         let worker = tempfile::tempdir().unwrap();
         let capturing = ReplayStore::capturing(worker.path());
         let durable = capturing
-            .write_state("rp-1", b"state", std::slice::from_ref(&item))
+            .write_state(b"state", std::slice::from_ref(&item))
             .unwrap();
         let mut sent = line("rp-1", Lifecycle::Released);
         sent.durable_state = Some(durable.clone());
@@ -800,22 +1018,47 @@ pub(crate) mod tests {
             !worker.path().join(POINTS_FILE).exists(),
             "lines stay in memory"
         );
-        let lines = capturing.take_captured();
-        assert_eq!(lines.len(), 2);
+        let captured = capturing.take_captured_with_states().unwrap();
+        assert_eq!(captured.len(), 2);
         assert!(capturing.take_captured().is_empty(), "taken once");
-        let state = std::fs::read(worker.path().join(&durable.file)).unwrap();
-        let items = std::fs::read(worker.path().join(&durable.items_file)).unwrap();
+        assert_eq!(
+            std::fs::metadata(worker.path().join(STATES_PACK))
+                .unwrap()
+                .len(),
+            0,
+            "the worker's pack is emptied once its points are taken"
+        );
+        let (state, items) = captured[0].files.clone().unwrap();
+        assert_eq!(state, b"state");
+        assert_eq!(captured[1].files, None);
+        let lines: Vec<PointLine> = captured.into_iter().map(|point| point.line).collect();
+        // The next unit's points start the pack again.
+        let next = capturing.write_state(b"next", &[]).unwrap();
+        assert_eq!(next.offset, Some(0));
 
-        // The coordinator's store writes them, checked.
+        // The coordinator's store writes them, checked, where its own
+        // pack puts them: after what it already holds.
         let run = tempfile::tempdir().unwrap();
         let store = ReplayStore::new(run.path());
+        let own = store.write_state(b"earlier", &[]).unwrap();
         store
             .receive_point(&lines[0], Some((&state, &items)))
             .unwrap();
         store.receive_point(&lines[1], None).unwrap();
         let points = load_points(run.path()).unwrap();
-        assert_eq!(points, lines);
-        let (bytes, read_items) = read_durable_state(run.path(), &durable).unwrap();
+        let written = points[0].durable_state.clone().unwrap();
+        assert_eq!(
+            written.offset,
+            Some(own.size_bytes + own.items_size_bytes.unwrap())
+        );
+        assert_eq!(
+            (&written.sha256, &written.items_sha256),
+            (&durable.sha256, &durable.items_sha256)
+        );
+        let mut expected = lines.clone();
+        expected[0].durable_state = Some(written.clone());
+        assert_eq!(points, expected);
+        let (bytes, read_items) = read_durable_state(run.path(), &written).unwrap();
         assert_eq!(bytes, b"state");
         assert_eq!(read_items, vec![item]);
 
@@ -829,17 +1072,95 @@ pub(crate) mod tests {
         assert!(refused(&lines[0], Some((&state, b"[]"))).contains("items_sha256"));
         assert!(refused(&lines[0], None).contains("was not sent"));
         assert!(refused(&lines[1], Some((&state, &items))).contains("without a durable_state"));
-        let mut escaping = lines[0].clone();
-        escaping.durable_state.as_mut().unwrap().file = "../outside.bin".into();
-        assert!(refused(&escaping, Some((&state, &items))).contains("../outside.bin"));
-        let mut climbing = lines[0].clone();
-        climbing.point.replay_point_id = "../rp-1".into();
-        assert!(refused(&climbing, Some((&state, &items))).contains("cannot name a file"));
         let mut snapshot = lines[0].clone();
         snapshot.durable_state.as_mut().unwrap().kind = DurableKind::Snapshot;
         assert!(refused(&snapshot, Some((&state, &items))).contains("Snapshot"));
         assert!(!other.path().join(POINTS_FILE).exists());
         assert!(!other.path().join(STATES_DIR).exists());
+        // The sender's file names are not the receiver's: one naming a
+        // path outside the run is written where the receiver writes.
+        let mut escaping = lines[0].clone();
+        escaping.durable_state.as_mut().unwrap().file = "../outside.bin".into();
+        store
+            .receive_point(&escaping, Some((&state, &items)))
+            .unwrap();
+        assert_eq!(
+            load_points(other.path()).unwrap()[0]
+                .durable_state
+                .as_ref()
+                .unwrap()
+                .file,
+            STATES_PACK
+        );
+        assert!(!other.path().join("../outside.bin").exists());
+    }
+
+    #[test]
+    fn packed_states_follow_one_another_and_a_damaged_range_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ReplayStore::new(dir.path());
+        let item: Item = serde_json::from_str(r#"{"item_id":"s"}"#).unwrap();
+        let first = store
+            .write_state(b"one", std::slice::from_ref(&item))
+            .unwrap();
+        let second = store.write_state(b"second", &[]).unwrap();
+        assert_eq!((first.file.as_str(), first.offset), (STATES_PACK, Some(0)));
+        assert_eq!(first.items_offset, Some(3));
+        let first_end = 3 + first.items_size_bytes.unwrap();
+        assert_eq!(second.offset, Some(first_end));
+        assert_eq!(read_durable_state(dir.path(), &first).unwrap().0, b"one");
+        assert_eq!(
+            read_durable_state(dir.path(), &second).unwrap().0,
+            b"second"
+        );
+
+        // A store opened later (a resumed run) appends after what is there.
+        let later = ReplayStore::new(dir.path());
+        let third = later.write_state(b"3", &[]).unwrap();
+        assert_eq!(
+            third.offset,
+            Some(second.items_offset.unwrap() + second.items_size_bytes.unwrap())
+        );
+
+        // One flipped byte of the second state: the second is refused,
+        // naming the pack and the offset; the first still reads.
+        let pack = dir.path().join(STATES_PACK);
+        let mut bytes = std::fs::read(&pack).unwrap();
+        bytes[first_end as usize] ^= 1;
+        std::fs::write(&pack, &bytes).unwrap();
+        let error = read_durable_state(dir.path(), &second)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("states.pack was changed after the run wrote it"),
+            "{error}"
+        );
+        assert!(error.contains(&format!("at offset {first_end}")), "{error}");
+        assert_eq!(read_durable_state(dir.path(), &first).unwrap().0, b"one");
+
+        // A range past the end, or one so large it would overflow, is
+        // refused without reading (or allocating) it.
+        for (offset, size) in [(bytes.len() as u64, 1), (1, u64::MAX), (u64::MAX, 2)] {
+            let mut past = first.clone();
+            past.offset = Some(offset);
+            past.size_bytes = size;
+            let error = read_durable_state(dir.path(), &past)
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("too short for the recorded"), "{error}");
+        }
+        // A symbolic link where the pack would be is not written through.
+        let linked = tempfile::tempdir().unwrap();
+        std::fs::create_dir(linked.path().join(STATES_DIR)).unwrap();
+        let target = linked.path().join("elsewhere");
+        std::fs::write(&target, b"").unwrap();
+        std::os::unix::fs::symlink(&target, linked.path().join(STATES_PACK)).unwrap();
+        let error = ReplayStore::new(linked.path())
+            .write_state(b"x", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("symbolic link"), "{error}");
+        assert_eq!(std::fs::read(&target).unwrap(), b"");
     }
 
     #[test]
@@ -847,7 +1168,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = ReplayStore::new(dir.path());
         let item: Item = serde_json::from_str(r#"{"item_id":"s"}"#).unwrap();
-        let durable = store.write_state("rp-1", b"state", &[item]).unwrap();
+        let durable = store.write_state(b"state", &[item]).unwrap();
         assert_eq!(durable.size_bytes, 5);
         let mut first = line("rp-1", Lifecycle::Ready);
         first.durable_state = Some(durable.clone());
@@ -864,10 +1185,17 @@ pub(crate) mod tests {
         let (bytes, items) = read_durable_state(dir.path(), &durable).unwrap();
         assert_eq!(bytes, b"state");
         assert_eq!(items[0]["item_id"], "s");
-        let items_path = dir.path().join(&durable.items_file);
-        let items_text = std::fs::read_to_string(&items_path).unwrap();
+        // The items of a line written before packs, in a file of their own.
+        let items_path = dir.path().join("replay-points/rp-1.items.json");
+        let (_, items_json) = read_durable_bytes(dir.path(), &durable).unwrap();
+        let items_text = String::from_utf8(items_json).unwrap();
+        std::fs::write(&items_path, &items_text).unwrap();
+        let mut own_file = durable.clone();
+        own_file.items_file = "replay-points/rp-1.items.json".into();
+        (own_file.items_offset, own_file.items_size_bytes) = (None, None);
+        assert_eq!(read_durable_state(dir.path(), &own_file).unwrap().1, items);
         std::fs::write(&items_path, items_text.replace("\"s\"", "\"t\"")).unwrap();
-        let error = read_durable_state(dir.path(), &durable)
+        let error = read_durable_state(dir.path(), &own_file)
             .unwrap_err()
             .to_string();
         assert!(
@@ -875,8 +1203,10 @@ pub(crate) mod tests {
             "{error}"
         );
         std::fs::write(&items_path, items_text).unwrap();
-        std::fs::write(dir.path().join(&durable.file), b"stale").unwrap();
-        let error = read_durable_state(dir.path(), &durable)
+        std::fs::write(dir.path().join("replay-points/rp-1.bin"), b"stale").unwrap();
+        own_file.file = "replay-points/rp-1.bin".into();
+        own_file.offset = None;
+        let error = read_durable_state(dir.path(), &own_file)
             .unwrap_err()
             .to_string();
         assert!(
@@ -962,7 +1292,7 @@ pub(crate) mod tests {
         assert!(!dir.path().join("replay-points/rp-b.wasm").exists());
         store.write_snapshot("rp-c", &[3; 4], 3, &[]).unwrap();
         // Exported states do not count.
-        store.write_state("rp-d", &[4; 64], &[]).unwrap();
+        store.write_state(&[4; 64], &[]).unwrap();
 
         // A resumed run starts from what is already there.
         let again = ReplayStore::new(dir.path()).with_snapshot_budget(12);
@@ -980,17 +1310,24 @@ pub(crate) mod tests {
             point.durable_state = Some(if epoch == 3 {
                 store.write_snapshot(id, b"\0asm", 7, &[]).unwrap()
             } else {
-                store.write_state(id, b"x", &[]).unwrap()
+                store.write_state(id.as_bytes(), &[]).unwrap()
             });
             store.append_point(&point);
         }
         assert!(dir.path().join("replay-points/rp-c.wasm").exists());
+        let pack = dir.path().join(STATES_PACK);
+        assert_eq!(std::fs::metadata(&pack).unwrap().len(), 2 * (4 + 2));
         assert_eq!(cut_back_points(dir.path(), 2).unwrap(), 2);
         let points = load_points(dir.path()).unwrap();
         assert_eq!(points.len(), 1);
         assert_eq!(points[0].point.replay_point_id, "rp-a");
-        assert!(dir.path().join("replay-points/rp-a.bin").exists());
-        assert!(!dir.path().join("replay-points/rp-b.bin").exists());
+        let kept = points[0].durable_state.as_ref().unwrap();
+        assert_eq!(read_durable_state(dir.path(), kept).unwrap().0, b"rp-a");
+        assert_eq!(
+            std::fs::metadata(&pack).unwrap().len(),
+            4 + 2,
+            "rp-b's bytes are cut off the pack"
+        );
         assert!(!dir.path().join("replay-points/rp-c.wasm").exists());
         assert!(!dir.path().join("replay-points/rp-c.items.json").exists());
         assert_eq!(cut_back_points(dir.path(), 2).unwrap(), 0);
@@ -1003,7 +1340,7 @@ pub(crate) mod tests {
         for (id, epoch) in [("rp-a", 1), ("rp-b", 1), ("rp-c", 2)] {
             let mut point = line(id, Lifecycle::Released);
             point.epoch = epoch;
-            point.durable_state = Some(store.write_state(id, b"x", &[]).unwrap());
+            point.durable_state = Some(store.write_state(b"x", &[]).unwrap());
             store.append_point(&point);
         }
         let path = dir.path().join(POINTS_FILE);
@@ -1029,7 +1366,12 @@ pub(crate) mod tests {
             cut,
             "nothing changed"
         );
-        assert!(dir.path().join("replay-points/rp-c.bin").exists());
+        assert_eq!(
+            std::fs::metadata(dir.path().join(STATES_PACK))
+                .unwrap()
+                .len(),
+            3 * 3
+        );
         // The last point of epoch 1 cut in half at the end, its epoch still
         // legible: refused too.
         let cut = format!("{}\n{}\n", lines[0], &lines[1][..lines[1].len() - 3]);
@@ -1110,8 +1452,11 @@ pub(crate) mod tests {
                 file: format!("{STATES_DIR}/rp-{n}.wasm"),
                 sha256: "00".into(),
                 size_bytes: 4,
+                offset: None,
                 items_file: format!("{STATES_DIR}/rp-{n}.items.json"),
                 items_sha256: "00".into(),
+                items_offset: None,
+                items_size_bytes: None,
                 binding_token: Some(7),
             });
             point.snapshot = Some(serde_json::json!({"bytes": 4}));
@@ -1200,6 +1545,8 @@ pub(crate) mod tests {
                 file in prop_oneof![hostile_string(), hostile_string().prop_map(|s| format!("{STATES_DIR}/{s}"))],
                 items_file in prop_oneof![hostile_string(), hostile_string().prop_map(|s| format!("{STATES_DIR}/{s}"))],
                 size_bytes in any::<u64>(),
+                offset in any::<Option<u64>>(),
+                items_range in any::<Option<(u64, u64)>>(),
                 snapshot in any::<bool>(),
             ) {
                 let dir = tempfile::tempdir().unwrap();
@@ -1208,8 +1555,11 @@ pub(crate) mod tests {
                     file,
                     sha256: String::new(),
                     size_bytes,
+                    offset,
                     items_file,
                     items_sha256: String::new(),
+                    items_offset: items_range.map(|(offset, _)| offset),
+                    items_size_bytes: items_range.map(|(_, size)| size),
                     binding_token: Some(1),
                 };
                 match read_durable_state(dir.path(), &durable) {
@@ -1231,7 +1581,10 @@ pub(crate) mod tests {
             ) {
                 let dir = tempfile::tempdir().unwrap();
                 let store = ReplayStore::new(dir.path());
-                let mut durable = store.write_state("rp-1", b"state", &[]).unwrap();
+                let mut durable = store.write_state(b"state", &[]).unwrap();
+                // Items in a file of their own (a line written before packs).
+                durable.items_file = format!("{STATES_DIR}/rp-1.items.json");
+                (durable.items_offset, durable.items_size_bytes) = (None, None);
                 let items_path = dir.path().join(&durable.items_file);
                 std::fs::write(&items_path, &items).unwrap();
                 // A tamperer who also rewrites the recorded digest.

@@ -377,7 +377,7 @@ impl<B> GroupLane<B> {
             }
             Ok(Some(bytes)) => {
                 if let Some(store) = &self.settings.store {
-                    match store.write_state(point_id, &bytes, items) {
+                    match store.write_state(&bytes, items) {
                         Ok(durable) => line.durable_state = Some(durable),
                         Err(error) => line.durable_error = Some(error.to_string()),
                     }

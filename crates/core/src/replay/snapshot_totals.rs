@@ -81,8 +81,11 @@ mod tests {
             file: "replay-points/a.wasm".into(),
             sha256: "ab".into(),
             size_bytes: 1000,
+            offset: None,
             items_file: "replay-points/a.items.json".into(),
             items_sha256: "cd".into(),
+            items_offset: None,
+            items_size_bytes: None,
             binding_token: Some(1),
         });
         let mut also = line("b", Lifecycle::Released);
