@@ -1,6 +1,6 @@
 //! Replay points across machines, both ends: a worker lane keeps the
 //! points of the units it runs (`LaneReplay`: lines and metrics in
-//! memory, durable states in a temporary directory) and ships them with
+//! memory, durable states in a pack in a temporary directory) and ships them with
 //! each unit's result, the states by digest through the object store
 //! bucket [`STATES_BUCKET`] (named [`state_prefix`] and the digest, so
 //! that a finished run removes its own and no other's); the coordinator ([`RemoteReplay`]) fetches
@@ -25,7 +25,8 @@ pub(crate) struct LaneReplay {
     prefix: String,
     store: Arc<ReplayStore>,
     metrics: Arc<ReplayMetricLedger>,
-    dir: tempfile::TempDir,
+    /// Holds the store's pack while the lane lives; removed with it.
+    _dir: tempfile::TempDir,
 }
 
 impl LaneReplay {
@@ -58,14 +59,14 @@ impl LaneReplay {
                 prefix: state_prefix(run_id),
                 store,
                 metrics,
-                dir,
+                _dir: dir,
             },
             options,
         ))
     }
 
     /// What the last unit left: its points' lines (their states and items
-    /// stored by digest in [`STATES_BUCKET`] and removed from here), its
+    /// stored by digest in [`STATES_BUCKET`], the lane's pack emptied), its
     /// metrics and its write errors.
     ///
     /// # Errors
