@@ -389,4 +389,24 @@ fn resume_refuses_a_damaged_replay_point_of_a_checkpointed_epoch_and_changes_not
         states_before,
         "no state file removed"
     );
+
+    // The line mended, but the pack cut short: the kept points' bytes are
+    // not all there, so the resume stops too, before a new point could be
+    // appended over their ranges.
+    std::fs::write(&points, &whole).unwrap();
+    let pack = out.join("replay-points/states.pack");
+    let length = std::fs::metadata(&pack).unwrap().len();
+    let file = std::fs::OpenOptions::new().write(true).open(&pack).unwrap();
+    file.set_len(length - 1).unwrap();
+    let output = run_markdown_explorer(&out, &["--epochs", "2", "--resume"], &[]);
+    assert_exit(
+        &output,
+        2,
+        &[
+            &format!("states.pack is {} bytes", length - 1),
+            "--resume stops here and changes nothing",
+        ],
+    );
+    assert_eq!(std::fs::read_to_string(&points).unwrap(), whole);
+    assert_eq!(std::fs::metadata(&pack).unwrap().len(), length - 1);
 }

@@ -81,7 +81,7 @@ pub fn find_record(
             )
         })
     };
-    let file = std::fs::File::open(&path).map_err(|error| cannot_read(&error))?;
+    let file = crate::input_file::open_regular_input(&path).map_err(|error| cannot_read(&error))?;
     let mut found: Option<Record> = None;
     let mut epochs: Vec<u32> = Vec::new();
     for (index, line) in BufReader::new(file).lines().enumerate() {

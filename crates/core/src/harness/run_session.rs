@@ -54,7 +54,7 @@ pub enum SessionError {
 
 /// Refuse a fresh run into `out` when it holds one, or when it holds files
 /// no run writes (a run never mixes its files with others); require a run
-/// to resume. `out` must be a directory or missing, never a symbolic link.
+/// to resume. `out` must be a directory or missing, never a symbolic link, and nothing in it a symbolic link either.
 ///
 /// # Errors
 /// [`SessionError::Refused`] naming the directory and the files found, the
@@ -62,6 +62,17 @@ pub enum SessionError {
 pub fn check_out_dir(out: &Path, resume: bool) -> Result<(), SessionError> {
     check_out_entry(out)?;
     let names = entry_names(out)?;
+    // Every name in a run directory is sandloop's own file or folder: a
+    // link there would have the run write (or a resume cut back) where it
+    // points.
+    if let Some(link) = names.iter().find(|name| {
+        std::fs::symlink_metadata(out.join(name)).is_ok_and(|meta| meta.file_type().is_symlink())
+    }) {
+        return Err(SessionError::Refused(format!(
+            "{} is a symbolic link: a run writes no file through a link; put the file or              folder it points to in its place",
+            out.join(link).display()
+        )));
+    }
     let found: Vec<&str> = RUN_FILES
         .iter()
         .copied()
@@ -349,7 +360,9 @@ impl RunSession {
         if let Some(next_epoch) = resumed_at.filter(|_| resume) {
             // Points of the epochs that run again are captured again.
             cut_back_points(out, next_epoch).map_err(|error| match error {
-                DurableError::Malformed { .. } => SessionError::Refused(error.to_string()),
+                DurableError::Malformed { .. }
+                | DurableError::PackTooShort { .. }
+                | DurableError::Tampered { .. } => SessionError::Refused(error.to_string()),
                 other => SessionError::Io(format!("cannot cut back {POINTS_FILE}: {other}")),
             })?;
         }
@@ -462,6 +475,24 @@ mod tests {
         );
         drop(lock);
         check_not_in_use(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn a_link_inside_the_run_directory_is_refused_before_anything_is_written() {
+        let outside = tempfile::tempdir().unwrap();
+        for (name, resume) in [(STATES_DIR, true), (TRACES_DIR, true), (STATES_DIR, false)] {
+            let dir = tempfile::tempdir().unwrap();
+            if resume {
+                std::fs::write(dir.path().join(RECORDS_FILE), "").unwrap();
+            }
+            std::os::unix::fs::symlink(outside.path(), dir.path().join(name)).unwrap();
+            let error = check_out_dir(dir.path(), resume).unwrap_err().to_string();
+            assert!(
+                error.contains(&format!("{name} is a symbolic link")),
+                "{name}, resume {resume}: {error}"
+            );
+        }
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
     }
 
     #[test]

@@ -16,8 +16,8 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -222,8 +222,9 @@ pub struct ReplayStore {
     captured: Option<Mutex<Vec<PointLine>>>,
 }
 
-use crate::atomic::{open_regular, replace_file, write_new_file};
+use crate::atomic::{OutputFileError, open_regular, replace_file, write_new_file};
 use crate::digest::sha256_hex;
+use crate::input_file::{open_regular_input, read_regular_to_string};
 
 impl ReplayStore {
     /// A store writing under the run directory `root` (files are created on
@@ -575,6 +576,21 @@ pub enum DurableError {
         /// What is wrong, naming the field.
         message: String,
     },
+    /// On resume: the pack of states lacks bytes of points the checkpoint
+    /// covers.
+    #[error(
+        "{path} {what}, but the points of the epochs the checkpoint covers need its first \
+         {needed} bytes: --resume stops here and changes nothing; restore the file, or start \
+         the run again in a new directory"
+    )]
+    PackTooShort {
+        /// The pack.
+        path: String,
+        /// What it is: `is N bytes`, `is missing`.
+        what: String,
+        /// Bytes the kept points need.
+        needed: u64,
+    },
     /// A state file does not match its record.
     #[error("{path} was changed after the run wrote it ({what}); refusing to restore from it")]
     Tampered {
@@ -609,16 +625,22 @@ fn is_state_file_name(name: &str) -> bool {
 /// it does not show an epoch the checkpoint covers; anywhere else it may
 /// be a checkpointed point, so the resume is refused and nothing changes.
 ///
+/// The pack of states is cut back to where the kept points' bytes end
+/// (`cut_back_pack`), before the lines are rewritten.
+///
 /// # Errors
 /// [`DurableError::Malformed`] naming the file and line of such a damaged
-/// line; [`DurableError::Read`] when the file cannot be read or rewritten.
+/// line; [`DurableError::PackTooShort`] when the pack lacks bytes of the
+/// kept points; [`DurableError::Tampered`] when it is a link or not a
+/// regular file; [`DurableError::Read`] when a file cannot be read or
+/// rewritten. Nothing has changed after the first three.
 pub fn cut_back_points(root: &Path, next_epoch: u32) -> Result<usize, DurableError> {
     let path = root.join(POINTS_FILE);
     let io_error = |source| DurableError::Read {
         path: path.display().to_string(),
         source,
     };
-    let text = match std::fs::read_to_string(&path) {
+    let text = match read_regular_to_string(&path) {
         Ok(text) => text,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(0),
         Err(error) => return Err(io_error(error)),
@@ -651,7 +673,7 @@ pub fn cut_back_points(root: &Path, next_epoch: u32) -> Result<usize, DurableErr
     let mut kept = String::with_capacity(text.len());
     let mut dropped = 0;
     // Where the kept points' bytes in the pack end; `None` once a kept
-    // line's durable state cannot be read (the pack is then left whole).
+    // line's durable state cannot be read (the pack is then left as it is).
     let mut pack_kept = Some(0u64);
     for (position, (number, line, record)) in lines.iter().enumerate() {
         let record = match record {
@@ -693,33 +715,67 @@ pub fn cut_back_points(root: &Path, next_epoch: u32) -> Result<usize, DurableErr
             let _ = std::fs::remove_file(dir.join(format!("{id}.items.json")));
         }
     }
+    // The pack first: a resume that must stop here changes nothing.
+    if let Some(end) = pack_kept {
+        cut_back_pack(root, end)?;
+    }
     if dropped > 0 {
         replace_file(&path, kept.as_bytes()).map_err(io_error)?;
-        // The dropped points' bytes follow the kept ones' in the pack (an
-        // epoch's points are written before the next epoch runs): cut them
-        // off, so the epochs that run again append in their place.
-        if let Some(end) = pack_kept {
-            let pack = root.join(STATES_PACK);
-            let cut = OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&pack)
-                .and_then(|file| match file.metadata()?.len() > end {
-                    true => file.set_len(end),
-                    false => Ok(()),
-                });
-            match cut {
-                Err(error) if error.kind() != io::ErrorKind::NotFound => {
-                    return Err(DurableError::Read {
-                        path: pack.display().to_string(),
-                        source: error,
-                    });
-                }
-                _ => {}
-            }
-        }
     }
     Ok(dropped)
+}
+
+/// Cuts [`STATES_PACK`] back to `end`, where the bytes of the points a
+/// resume keeps end: what follows is the epochs that run again (an epoch's
+/// points are written before the next epoch runs) or a killed run's torn
+/// tail, and the resumed run appends in its place.
+///
+/// # Errors
+/// [`DurableError::PackTooShort`] when the pack is shorter than `end` (the
+/// kept points' bytes are not all there, and appending would overwrite
+/// their ranges); [`DurableError::Tampered`] when it is a link or not a
+/// regular file; [`DurableError::Read`] when it cannot be cut.
+fn cut_back_pack(root: &Path, end: u64) -> Result<(), DurableError> {
+    let pack = root.join(STATES_PACK);
+    let shown = pack.display().to_string();
+    let too_short = |what: String| DurableError::PackTooShort {
+        path: shown.clone(),
+        what,
+        needed: end,
+    };
+    let file = match open_regular(OpenOptions::new().write(true), &pack) {
+        Ok(file) => file,
+        Err(OutputFileError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            return match end {
+                0 => Ok(()),
+                _ => Err(too_short("is missing".into())),
+            };
+        }
+        Err(error) if error.is_refusal() => {
+            return Err(DurableError::Tampered {
+                path: shown,
+                what: error.to_string(),
+            });
+        }
+        Err(error) => {
+            return Err(DurableError::Read {
+                path: shown,
+                source: io::Error::other(error),
+            });
+        }
+    };
+    let failed = |source| DurableError::Read {
+        path: shown.clone(),
+        source,
+    };
+    let length = file.metadata().map_err(failed)?.len();
+    if length < end {
+        return Err(too_short(format!("is {length} bytes")));
+    }
+    if length > end {
+        file.set_len(end).map_err(failed)?;
+    }
+    Ok(())
 }
 
 /// Where the bytes a point line keeps in [`STATES_PACK`] end (0 when it
@@ -786,7 +842,7 @@ pub fn read_jsonl(
     each: impl FnMut(Map<String, Value>) -> Result<(), String>,
 ) -> Result<(), DurableError> {
     let shown = path.display().to_string();
-    let file = File::open(path).map_err(|source| DurableError::Read {
+    let file = open_regular_input(path).map_err(|source| DurableError::Read {
         path: shown.clone(),
         source,
     })?;
@@ -920,8 +976,16 @@ impl Part<'_> {
             source,
         };
         let bytes = match self.offset {
+            None if self.path.ends_with(STATES_PACK) => {
+                return Err(tampered(
+                    "its record names the run's pack without an offset into it".into(),
+                ));
+            }
             None => {
-                let bytes = std::fs::read(&self.path).map_err(unreadable)?;
+                let mut bytes = Vec::new();
+                open_regular_input(&self.path)
+                    .and_then(|mut file| file.read_to_end(&mut bytes))
+                    .map_err(unreadable)?;
                 if let Some(size) = self.size.filter(|&size| size != bytes.len() as u64) {
                     return Err(tampered(format!("{} bytes, recorded {size}", bytes.len())));
                 }
@@ -933,7 +997,7 @@ impl Part<'_> {
                         "its record gives an offset ({offset}) without a size"
                     )));
                 };
-                let file = File::open(&self.path).map_err(unreadable)?;
+                let file = open_regular_input(&self.path).map_err(unreadable)?;
                 let length = file.metadata().map_err(unreadable)?.len();
                 let end = offset.checked_add(size).filter(|&end| end <= length);
                 let Some(end) = end else {
@@ -1331,6 +1395,90 @@ pub(crate) mod tests {
         assert!(!dir.path().join("replay-points/rp-c.wasm").exists());
         assert!(!dir.path().join("replay-points/rp-c.items.json").exists());
         assert_eq!(cut_back_points(dir.path(), 2).unwrap(), 0);
+    }
+
+    #[test]
+    fn resume_refuses_a_pack_too_short_for_its_kept_points_and_cuts_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ReplayStore::new(dir.path());
+        for (id, epoch) in [("rp-a", 1), ("rp-b", 2)] {
+            let mut point = line(id, Lifecycle::Released);
+            point.epoch = epoch;
+            point.durable_state = Some(store.write_state(id.as_bytes(), &[]).unwrap());
+            store.append_point(&point);
+        }
+        drop(store);
+        let (pack, points) = (dir.path().join(STATES_PACK), dir.path().join(POINTS_FILE));
+        let lines_before = std::fs::read_to_string(&points).unwrap();
+        // A killed run's torn tail: bytes no line names.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&pack)
+            .unwrap()
+            .write_all(b"torn")
+            .unwrap();
+        assert_eq!(cut_back_points(dir.path(), 3).unwrap(), 0, "both kept");
+        assert_eq!(
+            std::fs::metadata(&pack).unwrap().len(),
+            12,
+            "the tail is cut"
+        );
+        assert_eq!(std::fs::read_to_string(&points).unwrap(), lines_before);
+
+        // rp-b's bytes lost: a resume keeping it stops and changes nothing.
+        let file = std::fs::OpenOptions::new().write(true).open(&pack).unwrap();
+        file.set_len(8).unwrap();
+        let error = cut_back_points(dir.path(), 3).unwrap_err().to_string();
+        assert!(
+            error.contains(
+                "states.pack is 8 bytes, but the points of the epochs the checkpoint covers \
+                 need its first 12 bytes: --resume stops here and changes nothing"
+            ),
+            "{error}"
+        );
+        assert_eq!(std::fs::read_to_string(&points).unwrap(), lines_before);
+        assert_eq!(std::fs::metadata(&pack).unwrap().len(), 8);
+        // One that runs rp-b's epoch again drops it and keeps rp-a's bytes.
+        assert_eq!(cut_back_points(dir.path(), 2).unwrap(), 1);
+        assert_eq!(std::fs::metadata(&pack).unwrap().len(), 6);
+        // A missing pack the kept points need is refused too.
+        std::fs::remove_file(&pack).unwrap();
+        let error = cut_back_points(dir.path(), 2).unwrap_err().to_string();
+        assert!(error.contains("states.pack is missing, but"), "{error}");
+    }
+
+    #[test]
+    fn a_fifo_or_a_directory_where_a_point_file_is_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ReplayStore::new(dir.path());
+        let durable = store.write_state(b"state", &[]).unwrap();
+        let mut point = line("rp-1", Lifecycle::Released);
+        point.durable_state = Some(durable.clone());
+        store.append_point(&point);
+        drop(store);
+        let pack = dir.path().join(STATES_PACK);
+        std::fs::remove_file(&pack).unwrap();
+        let made = std::process::Command::new("mkfifo").arg(&pack).status();
+        assert!(made.unwrap().success());
+        let error = read_durable_state(dir.path(), &durable)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("is a FIFO, not a regular file"), "{error}");
+        let points = dir.path().join(POINTS_FILE);
+        std::fs::remove_file(&points).unwrap();
+        std::fs::create_dir(&points).unwrap();
+        let error = load_points(dir.path()).unwrap_err().to_string();
+        assert!(
+            error.contains("is a directory, not a regular file"),
+            "{error}"
+        );
+        // A line naming the pack without an offset is refused, not read whole.
+        let mut whole = durable;
+        whole.offset = None;
+        let error = read_durable_state(dir.path(), &whole)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("without an offset"), "{error}");
     }
 
     #[test]

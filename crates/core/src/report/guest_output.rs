@@ -62,7 +62,7 @@ impl Entry {
 /// Every call line of one `adapter-output/epoch-NNNN.jsonl`, in order; a
 /// missing file is none, a line that does not parse is passed over.
 pub fn read_call_lines(path: &Path) -> Vec<CallLine> {
-    let Ok(file) = std::fs::File::open(path) else {
+    let Ok(file) = crate::input_file::open_regular_input(path) else {
         return Vec::new();
     };
     std::io::BufReader::new(file)

@@ -193,7 +193,8 @@ fn read_lines(
         path: shown.clone(),
         source,
     };
-    let mut file = std::fs::File::open(path).map_err(read_error)?;
+    // A FIFO or a directory is refused at once, never waited on.
+    let mut file = crate::input_file::open_regular_input(path).map_err(read_error)?;
     let complete = complete_length(&mut file).map_err(read_error)?;
     let reader = std::io::BufReader::new(std::io::Read::take(file, complete));
     read_jsonl_from(reader, shown.clone(), each)
