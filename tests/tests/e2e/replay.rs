@@ -643,14 +643,22 @@ fn replay_reruns_a_failed_suffix_and_refuses_bad_input_without_writing() {
         std::fs::remove_dir(&records).unwrap();
         std::fs::rename(&aside, &records).unwrap();
     }
-    let durable = &point(&points, "honest")["durable_state"];
+    let honest = point(&points, "honest");
+    let durable = &honest["durable_state"];
     let state = out.join(durable["file"].as_str().unwrap());
+    let offset = durable["offset"].as_u64().unwrap();
     let mut bytes = std::fs::read(&state).unwrap();
-    bytes[durable["offset"].as_u64().unwrap() as usize] ^= 1;
+    bytes[offset as usize] ^= 1;
     std::fs::write(&state, bytes).unwrap();
+    // The message names the point, the pack and where in it.
     refused(
         &["replay", "--run", s(&out), "--item", "honest"],
-        "was changed after the run wrote it",
+        &format!(
+            "replay point {} (replay-points.jsonl): {} was changed after the run wrote it \
+             (sha256 of the bytes at offset {offset} ",
+            honest["replay_point_id"].as_str().unwrap(),
+            state.display()
+        ),
     );
 
     // A run made without replay.

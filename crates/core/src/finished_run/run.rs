@@ -18,7 +18,7 @@ use super::offline::{
 };
 use crate::dir_lock::{DirLock, DirLockError, Holder, lock_dir};
 use crate::episode::adapter::Item;
-use crate::replay::durable::{PointLine, load_points, read_durable_state};
+use crate::replay::durable::{POINTS_FILE, PointLine, load_points, read_durable_state};
 use crate::replay::fidelity::Fidelity;
 
 /// A finished run, locked against every other sandloop process for as long
@@ -117,8 +117,12 @@ impl FinishedRun {
         plan: &ReplayPlan,
         item_id: &str,
     ) -> Result<Result<(Vec<u8>, Item), String>, OfflineError> {
-        let (state, items) = read_durable_state(&self.dir, plan.state_file())
-            .map_err(|error| OfflineError::Input(error.to_string()))?;
+        let (state, items) = read_durable_state(&self.dir, plan.state_file()).map_err(|error| {
+            OfflineError::Input(format!(
+                "replay point {} ({POINTS_FILE}): {error}",
+                plan.line.point.replay_point_id
+            ))
+        })?;
         Ok(items
             .into_iter()
             .find(|item| item.get("item_id").and_then(|id| id.as_str()) == Some(item_id))
