@@ -352,6 +352,9 @@ impl RunSession {
             // Another process may have started this run between the first
             // check and the lock.
             check_out_dir(out, false)?;
+            // What an attempt left before its manifest (no run to keep) is
+            // not mixed into this run's files.
+            clear_unfinished_run(out)?;
         } else if resumed_at.is_none() {
             // The run never finished an epoch: nothing is kept.
             clear_unfinished_run(out)?;
@@ -432,7 +435,8 @@ impl RunSession {
 }
 
 /// Remove what a run that never checkpointed left behind (its records are
-/// not covered by any checkpoint), keeping `manifest.json`.
+/// not covered by any checkpoint), keeping `manifest.json`; for a fresh
+/// run, what an attempt left before its manifest.
 fn clear_unfinished_run(out: &Path) -> Result<(), SessionError> {
     for name in [RECORDS_FILE, EPOCHS_FILE, SUMMARY_FILE] {
         match std::fs::remove_file(out.join(name)) {
@@ -451,6 +455,7 @@ fn clear_unfinished_run(out: &Path) -> Result<(), SessionError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::replay::durable::STATES_PACK;
 
     #[test]
     fn a_fresh_run_refuses_a_used_directory_and_a_resume_requires_one() {
@@ -493,6 +498,27 @@ mod tests {
             );
         }
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_fresh_run_clears_what_an_attempt_left_before_its_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("elsewhere");
+        std::fs::write(&target, "kept").unwrap();
+        std::fs::create_dir_all(dir.path().join(STATES_DIR)).unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join(STATES_PACK)).unwrap();
+        std::fs::create_dir_all(dir.path().join(TRACES_DIR)).unwrap();
+        std::fs::write(dir.path().join(TRACES_DIR).join("epoch-0001.jsonl"), "{}\n").unwrap();
+        for name in [EPOCHS_FILE, POINTS_FILE] {
+            std::fs::write(dir.path().join(name), "{}\n").unwrap();
+        }
+        let session = RunSession::open(dir.path(), false, None).unwrap();
+        assert!(!session.resumes());
+        for gone in [STATES_DIR, TRACES_DIR, EPOCHS_FILE, POINTS_FILE] {
+            assert!(!dir.path().join(gone).exists(), "{gone} is removed");
+        }
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "kept");
     }
 
     #[test]
