@@ -202,8 +202,8 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// exists (a resumed run writing the same file again) it is replaced as
 /// [`replace_file`] does. A crash can leave the file half written, so use
 /// it only for files whose reader checks a digest recorded after the write
-/// (a durable replay point's state and items: `replay-points.jsonl` names
-/// their sha256 and is appended once both are written).
+/// (a durable snapshot point's component and items: `replay-points.jsonl`
+/// names their sha256 and is appended once both are written).
 pub fn write_new_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let create = || OpenOptions::new().write(true).create_new(true).open(path);
     let created = match create() {

@@ -1,11 +1,11 @@
 //! Replay points across machines, both ends: a worker lane keeps the
 //! points of the units it runs (`LaneReplay`: lines and metrics in
-//! memory, durable states in a pack in a temporary directory) and ships them with
-//! each unit's result, the states by digest through the object store
-//! bucket [`STATES_BUCKET`] (named [`state_prefix`] and the digest, so
-//! that a finished run removes its own and no other's); the coordinator ([`RemoteReplay`]) fetches
-//! and checks them and writes them into its run directory as a local run
-//! would.
+//! memory, durable states in a pack in a temporary directory) and ships
+//! them with each unit's result, the states by digest through the object
+//! store bucket [`STATES_BUCKET`] (named [`state_prefix`] and the digest,
+//! so that a finished run removes its own and no other's); the coordinator
+//! ([`RemoteReplay`]) fetches and checks them and writes them into its run
+//! directory as a local run would.
 
 use std::sync::Arc;
 use std::time::Duration;

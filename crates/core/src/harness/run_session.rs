@@ -54,7 +54,8 @@ pub enum SessionError {
 
 /// Refuse a fresh run into `out` when it holds one, or when it holds files
 /// no run writes (a run never mixes its files with others); require a run
-/// to resume. `out` must be a directory or missing, never a symbolic link, and nothing in it a symbolic link either.
+/// to resume. `out` must be a directory or missing, never a symbolic link,
+/// and nothing in it a symbolic link either.
 ///
 /// # Errors
 /// [`SessionError::Refused`] naming the directory and the files found, the
@@ -69,7 +70,8 @@ pub fn check_out_dir(out: &Path, resume: bool) -> Result<(), SessionError> {
         std::fs::symlink_metadata(out.join(name)).is_ok_and(|meta| meta.file_type().is_symlink())
     }) {
         return Err(SessionError::Refused(format!(
-            "{} is a symbolic link: a run writes no file through a link; put the file or              folder it points to in its place",
+            "{} is a symbolic link: a run writes no file through a link; put the file or \
+             folder it points to in its place",
             out.join(link).display()
         )));
     }
@@ -495,6 +497,10 @@ mod tests {
             assert!(
                 error.contains(&format!("{name} is a symbolic link")),
                 "{name}, resume {resume}: {error}"
+            );
+            assert!(
+                error.ends_with("put the file or folder it points to in its place"),
+                "{error}"
             );
         }
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -224,7 +224,7 @@ pub struct ReplayStore {
 
 use crate::atomic::{OutputFileError, open_regular, replace_file, write_new_file};
 use crate::digest::sha256_hex;
-use crate::input_file::{open_regular_input, read_regular_to_string};
+use crate::input_file::{open_regular_input, read_regular, read_regular_to_string};
 
 impl ReplayStore {
     /// A store writing under the run directory `root` (files are created on
@@ -982,10 +982,7 @@ impl Part<'_> {
                 ));
             }
             None => {
-                let mut bytes = Vec::new();
-                open_regular_input(&self.path)
-                    .and_then(|mut file| file.read_to_end(&mut bytes))
-                    .map_err(unreadable)?;
+                let bytes = read_regular(&self.path).map_err(unreadable)?;
                 if let Some(size) = self.size.filter(|&size| size != bytes.len() as u64) {
                     return Err(tampered(format!("{} bytes, recorded {size}", bytes.len())));
                 }
@@ -999,13 +996,12 @@ impl Part<'_> {
                 };
                 let file = open_regular_input(&self.path).map_err(unreadable)?;
                 let length = file.metadata().map_err(unreadable)?.len();
-                let end = offset.checked_add(size).filter(|&end| end <= length);
-                let Some(end) = end else {
+                if offset.checked_add(size).is_none_or(|end| end > length) {
                     return Err(tampered(format!(
                         "{length} bytes, too short for the recorded {size} bytes at offset {offset}"
                     )));
-                };
-                let mut bytes = vec![0; (end - offset) as usize];
+                }
+                let mut bytes = vec![0; size as usize];
                 file.read_exact_at(&mut bytes, offset).map_err(unreadable)?;
                 bytes
             }

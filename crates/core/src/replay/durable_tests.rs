@@ -5,6 +5,12 @@ use super::*;
 use crate::replay::Fidelity;
 use crate::replay::point::{AgentCursor, Lifecycle, TraceCursor};
 
+/// Why [`read_durable_state`] refuses `durable` in the run at `root` (it
+/// must).
+fn refusal(root: &Path, durable: &DurableState) -> String {
+    read_durable_state(root, durable).unwrap_err().to_string()
+}
+
 pub(crate) fn line(id: &str, lifecycle: Lifecycle) -> PointLine {
     PointLine {
         point: ReplayPoint {
@@ -167,9 +173,7 @@ fn packed_states_follow_one_another_and_a_damaged_range_is_named() {
     let mut bytes = std::fs::read(&pack).unwrap();
     bytes[first_end as usize] ^= 1;
     std::fs::write(&pack, &bytes).unwrap();
-    let error = read_durable_state(dir.path(), &second)
-        .unwrap_err()
-        .to_string();
+    let error = refusal(dir.path(), &second);
     assert!(
         error.contains("states.pack was changed after the run wrote it"),
         "{error}"
@@ -183,9 +187,7 @@ fn packed_states_follow_one_another_and_a_damaged_range_is_named() {
         let mut past = first.clone();
         past.offset = Some(offset);
         past.size_bytes = size;
-        let error = read_durable_state(dir.path(), &past)
-            .unwrap_err()
-            .to_string();
+        let error = refusal(dir.path(), &past);
         assert!(error.contains("too short for the recorded"), "{error}");
     }
     // A symbolic link where the pack would be is not written through.
@@ -234,9 +236,7 @@ fn the_last_line_of_each_point_wins_and_states_are_verified() {
     (own_file.items_offset, own_file.items_size_bytes) = (None, None);
     assert_eq!(read_durable_state(dir.path(), &own_file).unwrap().1, items);
     std::fs::write(&items_path, items_text.replace("\"s\"", "\"t\"")).unwrap();
-    let error = read_durable_state(dir.path(), &own_file)
-        .unwrap_err()
-        .to_string();
+    let error = refusal(dir.path(), &own_file);
     assert!(
         error.contains("items.json was changed after the run wrote it"),
         "{error}"
@@ -245,9 +245,7 @@ fn the_last_line_of_each_point_wins_and_states_are_verified() {
     std::fs::write(dir.path().join("replay-points/rp-1.bin"), b"stale").unwrap();
     own_file.file = "replay-points/rp-1.bin".into();
     own_file.offset = None;
-    let error = read_durable_state(dir.path(), &own_file)
-        .unwrap_err()
-        .to_string();
+    let error = refusal(dir.path(), &own_file);
     assert!(
         error.contains("was changed after the run wrote it (sha256"),
         "{error}"
@@ -260,9 +258,7 @@ fn the_last_line_of_each_point_wins_and_states_are_verified() {
     ] {
         let mut escaped = durable.clone();
         escaped.file = outside.into();
-        let error = read_durable_state(dir.path(), &escaped)
-            .unwrap_err()
-            .to_string();
+        let error = refusal(dir.path(), &escaped);
         assert!(
             error.contains("which is not a file under replay-points/"),
             "{outside}: {error}"
@@ -303,9 +299,7 @@ fn snapshot_points_keep_their_kind_and_binding_token() {
     assert_eq!(legacy.binding_token, None);
     let mut tokenless = durable;
     tokenless.binding_token = None;
-    let error = read_durable_state(dir.path(), &tokenless)
-        .unwrap_err()
-        .to_string();
+    let error = refusal(dir.path(), &tokenless);
     assert!(error.contains("binding_token"), "{error}");
 
     // A malformed field of a line is named by its path.
@@ -435,9 +429,7 @@ fn a_fifo_or_a_directory_where_a_point_file_is_is_refused_at_once() {
     std::fs::remove_file(&pack).unwrap();
     let made = std::process::Command::new("mkfifo").arg(&pack).status();
     assert!(made.unwrap().success());
-    let error = read_durable_state(dir.path(), &durable)
-        .unwrap_err()
-        .to_string();
+    let error = refusal(dir.path(), &durable);
     assert!(error.contains("is a FIFO, not a regular file"), "{error}");
     let points = dir.path().join(POINTS_FILE);
     std::fs::remove_file(&points).unwrap();
@@ -450,9 +442,7 @@ fn a_fifo_or_a_directory_where_a_point_file_is_is_refused_at_once() {
     // A line naming the pack without an offset is refused, not read whole.
     let mut whole = durable;
     whole.offset = None;
-    let error = read_durable_state(dir.path(), &whole)
-        .unwrap_err()
-        .to_string();
+    let error = refusal(dir.path(), &whole);
     assert!(error.contains("without an offset"), "{error}");
 }
 
