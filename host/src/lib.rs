@@ -21,6 +21,8 @@
 
 pub mod allocator;
 pub mod cli;
+pub mod launch;
+pub mod scaffold;
 
 #[cfg(test)]
 mod code_map_check;

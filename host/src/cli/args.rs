@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use sandloop_core::episode::adapter::Protocols;
-use sandloop_sandbox::snapshot::{ForkKind, choose_fork};
+use sandloop_sandbox::snapshot::ForkKind;
+
+use crate::scaffold::Lang;
 
 /// sandloop — run sandboxed WebAssembly exploration adapters. The `about`
 /// line is also the man page's NAME line (`sandloop man`).
@@ -172,21 +173,6 @@ pub enum NewCommand {
     Adapter(NewAdapterArgs),
 }
 
-/// The language of a scaffolded adapter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum AdapterLang {
-    /// A Rust crate built with `cargo build --target wasm32-wasip2`.
-    Rust,
-    /// A Python module built with componentize-py.
-    Python,
-    /// A JavaScript module built into a component.
-    Js,
-    /// A C file built with clang-19, wasi-libc and wasm-tools.
-    C,
-    /// A Zig file built with Zig and wasm-tools, using the C helper.
-    Zig,
-}
-
 /// Options of `sandloop new adapter`.
 #[derive(Debug, Args)]
 pub struct NewAdapterArgs {
@@ -195,8 +181,8 @@ pub struct NewAdapterArgs {
     #[arg(value_name = "NAME")]
     pub name: String,
     /// The language to write the adapter in.
-    #[arg(long, value_enum, default_value_t = AdapterLang::Rust)]
-    pub lang: AdapterLang,
+    #[arg(long, value_enum, default_value_t = Lang::Rust)]
+    pub lang: Lang,
     /// The directory to create the project in (default: the current directory).
     #[arg(long, value_name = "PARENT", default_value = ".")]
     pub dir: PathBuf,
@@ -736,21 +722,14 @@ pub struct ManArgs {
     pub out: Option<PathBuf>,
 }
 
-impl RunArgs {
-    /// How the run forks its children (`None`: it runs none), from
-    /// `--fork`, the component's `protocols` and whether children run at
-    /// all (`--no-replay`, `--child-workers 0`).
-    ///
-    /// # Errors
-    /// The sentence saying why `--fork` asks for what the component cannot
-    /// do (the caller's bad input, exit 2).
-    pub fn fork_kind(&self, protocols: &Protocols) -> Result<Option<ForkKind>, String> {
-        let requested = match self.fork {
+impl ForkArg {
+    /// The fork `--fork` names; `None` for `auto`, which chooses by the
+    /// component's exports.
+    pub fn kind(self) -> Option<ForkKind> {
+        match self {
             ForkArg::Auto => None,
             ForkArg::State => Some(ForkKind::State),
             ForkArg::Snapshot => Some(ForkKind::Snapshot),
-        };
-        let children_run = !self.no_replay && self.child_workers > 0;
-        choose_fork(requested, protocols, children_run, &self.adapter)
+        }
     }
 }

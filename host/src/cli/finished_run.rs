@@ -1,43 +1,39 @@
 //! What `sandloop replay` and `sandloop counterfactual` share in the CLI:
-//! the component flags as the sandbox's [`RunComponent`], and its load
-//! with the compile notice. The work itself is core's
+//! the component flags as the sandbox's [`RunComponent`], and its compile
+//! with the notice. The work itself is core's
 //! [`crate::finished_run::FinishedRun`] and the sandbox's
 //! [`crate::sandbox::finished_run`].
 
-use std::sync::Arc;
+use std::path::Path;
 
 use super::CliError;
 use super::args::RunComponentArgs;
 use super::compile_notice::while_compiling;
-use crate::finished_run::FinishedRun;
-use crate::replay::durable::DurableKind;
-use crate::sandbox::LoadedAdapter;
-use crate::sandbox::finished_run::{RunComponent, load_run_component};
+use crate::sandbox::finished_run::RunComponent;
+use crate::sandbox::{LoadError, LoadedAdapter};
 
-/// Load `run`'s component as `flags` say, with `instances` pool slots,
-/// saying on stderr while it compiles.
+/// The component `flags` name (`instances` left for the command to set).
 ///
 /// # Errors
-/// As [`load_run_component`]; `--cache-dir` naming a file is bad input.
-pub fn load_component(
-    run: &FinishedRun,
-    flags: &RunComponentArgs,
-    instances: u32,
-    kind: DurableKind,
-) -> Result<Arc<LoadedAdapter>, CliError> {
+/// `--cache-dir` naming a file is bad input.
+pub fn run_component(flags: &RunComponentArgs) -> Result<RunComponent, CliError> {
     if !flags.no_cache {
         super::check_cache_flag(flags.cache_dir.as_deref())?;
     }
-    let component = RunComponent {
+    Ok(RunComponent {
         adapter: flags.adapter.clone(),
         cache_dir: flags.cache_dir.clone(),
         no_cache: flags.no_cache,
-        instances,
-    };
-    Ok(load_run_component(
-        run,
-        &component,
-        kind,
-        |path, cached, load| while_compiling(path, "NAME", cached, false, load),
-    )?)
+        instances: 0,
+    })
+}
+
+/// Run `load`, the compile of the component at `path`, saying on stderr
+/// while it takes long ([`while_compiling`]); `cached`: its code is kept.
+pub fn compile_with_notice(
+    path: &Path,
+    cached: bool,
+    load: &mut dyn FnMut() -> Result<LoadedAdapter, LoadError>,
+) -> Result<LoadedAdapter, LoadError> {
+    while_compiling(path, "NAME", cached, false, load)
 }

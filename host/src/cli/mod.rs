@@ -58,9 +58,16 @@ impl From<crate::finished_run::OfflineError> for CliError {
 
 impl From<LoadError> for CliError {
     fn from(error: LoadError) -> Self {
+        crate::launch::LaunchError::from(error).into()
+    }
+}
+
+impl From<crate::launch::LaunchError> for CliError {
+    /// Refused before anything was written: exit 2; else 1.
+    fn from(error: crate::launch::LaunchError) -> Self {
         match error {
-            LoadError::Engine(message) => CliError::Failed(message),
-            other => CliError::Input(other.to_string()),
+            crate::launch::LaunchError::Refused(message) => CliError::Input(message),
+            other => CliError::Failed(other.to_string()),
         }
     }
 }
@@ -115,6 +122,20 @@ pub(crate) fn complain(prefix: &str, message: &str) {
     let _ = writeln!(std::io::stderr(), "{prefix}{}", for_terminal(message));
 }
 
+/// `text` as one POSIX shell word: as it is when it holds only characters
+/// no shell treats specially, else single-quoted.
+pub(crate) fn shell_word(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./:@%+=,".contains(c));
+    if plain {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
 /// Refuse a `--cache-dir` that exists as anything but a directory: the
 /// cache would be skipped without a word (a cache that cannot be written
 /// otherwise never fails a command).
@@ -133,17 +154,11 @@ pub(crate) fn check_cache_flag(dir: Option<&std::path::Path>) -> Result<(), CliE
     }
 }
 
-/// Start the engine for `config`.
+/// Start the engine for `config` ([`crate::launch::inputs::open_engine`]).
 pub(crate) fn open_sandbox(
     config: SandboxConfig,
 ) -> Result<(Arc<SandboxEngine>, Arc<SandboxConfig>), CliError> {
-    let engine = SandboxEngine::new(&config).map_err(|error| {
-        CliError::Input(format!(
-            "could not start the wasmtime engine with these limits (try a smaller \
-             --max-memory or fewer --workers): {error:#}"
-        ))
-    })?;
-    Ok((Arc::new(engine), Arc::new(config)))
+    crate::launch::inputs::open_engine(config).map_err(CliError::Input)
 }
 
 /// Raise this process's soft limit of open files to its hard limit, as
@@ -209,5 +224,18 @@ pub fn main() -> i32 {
             complain("error: ", &message);
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_word;
+
+    #[test]
+    fn shell_words_are_quoted_only_when_needed() {
+        assert_eq!(shell_word("/tmp/x/demo-adapter"), "/tmp/x/demo-adapter");
+        assert_eq!(shell_word("/tmp/my dir"), "'/tmp/my dir'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word(""), "''");
     }
 }

@@ -4,11 +4,11 @@
 //! again — and report whether the restore was verified equivalent.
 
 use super::args::ReplayArgs;
-use super::finished_run::load_component;
+use super::finished_run::{compile_with_notice, run_component};
 use super::{CliError, say};
 use crate::finished_run::offline::REPLAYS_FILE;
 use crate::finished_run::{FinishedRun, ReplayOutcome, ReplayReport};
-use crate::sandbox::finished_run::{ReplayRequest, replay_item};
+use crate::sandbox::finished_run::{ReplayRequest, RunComponent, load_run_component, replay_item};
 
 /// Run `sandloop replay` (exit 0: the suffix succeeded; 1: the restore or
 /// the suffix failed, the result is still written; 2: bad input).
@@ -26,7 +26,16 @@ pub fn replay(args: ReplayArgs) -> Result<(), CliError> {
         .point_state(&plan, &args.item)?
         .map_err(CliError::Input)?;
     // The point's instance, and the child that screens its intent.
-    let loaded = load_component(&run, &args.component, 2, plan.state_file().kind)?;
+    let component = RunComponent {
+        instances: 2,
+        ..run_component(&args.component)?
+    };
+    let loaded = load_run_component(
+        &run,
+        &component,
+        plan.state_file().kind,
+        compile_with_notice,
+    )?;
 
     // Everything is checked; the result must have somewhere to go.
     let mut log = run.open_log(REPLAYS_FILE)?;

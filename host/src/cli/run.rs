@@ -9,42 +9,26 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 
-use super::args::{ForkArg, RunArgs, SandboxArgs};
+use super::args::{RunArgs, SandboxArgs};
 use super::compile_notice::while_compiling;
-use super::run_distributed::{self, Lane};
-use super::{CliError, open_sandbox, say};
+use super::{CliError, run_distributed, say};
 use crate::distributed::Dispatcher;
-use crate::episode::adapter::SeedSource;
-use crate::episode::stored::StoredItems;
-use crate::harness::arm::{ArmEvent, ArmOptions, run_arm};
-use crate::harness::error_tally::{ErrorCounts, ErrorTally};
-use crate::harness::items_file::{FileSeeds, load_items_file};
-use crate::harness::manifest::{HostInfo, Invocation, ManifestAdapter};
-use crate::harness::queue::branch_id;
-use crate::harness::run_dir::SideWriteCheck;
-use crate::harness::run_files::RECORDS_FILE;
+use crate::harness::arm::ArmEvent;
+use crate::harness::error_tally::ErrorTally;
 use crate::harness::run_output::{
     NatsOptions, RunAdapter, RunFailed, RunFinished, RunOptions, sorted_pretty_json,
 };
-use crate::harness::run_session::{
-    RunSession, SessionError, check_not_in_use, check_out_dir, check_resume,
-    unfinished_record_count,
+use crate::launch::{
+    self, LaunchError, NatsRequest, OpenedRun, RunObserver, RunOutcome, RunRequest, RunStopped,
 };
-use crate::harness::summary::{SummaryAdapter, SummaryHost};
-use crate::harness::{ArmConfig, ArmError, ArmSummary, RunDir, VariantCatalog, runtime_signature};
-use crate::replay::Fidelity;
 use crate::replay::ReplayMetricLedger;
-use crate::replay::durable::ReplayStore;
 use crate::replay::metrics::{ReplayCount, ReplayMinutes};
 use crate::replay::snapshot_totals::SnapshotTotals;
-use crate::sandbox::snapshot::{ForkKind, Instrumented};
-use crate::sandbox::{
-    CallLog, CallObserver, DirGrant, LoadedAdapter, ReplayOptions, SandboxConfig, WasmAdapter, load,
-};
+use crate::sandbox::{DirGrant, SandboxConfig};
 use sandloop_core::limits::{LimitError, SandboxLimits};
 
 /// Build the sandbox configuration from the flags (exit 2 on bad values).
-pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxConfig, CliError> {
+pub(crate) fn sandbox_config(args: &SandboxArgs) -> Result<SandboxConfig, CliError> {
     let limits = limits_from_flags(args)?;
     let env = checked_env_names(&args.env, |name| {
         tracing::warn!(
@@ -56,7 +40,6 @@ pub(crate) fn sandbox_config(args: &SandboxArgs, slots: u32) -> Result<SandboxCo
         limits,
         dirs,
         env,
-        pool_instances: slots,
         ..SandboxConfig::default()
     };
     if args.no_cache {
@@ -95,450 +78,91 @@ fn limits_from_flags(args: &SandboxArgs) -> Result<SandboxLimits, CliError> {
     Ok(limits)
 }
 
-fn arm_error(error: ArmError) -> CliError {
-    match error {
-        ArmError::Config(_)
-        | ArmError::RunExists { .. }
-        | ArmError::Checkpoint(_)
-        | ArmError::Damaged(_) => CliError::Input(error.to_string()),
-        ArmError::Io { .. } => CliError::Failed(error_chain(&error)),
-        other => CliError::Failed(other.to_string()),
-    }
-}
-
-/// Run the `run` command.
+/// Run the `run` command: make the run ([`launch::run`]) with progress on
+/// stderr, then print the closing summary (with `--json`, the summary as
+/// JSON).
 pub fn run(args: RunArgs) -> Result<(), CliError> {
-    run_with(args, Closing::Print)
-}
-
-/// What a run prints when it ends.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Closing {
-    /// The closing summary (or, with `--json`, the summary as JSON), and
-    /// progress on stderr while it runs.
-    Print,
-    /// Nothing at all: `sandloop try` shows the records itself.
-    Silent,
-}
-
-/// [`run`], printing as `closing` says.
-pub(crate) fn run_with(args: RunArgs, closing: Closing) -> Result<(), CliError> {
     let started = Instant::now();
-    let replay_minimum = check_run_args(&args)?;
-    let (loaded, items, mut catalog) = load_inputs(&args)?;
-    let protocols = loaded.protocols;
-    run_distributed::check_unsupported(&args, protocols)?;
-
-    let snapshots = snapshot_forks(&args, &loaded)?;
-    let lanes_run = snapshots.as_ref().map_or_else(
-        || Arc::clone(&loaded),
-        |instrumented| Arc::clone(instrumented.loaded()),
-    );
-
-    let mut arm = arm_config(&args, &loaded.info.sha256);
-    let resumed_at = if args.resume {
-        // Refuse an incompatible resume before anything is written.
-        let signature = runtime_signature(&arm, protocols, catalog.is_some());
-        let resumed_at =
-            check_resume(&args.out, &signature, &loaded.config().dirs).map_err(session_error)?;
-        if resumed_at.is_none() {
-            let discarded = unfinished_record_count(&args.out);
-            super::complain(
-                "warning: ",
-                &format!(
-                    "{} never finished an epoch (no checkpoint.json): --resume starts it over \
-                     from epoch 0, discarding the {discarded} record(s) of its unfinished first epoch",
-                    args.out.display()
-                ),
-            );
-        }
-        resumed_at
-    } else {
-        None
-    };
-    let call_log = Arc::new(CallLog::new(&args.out));
-    // A distributed run finds its workers before anything is written.
-    let dispatcher = run_distributed::open_dispatcher(&args, &loaded, &call_log)?;
-    let session = RunSession::open(&args.out, args.resume, resumed_at).map_err(session_error)?;
-    arm.resume = session.resumes();
-    record_invocation(&session, &args, &loaded.info, &loaded.config().dirs)?;
-    interrupt_message(&args.out, dispatcher.as_ref());
-
-    let observer: Arc<dyn CallObserver> = call_log.clone();
-    let replay = (protocols.replay && !args.no_replay).then(|| ReplayOptions {
-        metrics: Arc::new(ReplayMetricLedger::new()),
-        store: Some(Arc::new(ReplayStore::new(&args.out).with_snapshot_budget(
-            args.max_durable_snapshots.saturating_mul(1 << 20),
-        ))),
-        minimum_fidelity: replay_minimum,
-        child_workers: args.child_workers,
-        snapshots: snapshots.clone(),
-    });
-    let remote_replay = replay.as_ref().and_then(run_distributed::remote_replay);
-    let factory = |lane: usize| {
-        if let Some(dispatcher) = &dispatcher {
-            return Ok(Lane::Remote(dispatcher.lane(remote_replay.clone())));
-        }
-        let adapter = WasmAdapter::new(
-            Arc::clone(&lanes_run),
-            branch_id(lane),
-            Some(Arc::clone(&observer)),
-        );
-        Ok(Lane::Local(match &replay {
-            Some(options) => adapter.with_replay(options.clone()),
-            None => adapter.without_replay(),
-        }))
-    };
-    let mut control = WasmAdapter::new(Arc::clone(&loaded), "control", Some(Arc::clone(&observer)));
-    let mut file_seeds;
-    let seeds: &mut dyn SeedSource = match items {
-        Some(items) => {
-            let compiler: Option<&mut dyn SeedSource> = protocols.variants.then_some(&mut control);
-            file_seeds = FileSeeds::new(items, args.epochs, compiler);
-            &mut file_seeds
-        }
-        None => &mut control,
-    };
-
-    let quiet = args.json || closing == Closing::Silent;
-    let mut progress = Progress::new(args.epochs, quiet, &args.out);
-    progress.distributed = dispatcher.clone();
-    let side_writes = {
-        let call_log = Arc::clone(&call_log);
-        let points = replay.as_ref().and_then(|options| options.store.clone());
-        move || lost_writes(&call_log, points.as_deref())
-    };
-    let snapshot_totals = Arc::new(OnceLock::new());
-    let mut run_dir = RunDir::new(&args.out)
-        .with_summary_host(&SummaryHost {
-            adapter: SummaryAdapter {
-                path: loaded.info.path.clone(),
-                sha256: loaded.info.sha256.clone(),
-                size_bytes: loaded.info.size_bytes,
-                protocols: protocol_names(&loaded.info),
-            },
-            host_version: env!("CARGO_PKG_VERSION").to_owned(),
-        })
-        .with_side_write_check(SideWriteCheck(Box::new(side_writes.clone())))
-        .with_summary_late(late_summary(
-            replay_summary(
-                replay.as_ref(),
-                snapshots.is_some(),
-                &args.out,
-                Arc::clone(&snapshot_totals),
-            ),
-            dispatcher.clone(),
-            Arc::clone(&progress.errors),
-        ));
-    let observe = |event: &ArmEvent<'_>| progress.on_event(event);
-    let result = run_arm(
-        &arm,
-        protocols,
-        seeds,
-        &factory,
-        &mut run_dir,
-        ArmOptions {
-            catalog: catalog.as_mut(),
-            observer: &observe,
-            ..ArmOptions::default()
-        },
-    );
+    let request = run_request(&args)?;
+    let progress = Progress::new(args.epochs, !args.json, !args.json);
+    let result = launch::run(&request, &progress);
     progress.finish();
-    // A write that failed after the last check (there is none in a run
-    // that finished) still fails the run.
-    let result = result.and_then(|summary| {
-        side_writes()
-            .map(|()| summary)
-            .map_err(|lost| ArmError::io("writing the run directory", std::io::Error::other(lost)))
-    });
-    let summary = match result {
-        Ok(summary) => {
-            // Its files are written: what it left on the server can go.
-            if let Some(dispatcher) = &dispatcher {
-                dispatcher.finish();
-            }
-            summary
-        }
-        Err(error) => {
-            let error = arm_error(error);
-            if matches!(error, CliError::Input(_)) {
-                return Err(error);
-            }
-            let failure = session.record_failure(&error.to_string());
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(LaunchError::Refused(message)) => return Err(CliError::Input(message)),
+        Err(LaunchError::Failed(message)) => return Err(CliError::Failed(message)),
+        Err(LaunchError::Stopped(stopped)) => {
+            let RunStopped {
+                message,
+                failure,
+                errors,
+            } = *stopped;
             if args.json {
                 say(&sorted_pretty_json(&RunFailed {
                     failure: &failure,
                     out: &args.out,
-                    errors: &progress.errors.counts(),
+                    errors: &errors,
                 }));
             }
             return Err(CliError::Failed(format!(
-                "{error}\nwhat the finished epochs wrote is kept: once the cause is fixed, \
+                "{message}\nwhat the finished epochs wrote is kept: once the cause is fixed, \
                  continue with the same command and --resume"
             )));
         }
     };
-    if closing == Closing::Silent {
-        return Ok(());
-    }
     if args.json {
         say(&sorted_pretty_json(&RunFinished {
-            summary: &summary,
-            errors: &progress.errors.counts(),
+            summary: &outcome.summary,
+            errors: &outcome.errors,
             adapter: RunAdapter {
-                path: &loaded.info.path,
-                sha256: &loaded.info.sha256,
-                protocols: &loaded.info.protocols,
+                path: &outcome.adapter.path,
+                sha256: &outcome.adapter.sha256,
+                protocols: &outcome.adapter.protocols,
             },
         }));
-    } else {
-        print_summary(
-            &summary,
-            &loaded.info,
-            &progress.errors.counts(),
-            progress.errors.charged_minutes(),
-            started.elapsed().as_secs_f64(),
-        );
-        if let Some(options) = &replay {
-            print_replay_summary(&options.metrics, args.resume);
-        }
-        if let Some(totals) = snapshot_totals.get() {
-            print_snapshot_summary(totals);
-        }
-        if let Some(dispatcher) = &dispatcher {
-            say(&run_distributed::summary_line(dispatcher));
-        }
-        say(&report_line(&args.out));
+        return Ok(());
     }
+    print_summary(&outcome, started.elapsed().as_secs_f64());
+    if let Some(metrics) = &outcome.replay {
+        print_replay_summary(metrics, args.resume);
+    }
+    if let Some(totals) = &outcome.snapshots {
+        print_snapshot_summary(totals);
+    }
+    if let Some(distributed) = &outcome.distributed {
+        say(&run_distributed::summary_line(distributed));
+    }
+    say(&report_line(&args.out));
     Ok(())
+}
+
+/// The run the flags ask for; flags that do not parse (a fidelity, a
+/// limit, an `--env` name, a `--dir` grant) are refused here (exit 2), the
+/// request's own rules by [`launch::run`].
+pub(super) fn run_request(args: &RunArgs) -> Result<RunRequest, CliError> {
+    let replay_minimum = crate::replay::fidelity::parse_minimum(&args.replay_min_fidelity)
+        .map_err(|error| CliError::Input(format!("--replay-min-fidelity: {error}")))?;
+    Ok(RunRequest {
+        options: invocation_options(args),
+        sandbox: sandbox_config(&args.sandbox)?,
+        replay_minimum,
+        fork: args.fork.kind(),
+        max_durable_snapshot_bytes: args.max_durable_snapshots.saturating_mul(1 << 20),
+        resume: args.resume,
+        nats: args.nats.as_ref().map(|url| NatsRequest {
+            url: url.clone(),
+            creds: args.nats_creds.clone(),
+            wait_secs: args.nats_wait,
+        }),
+    })
 }
 
 /// The closing line naming the command that draws the run's report.
 fn report_line(out: &std::path::Path) -> String {
-    let shown = out.display().to_string();
-    let quoted = if shown
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "/._-+:@,=".contains(c))
-    {
-        shown
-    } else {
-        format!("'{}'", shown.replace('\'', r"'\''"))
-    };
-    format!("  report     sandloop report {quoted}")
-}
-
-/// The flags' own rules, before anything is loaded: counts at least 1, a
-/// positive budget, a known fidelity, an `--out` fit for a fresh run or a
-/// resume, and `--fork` only where children are forked. Returns the
-/// replay's minimum fidelity.
-fn check_run_args(args: &RunArgs) -> Result<Fidelity, CliError> {
-    if args.workers == 0 {
-        return Err(CliError::Input("--workers must be at least 1".into()));
-    }
-    if args.epochs == 0 {
-        return Err(CliError::Input("--epochs must be at least 1".into()));
-    }
-    if let Some(budget) = args.budget_minutes
-        && !(budget.is_finite() && budget > 0.0)
-    {
-        return Err(CliError::Input(
-            "--budget-minutes must be a positive number".into(),
-        ));
-    }
-    let replay_minimum = crate::replay::fidelity::parse_minimum(&args.replay_min_fidelity)
-        .map_err(|error| CliError::Input(format!("--replay-min-fidelity: {error}")))?;
-    check_not_in_use(&args.out).map_err(session_error)?;
-    check_out_dir(&args.out, args.resume).map_err(session_error)?;
-    if args.fork != ForkArg::Auto && (args.no_replay || args.child_workers == 0) {
-        let fork = args.fork.as_str();
-        return Err(CliError::Input(format!(
-            "--fork {fork} forks children of replay points: it needs replay (no --no-replay) and --child-workers 1 or more"
-        )));
-    }
-    Ok(replay_minimum)
-}
-
-/// The component, loaded into a sandbox sized for the run's lanes and
-/// children and shown to start under its limits, with the seed items of
-/// `--items` and the variant catalog of `--variants`; each refused (exit 2)
-/// when the component cannot use it.
-///
-/// A regular items file is read on its own thread while the component
-/// loads and starts (the two are independent, and each keeps a core busy
-/// for milliseconds). The errors keep their order: the component's first,
-/// then the items file's. A pipe is read after the component, as before,
-/// so a component that cannot load is reported without waiting on a
-/// writer.
-#[allow(clippy::type_complexity)]
-fn load_inputs(
-    args: &RunArgs,
-) -> Result<
-    (
-        Arc<LoadedAdapter>,
-        Option<StoredItems>,
-        Option<VariantCatalog>,
-    ),
-    CliError,
-> {
-    // Every input is checked before anything is written.
-    // Each lane may hold a chunk of forked children besides its own
-    // instance.
-    let child_slots = if args.child_workers > 0 {
-        crate::sandbox::adapter::MAX_CHILDREN_PER_FORK as u32
-    } else {
-        0
-    };
-    let slots = (args.workers as u32 + 2) * 2 + args.workers as u32 * child_slots;
-    let mut config = sandbox_config(&args.sandbox, slots)?;
-    // Snapshot forks compile a component per replay point whose functions
-    // are the instrumented component's: keep them for reuse.
-    config.incremental_compilation =
-        args.fork != ForkArg::State && !args.no_replay && args.child_workers > 0;
-    let start_component = || -> Result<Arc<LoadedAdapter>, CliError> {
-        let (engine, config) = open_sandbox(config)?;
-        let cached = config.cache_dir.is_some();
-        let loaded = Arc::new(while_compiling(
-            &args.adapter,
-            "NAME",
-            cached,
-            args.json,
-            || load(&args.adapter, engine, config),
-        )?);
-        // A component that cannot start under these limits would fail every
-        // item the same way: say so once, before anything is written.
-        WasmAdapter::check_starts(Arc::clone(&loaded)).map_err(|error| {
-            CliError::Failed(format!(
-                "{} cannot be instantiated under these limits ({}): {}; nothing was run",
-                args.adapter.display(),
-                error.error_type.as_str(),
-                error.message
-            ))
-        })?;
-        Ok(loaded)
-    };
-    let read_items = || {
-        args.items
-            .as_deref()
-            .map(load_items_file)
-            .transpose()
-            .map_err(|error| CliError::Input(error.to_string()))
-    };
-    let items_are_a_file = args
-        .items
-        .as_deref()
-        .is_some_and(|path| std::fs::metadata(path).is_ok_and(|meta| meta.is_file()));
-    let (loaded, items) = std::thread::scope(|scope| {
-        let reader = items_are_a_file
-            .then(|| {
-                std::thread::Builder::new()
-                    .name("sandloop-items".into())
-                    .spawn_scoped(scope, read_items)
-                    .ok()
-            })
-            .flatten();
-        let loaded = start_component();
-        let items = match reader {
-            Some(reader) => reader
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            // A pipe (or no thread to be had): read after the component,
-            // and not at all when it failed.
-            None if loaded.is_ok() => read_items(),
-            None => Ok(None),
-        };
-        Ok::<_, CliError>((loaded?, items?))
-    })?;
-    let protocols = loaded.protocols;
-    if items.is_none() && !protocols.seeds {
-        return Err(CliError::Input(format!(
-            "{} does not export `seeds`; give the seed items with --items FILE.jsonl",
-            args.adapter.display()
-        )));
-    }
-    let catalog = match &args.variants {
-        None => None,
-        Some(path) => {
-            if !protocols.variants {
-                return Err(CliError::Input(format!(
-                    "--variants given, but {} does not export `variants` to compile them",
-                    args.adapter.display()
-                )));
-            }
-            Some(VariantCatalog::open(path).map_err(|error| CliError::Input(error_chain(&error)))?)
-        }
-    };
-    Ok((loaded, items, catalog))
-}
-
-/// What `summary.json` gains when it is written, after the last epoch: the
-/// replay metric ledger as `replay` (reference
-/// `ReplayPointRegistry.metrics`) and, when children were snapshot-forked,
-/// the run's snapshot totals as `snapshots`, read once from
-/// `replay-points.jsonl` into `totals` (which the closing lines print).
-fn replay_summary(
-    replay: Option<&ReplayOptions>,
-    snapshotting: bool,
-    out: &Path,
-    totals: Arc<OnceLock<SnapshotTotals>>,
-) -> impl Fn() -> serde_json::Map<String, Value> + Send + 'static {
-    let metrics = replay.map(|options| Arc::clone(&options.metrics));
-    let out = out.to_path_buf();
-    move || {
-        let mut late = serde_json::Map::new();
-        if let Some(metrics) = &metrics {
-            late.insert("replay".into(), Value::Object(metrics.snapshot()));
-            if snapshotting {
-                let totals = totals.get_or_init(|| SnapshotTotals::of_run(&out));
-                late.insert(
-                    "snapshots".into(),
-                    serde_json::to_value(totals).expect("totals serialise"),
-                );
-            }
-        }
-        late
-    }
-}
-
-/// The fields `summary.json` gains after the last epoch: `replay`'s, the
-/// run's `error_count` and `errors_by_type`, and the `distributed` block
-/// of a `--nats` run.
-fn late_summary(
-    replay: impl Fn() -> serde_json::Map<String, Value> + Send + 'static,
-    dispatcher: Option<Arc<Dispatcher>>,
-    errors: Arc<ErrorTally>,
-) -> impl Fn() -> serde_json::Map<String, Value> + Send + 'static {
-    move || {
-        let mut late = replay();
-        if let Value::Object(counts) =
-            serde_json::to_value(errors.counts()).expect("the counts serialise")
-        {
-            late.extend(counts);
-        }
-        if let Some(dispatcher) = &dispatcher {
-            late.insert(
-                "distributed".into(),
-                serde_json::to_value(dispatcher.summary()).expect("the block serialises"),
-            );
-        }
-        late
-    }
-}
-
-/// What the run's side writers (adapter output, traces, replay points)
-/// failed to write, if anything: the first few errors of each.
-fn lost_writes(call_log: &CallLog, points: Option<&ReplayStore>) -> Result<(), String> {
-    let mut lost = Vec::new();
-    for error in call_log.errors() {
-        lost.push(format!("adapter output or traces: {error}"));
-    }
-    for error in points.map(ReplayStore::errors).unwrap_or_default() {
-        lost.push(format!("a replay point: {error}"));
-    }
-    if lost.is_empty() {
-        return Ok(());
-    }
-    lost.truncate(4);
-    Err(format!("could not write {}", lost.join("; ")))
+    format!(
+        "  report     sandloop report {}",
+        super::shell_word(&out.display().to_string())
+    )
 }
 
 fn print_snapshot_summary(totals: &SnapshotTotals) {
@@ -589,110 +213,6 @@ fn print_replay_summary(metrics: &ReplayMetricLedger, resumed: bool) {
         minutes(ReplayMinutes::Restore),
         if resumed { " (this invocation)" } else { "" },
     ));
-}
-
-/// The arm configuration the flags describe.
-fn arm_config(args: &RunArgs, sha256: &str) -> ArmConfig {
-    ArmConfig {
-        arm_key: args.arm.clone(),
-        adapter_type: format!("component:sha256:{sha256}"),
-        worker_count: args.workers,
-        max_epochs: args.epochs,
-        budget_minutes: args.budget_minutes.unwrap_or(f64::INFINITY),
-        frontier_max_lanes: args.variant_lanes,
-        checkpoint: true,
-        resume: args.resume,
-        item_failure_policy: args.failure_policy.into(),
-        ..ArmConfig::default()
-    }
-}
-
-/// On Ctrl-C, say how to continue, withdraw the units a distributed run
-/// left queued, then stop (exit 130). What the interrupted epoch wrote is
-/// cut back when the run resumes.
-fn interrupt_message(out: &Path, dispatcher: Option<&Arc<crate::distributed::Dispatcher>>) {
-    let out = out.display().to_string();
-    // Weak: the run's own stop drops the dispatcher, which withdraws then.
-    let dispatcher = dispatcher.map(Arc::downgrade);
-    super::interrupt::on_interrupt(move || {
-        super::complain(
-            "\ninterrupted: ",
-            &format!(
-                "{out} keeps every finished epoch; continue with the same command and --resume"
-            ),
-        );
-        if let Some(dispatcher) = dispatcher.as_ref().and_then(std::sync::Weak::upgrade) {
-            dispatcher.withdraw_queued();
-        }
-        std::process::exit(130);
-    });
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
-/// The component's protocol names, as the run files record them.
-fn protocol_names(info: &crate::sandbox::ComponentInfo) -> Vec<String> {
-    info.protocols
-        .iter()
-        .map(|name| (*name).to_owned())
-        .collect()
-}
-
-/// Record this invocation in `manifest.json`: host version, adapter
-/// identity, every option (a resume appends its entry to those the manifest
-/// holds) and the grants' identities ([`RunSession::record_invocation`]).
-fn record_invocation(
-    session: &RunSession,
-    args: &RunArgs,
-    info: &crate::sandbox::ComponentInfo,
-    dirs: &[DirGrant],
-) -> Result<(), CliError> {
-    let invocation = Invocation {
-        resume: args.resume,
-        cwd: std::env::current_dir().ok(),
-        started_unix_secs: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-        options: invocation_options(args).to_map(),
-    };
-    let host = HostInfo {
-        name: "sandloop".to_owned(),
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-    };
-    let wit = format!(
-        "{}@{}",
-        crate::sandbox::component::WIT_PACKAGE,
-        crate::sandbox::component::WIT_VERSION
-    );
-    let adapter = ManifestAdapter {
-        path: info.path.clone(),
-        sha256: info.sha256.clone(),
-        size_bytes: info.size_bytes,
-        protocols: protocol_names(info),
-        exports: info.exports.clone(),
-    };
-    session
-        .record_invocation(host, wit, adapter, invocation, dirs)
-        .map_err(session_error)
-}
-
-/// A run directory that cannot be used: refused (exit 2) or unwritable
-/// (exit 1).
-fn session_error(error: SessionError) -> CliError {
-    match error {
-        SessionError::Refused(message) => CliError::Input(message),
-        SessionError::Io(message) => CliError::Failed(message),
-    }
 }
 
 /// Every flag of this invocation by its long name ([`Invocation::options`]).
@@ -748,13 +268,15 @@ fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-fn print_summary(
-    summary: &ArmSummary,
-    info: &crate::sandbox::ComponentInfo,
-    errors: &ErrorCounts,
-    charged_minutes: f64,
-    seconds: f64,
-) {
+/// The closing lines of a run that took `seconds`.
+fn print_summary(outcome: &RunOutcome, seconds: f64) {
+    let RunOutcome {
+        summary,
+        adapter: info,
+        errors,
+        charged_minutes,
+        ..
+    } = outcome;
     let metrics = &summary.execution_metrics;
     let compile = info.compile_ms / 1000.0;
     let timing = if compile >= 0.1 {
@@ -821,34 +343,94 @@ fn print_summary(
     }
 }
 
-/// Progress on stderr: a spinner on a terminal (epoch, records, rate,
-/// errors, time left for `--epochs`), one line per finished epoch
-/// otherwise; nothing with `--json`. Counts the run's failures by type.
-struct Progress {
-    bar: Option<ProgressBar>,
-    /// One line per epoch on a stderr that is not a terminal.
-    epoch_lines: bool,
+/// Progress on stderr: a compile notice when a component takes long to
+/// compile; then, once the run is open, a spinner on a terminal (epoch,
+/// records, rate, errors, time left for `--epochs`) or one line per
+/// finished epoch otherwise. Warnings are said once each.
+pub(super) struct Progress {
+    /// Whether compile notices are shown (not with `--json`).
+    notices: bool,
+    /// Whether the run's progress is shown (not with `--json`, nor in
+    /// `sandloop try`).
+    shown: bool,
     max_epochs: u32,
-    started: Instant,
+    /// What is known once the run directory is open.
+    live: OnceLock<Live>,
     /// Epochs finished by this invocation, and its first epoch.
     epochs_done: Mutex<(u32, u32)>,
     /// When the current epoch started (`epochs.jsonl` keeps its wall time
     /// to 0.001 min, too coarse for a line per epoch).
     epoch_started: Mutex<Instant>,
-    errors: Arc<ErrorTally>,
-    /// `records.jsonl`, whose kept records a resumed run counts.
-    records_file: std::path::PathBuf,
     warned: Mutex<std::collections::BTreeSet<String>>,
-    /// A distributed run's dispatcher: the message then shows its units.
-    distributed: Option<Arc<Dispatcher>>,
     /// The current epoch's units, and how many are done.
     units: Mutex<(usize, usize)>,
 }
 
+/// The run [`Progress`] shows, from [`RunObserver::opened`] on.
+struct Live {
+    /// The spinner, on a terminal.
+    bar: Option<ProgressBar>,
+    /// One line per epoch on a stderr that is not a terminal.
+    epoch_lines: bool,
+    started: Instant,
+    errors: Arc<ErrorTally>,
+    /// A distributed run's dispatcher: the message then shows its units.
+    distributed: Option<Arc<Dispatcher>>,
+}
+
 impl Progress {
-    fn new(max_epochs: u32, quiet: bool, out: &Path) -> Self {
+    /// Progress of a run of `max_epochs`; `notices`: compile notices
+    /// shown; `shown`: the run's progress shown.
+    pub(super) fn new(max_epochs: u32, notices: bool, shown: bool) -> Self {
+        Self {
+            notices,
+            shown,
+            max_epochs,
+            live: OnceLock::new(),
+            epochs_done: Mutex::new((0, 0)),
+            epoch_started: Mutex::new(Instant::now()),
+            warned: Mutex::new(Default::default()),
+            units: Mutex::new((0, 0)),
+        }
+    }
+
+    /// `N errors`, and the time left if the run goes on to `--epochs`
+    /// at this invocation's pace so far.
+    fn status(&self, live: &Live, epoch: u32) -> String {
+        let errors = live.errors.counts().error_count;
+        let mut status = count(errors, "error", "errors");
+        let (done, _) = *self.epochs_done.lock().unwrap_or_else(|p| p.into_inner());
+        let left = self.max_epochs.saturating_sub(epoch.saturating_sub(1));
+        if done > 0 && left > 0 {
+            let per_epoch = live.started.elapsed().as_secs_f64() / f64::from(done);
+            status.push_str(&format!(
+                " · at most ~{} left",
+                short_duration(per_epoch * f64::from(left))
+            ));
+        }
+        status
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = self.live.get().and_then(|live| live.bar.as_ref()) {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl RunObserver for Progress {
+    fn compiling(&self, component: &Path, what: &str, cached: bool, work: &mut dyn FnMut()) {
+        while_compiling(component, what, cached, !self.notices, work);
+    }
+
+    fn warning(&self, message: &str) {
+        super::complain("warning: ", message);
+    }
+
+    fn opened(&self, run: &OpenedRun<'_>) {
+        interrupt_message(run.out, run.dispatcher);
         let terminal = std::io::stderr().is_terminal();
-        let bar = (!quiet && terminal).then(|| {
+        let bar = (self.shown && terminal).then(|| {
             let bar = ProgressBar::new_spinner();
             bar.set_style(
                 ProgressStyle::with_template(
@@ -865,65 +447,26 @@ impl Progress {
             bar.enable_steady_tick(std::time::Duration::from_millis(120));
             bar
         });
-        Self {
+        let _ = self.live.set(Live {
             bar,
-            epoch_lines: !quiet && !terminal,
-            max_epochs,
+            epoch_lines: self.shown && !terminal,
             started: Instant::now(),
-            epochs_done: Mutex::new((0, 0)),
-            epoch_started: Mutex::new(Instant::now()),
-            errors: Arc::new(ErrorTally::default()),
-            records_file: out.join(RECORDS_FILE),
-            warned: Mutex::new(Default::default()),
-            distributed: None,
-            units: Mutex::new((0, 0)),
-        }
+            errors: Arc::clone(run.errors),
+            distributed: run.dispatcher.cloned(),
+        });
     }
 
-    /// `N errors`, and the time left if the run goes on to `--epochs`
-    /// at this invocation's pace so far.
-    fn status(&self, epoch: u32) -> String {
-        let errors = self.errors.counts().error_count;
-        let mut status = count(errors, "error", "errors");
-        let (done, _) = *self.epochs_done.lock().unwrap_or_else(|p| p.into_inner());
-        let left = self.max_epochs.saturating_sub(epoch.saturating_sub(1));
-        if done > 0 && left > 0 {
-            let per_epoch = self.started.elapsed().as_secs_f64() / f64::from(done);
-            status.push_str(&format!(
-                " · at most ~{} left",
-                short_duration(per_epoch * f64::from(left))
-            ));
-        }
-        status
-    }
-
-    fn on_event(&self, event: &ArmEvent<'_>) {
+    fn event(&self, event: &ArmEvent<'_>) {
+        let Some(live) = self.live.get() else {
+            return;
+        };
         match event {
-            ArmEvent::Started {
-                resumed: true,
-                restored_record_count,
-                ..
-            } => {
-                if let Err(error) = self
-                    .errors
-                    .add_records_file(&self.records_file, *restored_record_count)
-                {
-                    super::complain(
-                        "warning: ",
-                        &format!(
-                            "could not count the failures among the kept records of {}: {error}",
-                            self.records_file.display()
-                        ),
-                    );
-                }
-            }
             ArmEvent::UnitDone {
                 records, branch_id, ..
             } => {
-                self.errors.add_records(records);
-                if let Some(bar) = &self.bar {
+                if let Some(bar) = &live.bar {
                     bar.inc(records.len() as u64);
-                    if let Some(dispatcher) = &self.distributed
+                    if let Some(dispatcher) = &live.distributed
                         && *branch_id != crate::harness::arm::CONTROL_BRANCH_ID
                     {
                         let mut units = self.units.lock().unwrap_or_else(|p| p.into_inner());
@@ -943,20 +486,23 @@ impl Progress {
                     }
                 }
                 *self.epoch_started.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-                if let Some(bar) = &self.bar {
+                if let Some(bar) = &live.bar {
                     bar.set_prefix(format!("epoch {epoch}/{}", self.max_epochs));
                     *self.units.lock().unwrap_or_else(|p| p.into_inner()) = (*unit_count, 0);
-                    bar.set_message(match &self.distributed {
+                    bar.set_message(match &live.distributed {
                         Some(dispatcher) => {
                             run_distributed::progress_message(dispatcher, *unit_count)
                         }
-                        None => format!("{unit_count} unit(s) queued · {}", self.status(*epoch)),
+                        None => format!(
+                            "{unit_count} unit(s) queued · {}",
+                            self.status(live, *epoch)
+                        ),
                     });
                 }
             }
             ArmEvent::EpochDone { summary, anytime } => {
                 self.epochs_done.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
-                if self.epoch_lines {
+                if live.epoch_lines {
                     let seconds = self
                         .epoch_started
                         .lock()
@@ -975,7 +521,7 @@ impl Progress {
                         count(summary.record_count, "record", "records"),
                         summary.novel_value,
                         anytime.novel_value_cum,
-                        count(self.errors.counts().error_count, "error", "errors"),
+                        count(live.errors.counts().error_count, "error", "errors"),
                     );
                 }
             }
@@ -984,7 +530,7 @@ impl Progress {
                 // otherwise repeat it every epoch).
                 let mut seen = self.warned.lock().unwrap_or_else(|p| p.into_inner());
                 if seen.insert(message.clone()) {
-                    match &self.bar {
+                    match &live.bar {
                         Some(bar) => bar.println(format!(
                             "warning: {}",
                             sandloop_core::terminal::for_terminal(message)
@@ -996,12 +542,27 @@ impl Progress {
             _ => {}
         }
     }
+}
 
-    fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
+/// On Ctrl-C, say how to continue, withdraw the units a distributed run
+/// left queued, then stop (exit 130). What the interrupted epoch wrote is
+/// cut back when the run resumes.
+fn interrupt_message(out: &Path, dispatcher: Option<&Arc<Dispatcher>>) {
+    let out = out.display().to_string();
+    // Weak: the run's own stop drops the dispatcher, which withdraws then.
+    let dispatcher = dispatcher.map(Arc::downgrade);
+    super::interrupt::on_interrupt(move || {
+        super::complain(
+            "\ninterrupted: ",
+            &format!(
+                "{out} keeps every finished epoch; continue with the same command and --resume"
+            ),
+        );
+        if let Some(dispatcher) = dispatcher.as_ref().and_then(std::sync::Weak::upgrade) {
+            dispatcher.withdraw_queued();
         }
-    }
+        std::process::exit(130);
+    });
 }
 
 /// `45 s`, `3 min`, `2.5 h`.
@@ -1013,30 +574,6 @@ fn short_duration(seconds: f64) -> String {
     } else {
         format!("{:.1} h", seconds / 3600.0)
     }
-}
-
-/// The instrumented component children are snapshot-forked from, when
-/// `--fork` (or `auto`, for an adapter that exports `replay` but not
-/// `replay-children`) asks for snapshot forks; `None` for state transfer or
-/// no children at all. Errors (exit 2) when `--fork` asks for what the
-/// adapter cannot do, or wizer refuses the component.
-fn snapshot_forks(
-    args: &RunArgs,
-    loaded: &LoadedAdapter,
-) -> Result<Option<Arc<Instrumented>>, CliError> {
-    if args.fork_kind(&loaded.protocols).map_err(CliError::Input)? != Some(ForkKind::Snapshot) {
-        return Ok(None);
-    }
-    let cached = loaded.config().cache_dir.is_some();
-    while_compiling(
-        &args.adapter,
-        "NAME for snapshot forks",
-        cached,
-        args.json,
-        || Instrumented::load(loaded),
-    )
-    .map(|instrumented| Some(Arc::new(instrumented)))
-    .map_err(|error| CliError::Input(format!("--fork snapshot: {error}")))
 }
 
 /// The `--env` names, each checked (exit 2 for one that is not a

@@ -4,12 +4,13 @@
 //! the log a command appends to), the planning behind it ([`offline`]),
 //! the lines `sandloop replay` and `sandloop counterfactual` append
 //! ([`ReplayReport`], [`CounterfactualReport`]) and the evidence `sandloop
-//! plan` weighs ([`evidence`]). Above `harness` (the run's files) and
+//! plan` weighs ([`evidence`]) and the plan it makes of it ([`plan`]). Above `harness` (the run's files) and
 //! `replay` (points, children, the planner), which never name it.
 
 mod error;
 pub mod evidence;
 pub mod offline;
+pub mod plan;
 mod reports;
 mod run;
 

@@ -40,6 +40,17 @@ pub struct ItemPosition {
     pub record: Record,
 }
 
+impl ItemPosition {
+    /// Whether the item failed: its record is an error record, or one the
+    /// adapter refused (`accepted: false`).
+    pub fn failed(&self) -> bool {
+        self.record
+            .get("adapter_error")
+            .is_some_and(|error| !error.is_null())
+            || self.record.get("accepted") == Some(&Value::Bool(false))
+    }
+}
+
 /// The epoch of a record, from its `execution_group_id` (a [`GroupId`],
 /// `ARM:epoch-N:group-M`); `None` for a record outside a group.
 fn record_epoch(record: &Record) -> Option<u32> {

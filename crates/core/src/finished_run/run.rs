@@ -18,6 +18,8 @@ use super::offline::{
 };
 use crate::dir_lock::{DirLock, DirLockError, Holder, lock_dir};
 use crate::episode::adapter::Item;
+use crate::episode::units::GroupId;
+use crate::replay::counterfactual::{AddressableTrace, read_addressable_trace};
 use crate::replay::durable::{POINTS_FILE, PointLine, load_points, read_durable_state};
 use crate::replay::fidelity::Fidelity;
 
@@ -88,6 +90,47 @@ impl FinishedRun {
     /// As [`find_record`].
     pub fn find(&self, item_id: &str, epoch: Option<u32>) -> Result<ItemPosition, OfflineError> {
         find_record(&self.dir, item_id, epoch)
+    }
+
+    /// The events of `position`'s trace on its lineage: the item's own
+    /// branch and, when it ran as a child, the branch of the point it was
+    /// forked from (what a counterfactual hypothesis may address).
+    ///
+    /// # Errors
+    /// [`OfflineError::Input`]: the item's group names no epoch, or the
+    /// trace cannot be read.
+    pub fn addressable_trace(
+        &self,
+        position: &ItemPosition,
+    ) -> Result<AddressableTrace, OfflineError> {
+        let epoch = position
+            .execution_group_id
+            .parse::<GroupId>()
+            .map(|id| id.epoch)
+            .map_err(|_| {
+                OfflineError::Input(format!(
+                    "the item's execution_group_id {:?} names no epoch",
+                    position.execution_group_id
+                ))
+            })?;
+        let mut branches = vec![position.branch_id.clone()];
+        let parent = position
+            .record
+            .get("replay")
+            .and_then(|replay| replay.get("replay_point_id"))
+            .and_then(serde_json::Value::as_str)
+            .and_then(|id| {
+                self.points
+                    .iter()
+                    .find(|line| line.point.replay_point_id == id)
+            });
+        if let Some(parent) = parent
+            && !branches.contains(&parent.point.cursor.branch_id)
+        {
+            branches.push(parent.point.cursor.branch_id.clone());
+        }
+        read_addressable_trace(&self.dir, epoch, &position.trace_id, branches)
+            .map_err(OfflineError::Input)
     }
 
     /// The durable point to replay `position` from: see [`plan_replay`].

@@ -5,7 +5,8 @@
 //! them, each returning its typed log line: one item replayed from the
 //! point ([`replay_item`] → [`ReplayReport`]) and a hypothesis's
 //! candidates run as children of it ([`run_counterfactual`] →
-//! [`CounterfactualReport`]). What to replay, from which point, and the
+//! [`CounterfactualReport`]; [`ask_counterfactual`] is the whole command,
+//! from the hypothesis file to the line appended). What to replay, from which point, and the
 //! logs are core's [`FinishedRun`].
 //!
 //! [`ReplayReport`]: sandloop_core::finished_run::ReplayReport
@@ -18,6 +19,9 @@ mod load;
 mod recorded;
 mod replay_item;
 
-pub use counterfactual::{CounterfactualRequest, run_counterfactual};
+pub use counterfactual::{
+    CounterfactualAsk, CounterfactualDone, CounterfactualRequest, ask_counterfactual,
+    run_counterfactual,
+};
 pub use load::{RunComponent, load_run_component};
 pub use replay_item::{ReplayRequest, replay_item};

@@ -312,6 +312,62 @@ impl CandidateResult {
         }
     }
 
+    /// Its verdict for a reader: the decision (`execution_failed` for a
+    /// candidate that failed before it could be decided) and why — the
+    /// decision's reason with the validations missing, the fixes still
+    /// failing and the guards regressed, and a restore not eligible for
+    /// promotion; or the failure's type, stage, message and the risk
+    /// policy's reason.
+    pub fn verdict(&self) -> (&'static str, String) {
+        match self {
+            CandidateResult::Evaluated { replay, .. } => {
+                let mut why = replay.reason.to_string();
+                let listed = |label: &str, ids: &[String]| {
+                    (!ids.is_empty()).then(|| format!("{label}: {}", ids.join(", ")))
+                };
+                let details: Vec<String> = [
+                    listed("missing", &replay.missing_validations),
+                    listed("still failing", &replay.failed_fixes),
+                    listed("regressed", &replay.regressed_guards),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                if !details.is_empty() {
+                    why.push_str(&format!(" ({})", details.join("; ")));
+                }
+                if !replay.restore.promotion_eligible {
+                    why.push_str(&format!(
+                        " ({} restore, {})",
+                        replay.restore.achieved_fidelity,
+                        if replay.restore.equivalent {
+                            "verified"
+                        } else {
+                            "not verified"
+                        }
+                    ));
+                }
+                (replay.decision.as_str(), why)
+            }
+            CandidateResult::ExecutionFailed(failure) => {
+                let mut why = format!(
+                    "{} at {}: {}",
+                    failure.error_type,
+                    failure.stage.as_str(),
+                    failure.error.message
+                );
+                if let Some(reason) = failure
+                    .risk_assessment
+                    .as_ref()
+                    .and_then(|assessment| assessment.sanitized_reason.as_deref())
+                {
+                    why.push_str(&format!(" ({reason})"));
+                }
+                ("execution_failed", why)
+            }
+        }
+    }
+
     /// The reference's `to_record` shape: `candidate_id`, `status`
     /// (`evaluated` or `execution_failed`), `replay_result`,
     /// `execution_result`, `execution_failure`.
