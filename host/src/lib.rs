@@ -25,6 +25,8 @@ pub mod launch;
 pub mod scaffold;
 
 #[cfg(test)]
+mod cli_docs_check;
+#[cfg(test)]
 mod code_map_check;
 #[cfg(test)]
 mod docs_check;

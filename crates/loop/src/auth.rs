@@ -13,6 +13,18 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::config::SANDLOOP_DIRNAME;
+
+/// The token file's name in a loop's `.sandloop/` (`loop token`, `loop
+/// init --token`).
+pub const TOKEN_FILE: &str = "token";
+
+/// Where `loop token` and `loop init --token` put the token of the loop
+/// in `repo` by default: `REPO/.sandloop/token`.
+pub fn default_token_file(repo: &Path) -> PathBuf {
+    repo.join(SANDLOOP_DIRNAME).join(TOKEN_FILE)
+}
+
 /// Fewest characters a token may have (a created one has 64).
 pub const MIN_TOKEN_CHARS: usize = 16;
 /// Most bytes read from a token file (a token is one short line).

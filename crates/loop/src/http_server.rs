@@ -154,6 +154,31 @@ pub fn is_loopback(listen: &str) -> std::io::Result<bool> {
     Ok(!addresses.is_empty() && addresses.iter().all(|a| a.ip().is_loopback()))
 }
 
+/// Refuse to serve `listen` (`HOST:PORT`) without a token unless it is a
+/// loopback address: anyone who can reach it could register as a worker
+/// and read the loop. `repo` is the loop's repository, named in how to
+/// make a token.
+///
+/// # Errors
+/// The refusal, saying how to make and use a token; or `listen` is not
+/// `HOST:PORT`.
+pub fn check_exposure(listen: &str, has_token: bool, repo: &Path) -> Result<(), String> {
+    let loopback = is_loopback(listen).map_err(|error| {
+        format!("--listen {listen:?}: {error} (expected HOST:PORT, e.g. 127.0.0.1:8080)")
+    })?;
+    if has_token || loopback {
+        return Ok(());
+    }
+    Err(format!(
+        "refusing to serve on {listen} without a token: anyone who can reach it could register \
+         as a worker, read the goal, config and history, and report results. Create one with \
+         `sandloop loop token --repo {repo}` and serve with `--token-file {path}` (workers pass \
+         the same file), or listen on 127.0.0.1",
+        repo = repo.display(),
+        path = crate::auth::default_token_file(repo).display()
+    ))
+}
+
 /// The PEM certificates in `path`, at least one: a server's chain
 /// (`--tls-cert`) or what a worker trusts (`--ca-file`). The error says
 /// what is wrong, without the path.

@@ -326,6 +326,24 @@ pub fn fit_report(request: &FinishedRequest, limit: usize) -> (FinishedRequest, 
     (fitted, Some(original))
 }
 
+/// Check a coordinator's URL as `loop worker --coordinator` takes it:
+/// `http://HOST:PORT` or `https://…`, with a host.
+///
+/// # Errors
+/// What was expected, quoting `url`.
+pub fn check_coordinator_url(url: &str) -> Result<(), String> {
+    let host = url
+        .split_once("://")
+        .filter(|(scheme, _)| matches!(*scheme, "http" | "https"))
+        .map(|(_, rest)| rest);
+    if host.is_none_or(str::is_empty) {
+        return Err(format!(
+            "--coordinator {url:?}: expected the coordinator's URL, http://HOST:PORT (what `sandloop loop serve` printed)"
+        ));
+    }
+    Ok(())
+}
+
 /// Pull tasks from the coordinator at `url` until it says stop (reference
 /// `run_worker_loop`); returns the stop response. Each task runs in
 /// `executor`; its finished request is written to its pending file before
@@ -428,6 +446,20 @@ fn register(client: &Client, hello: &RegisterRequest) -> Result<TaskResponse, Tr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_coordinator_url_needs_an_http_scheme_and_a_host() {
+        for good in ["http://127.0.0.1:8080", "https://loop.example:443"] {
+            assert_eq!(check_coordinator_url(good), Ok(()), "{good}");
+        }
+        for bad in ["127.0.0.1:8080", "http://", "ftp://host:1", ""] {
+            let error = check_coordinator_url(bad).unwrap_err();
+            assert!(
+                error.starts_with(&format!("--coordinator {bad:?}: expected")),
+                "{error}"
+            );
+        }
+    }
 
     fn request(text: &str, error: Option<&str>) -> FinishedRequest {
         FinishedRequest {

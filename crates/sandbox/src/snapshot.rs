@@ -119,12 +119,14 @@
 
 mod accessors;
 mod error;
+mod forks;
 mod instrumented;
 mod live;
 mod point;
 mod wizer;
 
 pub use error::SnapshotError;
+pub use forks::ForkSupport;
 pub use instrumented::{InstrumentInfo, Instrumented};
 pub use live::{CompiledSnapshot, LiveInstance, Snapshot, SnapshotTiming};
 pub use point::SnapshotPoint;

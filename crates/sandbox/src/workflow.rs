@@ -274,6 +274,34 @@ impl WorkflowSteps {
         }
     }
 
+    /// The plugin at `path`, read and shown to load as `loop run` will
+    /// load it — compiled through the cache, linked against world
+    /// `workflow`, default limits and no grants: what `loop init` copies
+    /// into a new loop.
+    ///
+    /// # Errors
+    /// Why it cannot be used: unreadable, not a component, not a workflow
+    /// plugin ([`WorkflowPlugin::load`]); each names the file.
+    pub fn check_plugin(&self, path: &Path) -> Result<Vec<u8>, String> {
+        let bytes = sandloop_core::input_file::read_regular(path)
+            .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+        if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+            return Err(format!("{} is not a WebAssembly component", path.display()));
+        }
+        StepExecutor::load(
+            self,
+            &PluginSpec {
+                plugin_path: path.to_path_buf(),
+                limits: Default::default(),
+                dirs: Vec::new(),
+                env: Vec::new(),
+                http_hosts: Vec::new(),
+                allow_private_addresses: false,
+            },
+        )?;
+        Ok(bytes)
+    }
+
     fn engine(&self, config: &SandboxConfig) -> Result<Arc<SandboxEngine>, String> {
         let mut engine = self.engine.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(engine) = engine.as_ref() {

@@ -4,86 +4,38 @@
 //! act on.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use serde::Serialize;
 
 use super::args::InspectArgs;
 use super::compile_notice::while_compiling;
 use super::{CliError, open_sandbox, say};
-use crate::episode::adapter::Protocols;
 use crate::sandbox::SandboxConfig;
 use crate::sandbox::component::{Problem, examine};
-use crate::sandbox::snapshot::{ForkKind, auto_fork, instrument};
+use crate::sandbox::snapshot::{ForkKind, ForkSupport};
 
-/// How a component's replay points can fork children (`forks` in `--json`).
-#[derive(Serialize)]
-struct Forks {
-    /// By state transfer: the component exports `replay-children`.
-    state: bool,
-    /// By snapshot: the component exports `replay` and wizer can
-    /// instrument it.
-    snapshot: bool,
-    /// Why a component exporting `replay` cannot be snapshotted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    snapshot_error: Option<String>,
-    /// Wall milliseconds wizer took to instrument the component.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    instrument_ms: Option<f64>,
-    /// What `sandloop run --fork auto` does.
-    auto: Option<ForkKind>,
-}
-
-impl Forks {
-    /// Check the component at `path` (its `bytes`) with `protocols`.
-    fn check(path: &str, bytes: Option<&[u8]>, protocols: &Protocols) -> Forks {
-        let mut forks = Forks {
-            state: protocols.replay && protocols.replay_children,
-            snapshot: false,
-            snapshot_error: None,
-            instrument_ms: None,
-            auto: auto_fork(protocols),
-        };
-        if protocols.replay {
-            let started = Instant::now();
-            match bytes.map(|bytes| instrument(path, bytes)) {
-                Some(Ok(_)) => forks.snapshot = true,
-                Some(Err(error)) => forks.snapshot_error = Some(error.to_string()),
-                None => forks.snapshot_error = Some("the component file cannot be read".into()),
-            }
-            forks.instrument_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
-        }
-        if forks.auto == Some(ForkKind::Snapshot) && !forks.snapshot {
-            forks.auto = None;
-        }
-        forks
-    }
-
-    /// The `forks` line of the text report.
-    fn describe(&self) -> String {
-        let auto = match self.auto {
-            Some(ForkKind::State) => "; --fork auto forks by state",
-            Some(ForkKind::Snapshot) => "; --fork auto forks by snapshot",
-            None => "",
-        };
-        match (self.state, self.snapshot, &self.snapshot_error) {
-            (false, false, None) => {
-                "none (no `replay` export: no replay points to fork from)".into()
-            }
-            (true, true, _) => format!(
-                "state, snapshot (wizer instruments it in {:.0} ms){auto}",
-                self.instrument_ms.unwrap_or(0.0)
-            ),
-            (false, true, _) => format!(
-                "snapshot (wizer instruments it in {:.0} ms){auto}",
-                self.instrument_ms.unwrap_or(0.0)
-            ),
-            (state, _, error) => format!(
-                "{}snapshot impossible: {}{auto}",
-                if state { "state; " } else { "" },
-                error.as_deref().unwrap_or("unknown")
-            ),
-        }
+/// The `forks` line of the text report.
+fn describe(forks: &ForkSupport) -> String {
+    let auto = match forks.auto {
+        Some(ForkKind::State) => "; --fork auto forks by state",
+        Some(ForkKind::Snapshot) => "; --fork auto forks by snapshot",
+        None => "",
+    };
+    match (forks.state, forks.snapshot, &forks.snapshot_error) {
+        (false, false, None) => "none (no `replay` export: no replay points to fork from)".into(),
+        (true, true, _) => format!(
+            "state, snapshot (wizer instruments it in {:.0} ms){auto}",
+            forks.instrument_ms.unwrap_or(0.0)
+        ),
+        (false, true, _) => format!(
+            "snapshot (wizer instruments it in {:.0} ms){auto}",
+            forks.instrument_ms.unwrap_or(0.0)
+        ),
+        (state, _, error) => format!(
+            "{}snapshot impossible: {}{auto}",
+            if state { "state; " } else { "" },
+            error.as_deref().unwrap_or("unknown")
+        ),
     }
 }
 
@@ -130,14 +82,14 @@ pub fn inspect(args: InspectArgs) -> Result<(), CliError> {
     };
     let info = &examined.info;
     let bytes = std::fs::read(&args.component).ok();
-    let forks = Forks::check(&info.path, bytes.as_deref(), &examined.protocols());
+    let forks = ForkSupport::check(&info.path, bytes.as_deref(), &examined.protocols());
     if args.json {
         /// The info's fields in their order, the forks, then the problems.
         #[derive(Serialize)]
         struct Inspection<'a> {
             #[serde(flatten)]
             info: &'a crate::sandbox::ComponentInfo,
-            forks: &'a Forks,
+            forks: &'a ForkSupport,
             problems: &'a [crate::sandbox::component::Problem],
         }
         let inspection = Inspection {
@@ -155,7 +107,7 @@ pub fn inspect(args: InspectArgs) -> Result<(), CliError> {
         } else {
             say(&format!("protocols  {}", info.protocols.join(", ")));
         }
-        say(&format!("forks      {}", forks.describe()));
+        say(&format!("forks      {}", describe(&forks)));
         say("exports");
         for export in &info.exports {
             say(&format!("  {export}"));

@@ -12,7 +12,9 @@ use super::args::{
     LoopWorkerArgs,
 };
 use super::{CliError, say};
-use crate::coordinator::auth::{Token, create_token_file, loose_permissions_warning};
+use crate::coordinator::auth::{
+    Token, create_token_file, default_token_file, loose_permissions_warning,
+};
 use crate::coordinator::config::SANDLOOP_DIRNAME;
 use crate::coordinator::endpoints::Endpoints;
 use crate::coordinator::http_server::{self, ServeOptions, Shutdown};
@@ -24,7 +26,6 @@ use crate::coordinator::service::{Coordinator, Start};
 use crate::coordinator::worker::StepRunner;
 use crate::coordinator::worker::WorkerError;
 use crate::sandbox::workflow::WorkflowSteps;
-use crate::step::{PluginSpec, StepExecutor};
 
 /// Run a `sandloop loop` command.
 pub fn run(command: LoopCommand) -> Result<(), CliError> {
@@ -67,9 +68,6 @@ fn check_repo(repo: &Path) -> Result<(), CliError> {
     }
 }
 
-/// Where `loop token` and `loop init --token` put the token by default.
-const TOKEN_FILE: &str = "token";
-
 /// Write a new random token to `path` and say how to use it.
 fn write_token(path: &Path) -> Result<(), CliError> {
     create_token_file(path).map_err(|error| match &error {
@@ -103,7 +101,7 @@ fn token(args: LoopTokenArgs) -> Result<(), CliError> {
                     args.repo.display()
                 )));
             }
-            dir.join(TOKEN_FILE)
+            default_token_file(&args.repo)
         }
     };
     write_token(&path)
@@ -133,31 +131,10 @@ impl From<LocalError> for CliError {
 
 fn init(args: LoopInitArgs) -> Result<(), CliError> {
     let template = scaffold::find(&args.template).map_err(CliError::Input)?;
-    let bytes = sandloop_core::input_file::read_regular(&args.plugin).map_err(|error| {
-        CliError::Input(format!(
-            "cannot read --plugin {}: {error}",
-            args.plugin.display()
-        ))
-    })?;
-    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
-        return Err(CliError::Input(format!(
-            "--plugin {} is not a WebAssembly component",
-            args.plugin.display()
-        )));
-    }
-    // The plugin is loaded as `loop run` will load it (compiled through the
-    // cache, linked against the workflow world), so a component that is
-    // not a workflow plugin is refused before anything is written.
-    let steps = WorkflowSteps::new(crate::sandbox::config::default_cache_dir());
-    steps
-        .load(&PluginSpec {
-            plugin_path: args.plugin.clone(),
-            limits: Default::default(),
-            dirs: Vec::new(),
-            env: Vec::new(),
-            http_hosts: Vec::new(),
-            allow_private_addresses: false,
-        })
+    // The plugin is loaded as `loop run` will load it, so a component that
+    // is not a workflow plugin is refused before anything is written.
+    let bytes = WorkflowSteps::new(crate::sandbox::config::default_cache_dir())
+        .check_plugin(&args.plugin)
         .map_err(|error| CliError::Input(format!("--plugin: {error}; nothing was written")))?;
     let created =
         scaffold::write_loop(&args.repo, template, &bytes).map_err(|error| match error {
@@ -174,7 +151,7 @@ fn init(args: LoopInitArgs) -> Result<(), CliError> {
         say(&format!("(with --repo {})", args.repo.display()));
     }
     if args.token {
-        write_token(&args.repo.join(SANDLOOP_DIRNAME).join(TOKEN_FILE))?;
+        write_token(&default_token_file(&args.repo))?;
     }
     Ok(())
 }
@@ -285,31 +262,11 @@ fn history_line(
     format!("  {iteration:>4}  {:<24} {outcome}", one_line(workflow_id))
 }
 
-/// Refuse to serve a non-loopback address without a token (exit 2, saying
-/// how to make one).
-fn check_exposure(listen: &str, token: Option<&Token>, repo: &Path) -> Result<(), CliError> {
-    let loopback = http_server::is_loopback(listen).map_err(|error| {
-        CliError::Input(format!(
-            "--listen {listen:?}: {error} (expected HOST:PORT, e.g. 127.0.0.1:8080)"
-        ))
-    })?;
-    if token.is_some() || loopback {
-        return Ok(());
-    }
-    Err(CliError::Input(format!(
-        "refusing to serve on {listen} without a token: anyone who can reach it could register \
-         as a worker, read the goal, config and history, and report results. Create one with `sandloop loop token \
-         --repo {repo}` and serve with `--token-file {path}` (workers pass the same file), or \
-         listen on 127.0.0.1",
-        repo = repo.display(),
-        path = repo.join(SANDLOOP_DIRNAME).join(TOKEN_FILE).display()
-    )))
-}
-
 fn serve(args: LoopServeArgs) -> Result<(), CliError> {
     let _lock = lock_coordinator(&args.repo)?;
     let token = read_token(args.token_file.as_deref())?;
-    check_exposure(&args.listen, token.as_ref(), &args.repo)?;
+    http_server::check_exposure(&args.listen, token.is_some(), &args.repo)
+        .map_err(CliError::Input)?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(
             http_server::tls_config(cert, key)
@@ -379,15 +336,7 @@ fn serve(args: LoopServeArgs) -> Result<(), CliError> {
 
 fn worker(args: LoopWorkerArgs) -> Result<(), CliError> {
     let url = args.coordinator.trim();
-    let host = url
-        .split_once("://")
-        .filter(|(scheme, _)| matches!(*scheme, "http" | "https"))
-        .map(|(_, rest)| rest);
-    if host.is_none_or(str::is_empty) {
-        return Err(CliError::Input(format!(
-            "--coordinator {url:?}: expected the coordinator's URL, http://HOST:PORT (what `sandloop loop serve` printed)"
-        )));
-    }
+    crate::coordinator::http_worker::check_coordinator_url(url).map_err(CliError::Input)?;
     let options = WorkerOptions {
         token: read_token(args.token_file.as_deref())?,
         ca_file: args.ca_file.clone(),
