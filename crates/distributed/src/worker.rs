@@ -34,6 +34,10 @@ use crate::wire::{
     meets, offers_env,
 };
 
+/// Most lanes one worker runs: the lanes of all workers together wait on
+/// one JetStream consumer, which takes 512 waiting pulls by default.
+pub const MAX_LANES: usize = 256;
+
 /// A worker's settings (`sandloop worker` flags).
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -57,6 +61,68 @@ pub struct WorkerConfig {
     /// How long to keep trying to reach the server at start
     /// ([`crate::transport::connect_patiently`]); zero tries once.
     pub connect_timeout: std::time::Duration,
+}
+
+impl WorkerConfig {
+    /// The settings' own rules, before the server is reached: 1 to
+    /// [`MAX_LANES`] lanes ([`WorkerConfig::check_lanes`]) and a name.
+    ///
+    /// # Errors
+    /// The first rule broken, naming the flag (the caller's bad input).
+    pub fn check(&self) -> Result<(), String> {
+        Self::check_lanes(self.lanes)?;
+        if self.name.is_empty() {
+            return Err("--name must not be empty".into());
+        }
+        Ok(())
+    }
+
+    /// 1 to [`MAX_LANES`] lanes.
+    ///
+    /// # Errors
+    /// The bounds and why they are what they are.
+    pub fn check_lanes(lanes: usize) -> Result<(), String> {
+        if !(1..=MAX_LANES).contains(&lanes) {
+            return Err(format!(
+                "--lanes must be from 1 to {MAX_LANES} (the lanes of all workers together wait \
+                 on one JetStream consumer, which takes 512 waiting pulls by default)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether this worker can write its cache directory: a worker that
+    /// cannot would hand every unit back for ever.
+    ///
+    /// # Errors
+    /// Why not, naming the directory (this machine's failure, not the
+    /// caller's input).
+    pub fn check_cache(&self) -> Result<(), String> {
+        let components = self.cache_dir.join("components");
+        let probe = components.join(format!(".write-check-{}", std::process::id()));
+        std::fs::create_dir_all(&components)
+            .and_then(|()| std::fs::File::create(&probe))
+            .and_then(|_| std::fs::remove_file(&probe))
+            .map_err(|error| {
+                format!(
+                    "the cache directory {} cannot be written ({error}); give --cache-dir a \
+                     writable directory",
+                    self.cache_dir.display()
+                )
+            })
+    }
+}
+
+/// `HOST-PID`: the machine's host name and this process's id, a worker's
+/// default name.
+pub fn default_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "worker".to_owned());
+    format!("{host}-{}", std::process::id())
 }
 
 /// Runs the worker until the process is stopped.

@@ -274,20 +274,15 @@ impl WorkflowSteps {
         }
     }
 
-    /// The plugin at `path`, read and shown to load as `loop run` will
-    /// load it — compiled through the cache, linked against world
-    /// `workflow`, default limits and no grants: what `loop init` copies
-    /// into a new loop.
+    /// The plugin at `path`, shown to load as `loop run` will load it —
+    /// compiled through the cache, linked against world `workflow`,
+    /// default limits and no grants — and its bytes: what `loop init`
+    /// copies into a new loop.
     ///
     /// # Errors
     /// Why it cannot be used: unreadable, not a component, not a workflow
-    /// plugin ([`WorkflowPlugin::load`]); each names the file.
+    /// plugin ([`WorkflowPlugin::load`], naming the file).
     pub fn check_plugin(&self, path: &Path) -> Result<Vec<u8>, String> {
-        let bytes = sandloop_core::input_file::read_regular(path)
-            .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-        if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
-            return Err(format!("{} is not a WebAssembly component", path.display()));
-        }
         StepExecutor::load(
             self,
             &PluginSpec {
@@ -299,7 +294,8 @@ impl WorkflowSteps {
                 allow_private_addresses: false,
             },
         )?;
-        Ok(bytes)
+        sandloop_core::input_file::read_regular(path)
+            .map_err(|error| format!("cannot read plugin {}: {error}", path.display()))
     }
 
     fn engine(&self, config: &SandboxConfig) -> Result<Arc<SandboxEngine>, String> {

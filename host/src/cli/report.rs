@@ -24,7 +24,7 @@ pub fn report_path(args: &ReportArgs) -> PathBuf {
 /// never written through. A report that cannot be written fails the
 /// command (exit 1).
 pub fn report(args: ReportArgs) -> Result<(), CliError> {
-    refuse_repeats(&args.runs)?;
+    crate::report::check_distinct_runs(&args.runs).map_err(CliError::Input)?;
     let out = report_path(&args);
     let mut opened = false;
     loop {
@@ -88,28 +88,6 @@ pub fn report(args: ReportArgs) -> Result<(), CliError> {
     }
 }
 
-/// Refuses (bad input) an existing run directory given twice, under any
-/// spelling: a run compared with itself is a slip, not two arms.
-fn refuse_repeats(dirs: &[PathBuf]) -> Result<(), CliError> {
-    let mut seen: Vec<(PathBuf, &PathBuf)> = Vec::new();
-    for dir in dirs {
-        // A directory that cannot be resolved is left to the load, which
-        // names the file it lacks.
-        let Ok(same) = std::fs::canonicalize(dir) else {
-            continue;
-        };
-        if let Some((_, first)) = seen.iter().find(|(seen, _)| *seen == same) {
-            return Err(CliError::Input(format!(
-                "{} and {} are the same run directory; give each run once (arms are different runs)",
-                first.display(),
-                dir.display()
-            )));
-        }
-        seen.push((same, dir));
-    }
-    Ok(())
-}
-
 /// Every run directory's report figures; a missing or damaged file is bad
 /// input naming it.
 fn load_runs(dirs: &[PathBuf]) -> Result<Vec<RunReport>, CliError> {
@@ -161,25 +139,6 @@ mod tests {
             report_path(&args(&["a", "b"], Some("x.html"))),
             Path::new("x.html")
         );
-    }
-
-    #[test]
-    fn a_run_given_twice_is_refused_whatever_its_spelling() {
-        let dir = tempfile::tempdir().unwrap();
-        let run = dir.path().join("run");
-        std::fs::create_dir(&run).unwrap();
-        let other = dir.path().join("other");
-        let twice = [run.clone(), dir.path().join("other/../run")];
-        std::fs::create_dir(&other).unwrap();
-        match refuse_repeats(&twice).unwrap_err() {
-            CliError::Input(message) => assert!(
-                message.contains("are the same run directory")
-                    && message.contains(&run.display().to_string()),
-                "{message}"
-            ),
-            other => panic!("expected bad input, got {other:?}"),
-        }
-        refuse_repeats(&[run, other]).unwrap();
     }
 
     #[test]

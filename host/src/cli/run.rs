@@ -1,5 +1,6 @@
-//! `sandloop run`: load the adapter, check every input, then run the arm
-//! into the run directory with a progress bar and a closing summary.
+//! `sandloop run`: the flags as a [`RunRequest`], the run made by
+//! [`launch::run`] with progress on stderr ([`Progress`], the terminal's
+//! [`RunObserver`]), then the closing summary.
 
 use std::io::IsTerminal;
 use std::path::Path;
@@ -28,7 +29,7 @@ use crate::sandbox::{DirGrant, SandboxConfig};
 use sandloop_core::limits::{LimitError, SandboxLimits};
 
 /// Build the sandbox configuration from the flags (exit 2 on bad values).
-pub(crate) fn sandbox_config(args: &SandboxArgs) -> Result<SandboxConfig, CliError> {
+fn sandbox_config(args: &SandboxArgs) -> Result<SandboxConfig, CliError> {
     let limits = limits_from_flags(args)?;
     let env = checked_env_names(&args.env, |name| {
         tracing::warn!(
@@ -136,9 +137,10 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The run the flags ask for; flags that do not parse (a fidelity, a
-/// limit, an `--env` name, a `--dir` grant) are refused here (exit 2), the
-/// request's own rules by [`launch::run`].
+/// The run the flags ask for. Flags whose values do not parse (a
+/// fidelity, a limit, an `--env` name, a `--dir` grant) are refused here,
+/// before the request's own rules ([`RunRequest::check`], in
+/// [`launch::run`]) are checked: exit 2 either way.
 pub(super) fn run_request(args: &RunArgs) -> Result<RunRequest, CliError> {
     let replay_minimum = crate::replay::fidelity::parse_minimum(&args.replay_min_fidelity)
         .map_err(|error| CliError::Input(format!("--replay-min-fidelity: {error}")))?;

@@ -28,9 +28,6 @@ pub fn try_items(args: TryArgs) -> Result<(), CliError> {
     if lines.is_empty() {
         return Err(CliError::Input("no items to try".into()));
     }
-    let request = request(&args)?;
-    // Compile notices, never progress: the records are the output.
-    let observer = Progress::new(1, true, false);
     let scratch = tempfile::tempdir()
         .map_err(|error| CliError::Failed(format!("cannot make a scratch directory: {error}")))?;
     // Ctrl-C removes the scratch directory (and says nothing of resuming
@@ -40,7 +37,20 @@ pub fn try_items(args: TryArgs) -> Result<(), CliError> {
         let _ = std::fs::remove_dir_all(&root);
         std::process::exit(130);
     });
-    let try_once = || trial::run_items(&request, &lines, scratch.path(), &observer);
+    // Each round reads the flags and opens the grants afresh, as a new
+    // `sandloop try` would.
+    let try_once = || -> Result<Vec<TriedRecord>, CliError> {
+        let request = request(&args)?;
+        // Compile notices and warnings, never progress: the records are
+        // the output.
+        let observer = Progress::new(1, true, false);
+        Ok(trial::run_items(
+            &request,
+            &lines,
+            scratch.path(),
+            &observer,
+        )?)
+    };
     if !args.watch {
         show(&try_once()?, args.json);
         return Ok(());
@@ -127,7 +137,7 @@ fn show(records: &[TriedRecord], json: bool) {
             }
         }
     }
-    let failed = records.iter().filter(|entry| entry.failed()).count();
+    let failed = records.iter().filter(|entry| entry.has_error()).count();
     say(&format!(
         "sandloop try: {} record(s), {failed} failed; nothing written (sandloop run \
          --out DIR keeps a run directory)",

@@ -8,7 +8,8 @@
 //! shows while it runs — compile notices, warnings, progress — it receives
 //! through a [`RunObserver`]. The `sandloop` command line is one caller
 //! (`cli/run.rs` turns flags into the request and prints the outcome);
-//! `sandloop try` is another, silent one.
+//! `sandloop try` is another, showing compile notices and warnings but no
+//! progress.
 //!
 //! - [`request`]: the request and the rules it must meet on its own;
 //! - [`inputs`]: the component, the items and the variant catalog, loaded
@@ -44,7 +45,8 @@ pub use sequence::run;
 pub trait RunObserver: Sync {
     /// Runs `work`, the compile of `component` (`what` is `NAME` or
     /// `NAME for snapshot forks`; `cached` says whether the result is kept
-    /// for later runs). A caller may show a notice while it takes long.
+    /// for later runs), exactly once. A caller may show a notice while it
+    /// takes long.
     fn compiling(&self, component: &Path, what: &str, cached: bool, work: &mut dyn FnMut()) {
         let _ = (component, what, cached);
         work();
@@ -68,11 +70,6 @@ pub trait RunObserver: Sync {
         let _ = event;
     }
 }
-
-/// A run that says nothing while it goes on.
-pub struct Silent;
-
-impl RunObserver for Silent {}
 
 /// What [`RunObserver::opened`] is shown of a run that is starting.
 pub struct OpenedRun<'a> {
@@ -106,8 +103,10 @@ pub struct RunOutcome {
 /// line.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    /// Bad usage or bad input, refused before the run directory was
-    /// touched (exit 2).
+    /// Bad usage or bad input (exit 2): refused before anything ran —
+    /// before the run directory is touched, or, for a run directory that
+    /// cannot be continued (a damaged checkpoint, a run already there),
+    /// once its lock is taken, leaving its files as they were.
     #[error("{0}")]
     Refused(String),
     /// The run could not start: an engine, a server, a component that

@@ -13,7 +13,10 @@ use crate::sandbox::SandboxConfig;
 use crate::sandbox::snapshot::{ForkKind, choose_fork};
 
 /// A run to make: its options as `manifest.json` records them, and the
-/// typed values the run reads besides.
+/// typed values the run reads besides. The two describe one run: `options`
+/// is what is recorded, the typed fields are what runs (the sandbox, the
+/// fidelity, the fork, the server), so a caller builds both from the same
+/// settings, as `cli/run.rs` does from the flags.
 #[derive(Clone, Debug)]
 pub struct RunRequest {
     /// Every option of the invocation by its flag's long name: the

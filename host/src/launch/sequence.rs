@@ -1,7 +1,7 @@
 //! [`run`]: the run itself, from a checked request to its written
 //! summary.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
@@ -10,8 +10,8 @@ use super::inputs::{Inputs, load_inputs, snapshot_forks};
 use super::remote::{self, Lane};
 use super::{LaunchError, OpenedRun, RunObserver, RunOutcome, RunRequest, RunStopped, error_chain};
 use crate::distributed::Dispatcher;
-use crate::episode::adapter::SeedSource;
-use crate::harness::arm::{ArmEvent, ArmOptions, run_arm};
+use crate::episode::adapter::{Protocols, SeedSource};
+use crate::harness::arm::{ArmEvent, ArmObserver, ArmOptions, run_arm};
 use crate::harness::error_tally::ErrorTally;
 use crate::harness::items_file::FileSeeds;
 use crate::harness::manifest::{HostInfo, Invocation, ManifestAdapter};
@@ -20,11 +20,14 @@ use crate::harness::run_dir::SideWriteCheck;
 use crate::harness::run_files::RECORDS_FILE;
 use crate::harness::run_session::{RunSession, check_resume, unfinished_record_count};
 use crate::harness::summary::{SummaryAdapter, SummaryHost};
-use crate::harness::{ArmError, RunDir, runtime_signature};
+use crate::harness::{ArmConfig, ArmError, RunDir, runtime_signature};
 use crate::replay::ReplayMetricLedger;
 use crate::replay::durable::ReplayStore;
 use crate::replay::snapshot_totals::SnapshotTotals;
-use crate::sandbox::{CallLog, CallObserver, ComponentInfo, DirGrant, ReplayOptions, WasmAdapter};
+use crate::sandbox::snapshot::Instrumented;
+use crate::sandbox::{
+    CallLog, CallObserver, ComponentInfo, DirGrant, LoadedAdapter, ReplayOptions, WasmAdapter,
+};
 
 /// Make the run `request` asks for, telling `observer` how it goes.
 ///
@@ -47,30 +50,10 @@ pub fn run(request: &RunRequest, observer: &dyn RunObserver) -> Result<RunOutcom
     let protocols = loaded.protocols;
     remote::check_unsupported(request, protocols)?;
     let out = &request.options.out;
-
     let snapshots = snapshot_forks(request, &loaded, observer)?;
-    let lanes_run = snapshots.as_ref().map_or_else(
-        || Arc::clone(&loaded),
-        |instrumented| Arc::clone(instrumented.loaded()),
-    );
-
     let mut arm = request.arm_config(&loaded.info.sha256);
-    let resumed_at = if request.resume {
-        // Refuse an incompatible resume before anything is written.
-        let signature = runtime_signature(&arm, protocols, catalog.is_some());
-        let resumed_at = check_resume(out, &signature, &loaded.config().dirs)?;
-        if resumed_at.is_none() {
-            let discarded = unfinished_record_count(out);
-            observer.warning(&format!(
-                "{} never finished an epoch (no checkpoint.json): --resume starts it over \
-                 from epoch 0, discarding the {discarded} record(s) of its unfinished first epoch",
-                out.display()
-            ));
-        }
-        resumed_at
-    } else {
-        None
-    };
+    let resumed_at = resume_point(request, &arm, &loaded, catalog.is_some(), observer)?;
+
     let call_log = Arc::new(CallLog::new(out));
     // A distributed run finds its workers before anything is written.
     let dispatcher = remote::open_dispatcher(request, &loaded, &call_log)?;
@@ -84,17 +67,15 @@ pub fn run(request: &RunRequest, observer: &dyn RunObserver) -> Result<RunOutcom
         errors: &errors,
     });
 
+    // The lanes: an instance each here (of the instrumented component when
+    // children are snapshot-forked), or the workers behind the dispatcher.
     let call_observer: Arc<dyn CallObserver> = call_log.clone();
-    let replay = (protocols.replay && request.replay_requested()).then(|| ReplayOptions {
-        metrics: Arc::new(ReplayMetricLedger::new()),
-        store: Some(Arc::new(
-            ReplayStore::new(out).with_snapshot_budget(request.max_durable_snapshot_bytes),
-        )),
-        minimum_fidelity: request.replay_minimum,
-        child_workers: request.options.child_workers,
-        snapshots: snapshots.clone(),
-    });
+    let replay = replay_options(request, protocols, snapshots.clone());
     let remote_replay = replay.as_ref().and_then(remote::remote_replay);
+    let lanes_run = snapshots.as_ref().map_or_else(
+        || Arc::clone(&loaded),
+        |instrumented| Arc::clone(instrumented.loaded()),
+    );
     let factory = |lane: usize| {
         if let Some(dispatcher) = &dispatcher {
             return Ok(Lane::Remote(dispatcher.lane(remote_replay.clone())));
@@ -109,6 +90,8 @@ pub fn run(request: &RunRequest, observer: &dyn RunObserver) -> Result<RunOutcom
             None => adapter.without_replay(),
         }))
     };
+    // The seeds: the items file's (variants compiled by the component when
+    // it exports `variants`), or the component's own `seeds`.
     let mut control = WasmAdapter::new(
         Arc::clone(&loaded),
         "control",
@@ -131,15 +114,7 @@ pub fn run(request: &RunRequest, observer: &dyn RunObserver) -> Result<RunOutcom
     };
     let snapshot_totals = Arc::new(OnceLock::new());
     let mut run_dir = RunDir::new(out)
-        .with_summary_host(&SummaryHost {
-            adapter: SummaryAdapter {
-                path: loaded.info.path.clone(),
-                sha256: loaded.info.sha256.clone(),
-                size_bytes: loaded.info.size_bytes,
-                protocols: protocol_names(&loaded.info),
-            },
-            host_version: env!("CARGO_PKG_VERSION").to_owned(),
-        })
+        .with_summary_host(&summary_host(&loaded.info))
         .with_side_write_check(SideWriteCheck(Box::new(side_writes.clone())))
         .with_summary_late(late_summary(
             replay_summary(
@@ -151,26 +126,6 @@ pub fn run(request: &RunRequest, observer: &dyn RunObserver) -> Result<RunOutcom
             dispatcher.clone(),
             Arc::clone(&errors),
         ));
-    let records_file = out.join(RECORDS_FILE);
-    let observe = |event: &ArmEvent<'_>| {
-        match event {
-            ArmEvent::Started {
-                resumed: true,
-                restored_record_count,
-                ..
-            } => {
-                if let Err(error) = errors.add_records_file(&records_file, *restored_record_count) {
-                    observer.warning(&format!(
-                        "could not count the failures among the kept records of {}: {error}",
-                        records_file.display()
-                    ));
-                }
-            }
-            ArmEvent::UnitDone { records, .. } => errors.add_records(records),
-            _ => {}
-        }
-        observer.event(event);
-    };
     let result = run_arm(
         &arm,
         protocols,
@@ -179,35 +134,23 @@ pub fn run(request: &RunRequest, observer: &dyn RunObserver) -> Result<RunOutcom
         &mut run_dir,
         ArmOptions {
             catalog: catalog.as_mut(),
-            observer: &observe,
+            observer: &Tallying {
+                observer,
+                errors: &errors,
+                records_file: out.join(RECORDS_FILE),
+            },
             ..ArmOptions::default()
         },
     );
     // A write that failed after the last check (there is none in a run
     // that finished) still fails the run.
-    let result = result.and_then(|summary| {
-        side_writes()
-            .map(|()| summary)
-            .map_err(|lost| ArmError::io("writing the run directory", std::io::Error::other(lost)))
-    });
-    let summary = match result {
-        Ok(summary) => summary,
-        Err(error) => {
-            let message = match error {
-                ArmError::Config(_)
-                | ArmError::RunExists { .. }
-                | ArmError::Checkpoint(_)
-                | ArmError::Damaged(_) => return Err(LaunchError::Refused(error.to_string())),
-                ArmError::Io { .. } => error_chain(&error),
-                other => other.to_string(),
-            };
-            return Err(LaunchError::Stopped(Box::new(RunStopped {
-                failure: session.record_failure(&message),
-                message,
-                errors: errors.counts(),
-            })));
-        }
-    };
+    let summary = result
+        .and_then(|summary| {
+            side_writes().map(|()| summary).map_err(|lost| {
+                ArmError::io("writing the run directory", std::io::Error::other(lost))
+            })
+        })
+        .map_err(|error| stopped(&session, error, &errors))?;
     // Its files are written: what it left on the server can go.
     if let Some(dispatcher) = &dispatcher {
         dispatcher.finish();
@@ -221,6 +164,120 @@ pub fn run(request: &RunRequest, observer: &dyn RunObserver) -> Result<RunOutcom
         snapshots: snapshot_totals.get().cloned(),
         distributed: dispatcher.map(|dispatcher| dispatcher.summary()),
     })
+}
+
+/// The epoch a `--resume` continues after (`None`: a fresh run, or a
+/// resume of a run that never finished an epoch, which starts over and
+/// says so). An incompatible resume is refused before anything is written.
+fn resume_point(
+    request: &RunRequest,
+    arm: &ArmConfig,
+    loaded: &LoadedAdapter,
+    catalog: bool,
+    observer: &dyn RunObserver,
+) -> Result<Option<u32>, LaunchError> {
+    if !request.resume {
+        return Ok(None);
+    }
+    let out = &request.options.out;
+    let signature = runtime_signature(arm, loaded.protocols, catalog);
+    let resumed_at = check_resume(out, &signature, &loaded.config().dirs)?;
+    if resumed_at.is_none() {
+        let discarded = unfinished_record_count(out);
+        observer.warning(&format!(
+            "{} never finished an epoch (no checkpoint.json): --resume starts it over \
+             from epoch 0, discarding the {discarded} record(s) of its unfinished first epoch",
+            out.display()
+        ));
+    }
+    Ok(resumed_at)
+}
+
+/// The replay of the run's lanes, when the component exports `replay` and
+/// the request does not turn it off: a metric ledger, the run's durable
+/// store (snapshot points kept within the request's budget), the minimum
+/// fidelity, the child workers and the snapshot forks.
+fn replay_options(
+    request: &RunRequest,
+    protocols: Protocols,
+    snapshots: Option<Arc<Instrumented>>,
+) -> Option<ReplayOptions> {
+    (protocols.replay && request.replay_requested()).then(|| ReplayOptions {
+        metrics: Arc::new(ReplayMetricLedger::new()),
+        store: Some(Arc::new(
+            ReplayStore::new(&request.options.out)
+                .with_snapshot_budget(request.max_durable_snapshot_bytes),
+        )),
+        minimum_fidelity: request.replay_minimum,
+        child_workers: request.options.child_workers,
+        snapshots,
+    })
+}
+
+/// The arm's observer: counts each unit's failures (and, on a resume, the
+/// kept records') into the run's tally, then tells the caller.
+struct Tallying<'a> {
+    observer: &'a dyn RunObserver,
+    errors: &'a ErrorTally,
+    /// `records.jsonl`, whose kept records a resumed run counts.
+    records_file: PathBuf,
+}
+
+impl ArmObserver for Tallying<'_> {
+    fn on_event(&self, event: &ArmEvent<'_>) {
+        match event {
+            ArmEvent::Started {
+                resumed: true,
+                restored_record_count,
+                ..
+            } => {
+                if let Err(error) = self
+                    .errors
+                    .add_records_file(&self.records_file, *restored_record_count)
+                {
+                    self.observer.warning(&format!(
+                        "could not count the failures among the kept records of {}: {error}",
+                        self.records_file.display()
+                    ));
+                }
+            }
+            ArmEvent::UnitDone { records, .. } => self.errors.add_records(records),
+            _ => {}
+        }
+        self.observer.event(event);
+    }
+}
+
+/// The error a run that started stopped on, recorded in its run directory
+/// first; a run directory that cannot be continued is bad input, recorded
+/// nowhere.
+fn stopped(session: &RunSession, error: ArmError, errors: &ErrorTally) -> LaunchError {
+    let message = match error {
+        ArmError::Config(_)
+        | ArmError::RunExists { .. }
+        | ArmError::Checkpoint(_)
+        | ArmError::Damaged(_) => return LaunchError::Refused(error.to_string()),
+        ArmError::Io { .. } => error_chain(&error),
+        other => other.to_string(),
+    };
+    LaunchError::Stopped(Box::new(RunStopped {
+        failure: session.record_failure(&message),
+        message,
+        errors: errors.counts(),
+    }))
+}
+
+/// What `summary.json` says of the host and the component that ran.
+fn summary_host(info: &ComponentInfo) -> SummaryHost {
+    SummaryHost {
+        adapter: SummaryAdapter {
+            path: info.path.clone(),
+            sha256: info.sha256.clone(),
+            size_bytes: info.size_bytes,
+            protocols: protocol_names(info),
+        },
+        host_version: env!("CARGO_PKG_VERSION").to_owned(),
+    }
 }
 
 /// What `summary.json` gains when it is written, after the last epoch: the

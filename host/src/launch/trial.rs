@@ -44,8 +44,9 @@ impl TriedRecord {
         (id.to_string(), kind.to_string(), outcome)
     }
 
-    /// Whether the record is a failure (it carries `adapter_error`).
-    pub fn failed(&self) -> bool {
+    /// Whether the record carries `adapter_error` (what `sandloop try`
+    /// counts as failed).
+    pub fn has_error(&self) -> bool {
         self.record.get("adapter_error").is_some()
     }
 }

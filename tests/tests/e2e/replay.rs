@@ -650,13 +650,17 @@ fn replay_reruns_a_failed_suffix_and_refuses_bad_input_without_writing() {
     let mut bytes = std::fs::read(&state).unwrap();
     bytes[offset as usize] ^= 1;
     std::fs::write(&state, bytes).unwrap();
-    // The message names the point, the pack and where in it.
+    // The message names the point, its line, the pack and where in it.
+    let id = honest["replay_point_id"].as_str().unwrap();
+    let number = 1 + points
+        .iter()
+        .rposition(|line| line["replay_point_id"] == id)
+        .unwrap();
     refused(
         &["replay", "--run", s(&out), "--item", "honest"],
         &format!(
-            "replay point {} (replay-points.jsonl): {} was changed after the run wrote it \
-             (sha256 of the bytes at offset {offset} ",
-            honest["replay_point_id"].as_str().unwrap(),
+            "replay point {id} (replay-points.jsonl line {number}): {} was changed after the \
+             run wrote it (sha256 of the bytes at offset {offset} ",
             state.display()
         ),
     );

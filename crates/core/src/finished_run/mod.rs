@@ -3,9 +3,10 @@
 //! replay points, an item's record, the point to restore and its state,
 //! the log a command appends to), the planning behind it ([`offline`]),
 //! the lines `sandloop replay` and `sandloop counterfactual` append
-//! ([`ReplayReport`], [`CounterfactualReport`]) and the evidence `sandloop
-//! plan` weighs ([`evidence`]) and the plan it makes of it ([`plan`]). Above `harness` (the run's files) and
-//! `replay` (points, children, the planner), which never name it.
+//! ([`ReplayReport`], [`CounterfactualReport`]), the evidence `sandloop
+//! plan` weighs ([`evidence`]) and the plan it makes of it ([`plan`]).
+//! Above `harness` (the run's files) and `replay` (points, children, the
+//! planner), which never name it.
 
 mod error;
 pub mod evidence;

@@ -432,6 +432,21 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_failure_is_an_error_record_or_a_refused_one() {
+        let position = |record: Value| ItemPosition {
+            execution_group_id: "main:epoch-1:group-1".into(),
+            trace_id: "t".into(),
+            branch_id: "main".into(),
+            first_sequence: None,
+            record: record.as_object().unwrap().clone(),
+        };
+        assert!(position(json!({"adapter_error": {"type": "trap"}})).failed());
+        assert!(position(json!({"accepted": false})).failed());
+        assert!(!position(json!({"accepted": true, "adapter_error": null})).failed());
+        assert!(!position(json!({})).failed());
+    }
     use crate::hostile_inputs::{config, mutate_bytes};
 
     #[test]

@@ -20,7 +20,7 @@ use crate::dir_lock::{DirLock, DirLockError, Holder, lock_dir};
 use crate::episode::adapter::Item;
 use crate::episode::units::GroupId;
 use crate::replay::counterfactual::{AddressableTrace, read_addressable_trace};
-use crate::replay::durable::{POINTS_FILE, PointLine, load_points, read_durable_state};
+use crate::replay::durable::{POINTS_FILE, PointLine, load_numbered_points, read_durable_state};
 use crate::replay::fidelity::Fidelity;
 
 /// A finished run, locked against every other sandloop process for as long
@@ -30,6 +30,8 @@ pub struct FinishedRun {
     dir: PathBuf,
     source: RunSource,
     points: Vec<PointLine>,
+    /// Each point's line in `replay-points.jsonl`, by id (1-based).
+    line_numbers: std::collections::HashMap<String, usize>,
     _lock: DirLock,
 }
 
@@ -58,11 +60,18 @@ impl FinishedRun {
             other => OfflineError::Io(other.to_string()),
         })?;
         let source = run_source(dir)?;
-        let points = load_points(dir).map_err(|error| OfflineError::Input(error.to_string()))?;
+        let numbered =
+            load_numbered_points(dir).map_err(|error| OfflineError::Input(error.to_string()))?;
+        let line_numbers = numbered
+            .iter()
+            .map(|(number, line)| (line.point.replay_point_id.clone(), *number))
+            .collect();
+        let points = numbered.into_iter().map(|(_, line)| line).collect();
         Ok(Self {
             dir: dir.to_owned(),
             source,
             points,
+            line_numbers,
             _lock: lock,
         })
     }
@@ -161,10 +170,12 @@ impl FinishedRun {
         item_id: &str,
     ) -> Result<Result<(Vec<u8>, Item), String>, OfflineError> {
         let (state, items) = read_durable_state(&self.dir, plan.state_file()).map_err(|error| {
-            OfflineError::Input(format!(
-                "replay point {} ({POINTS_FILE}): {error}",
-                plan.line.point.replay_point_id
-            ))
+            let id = &plan.line.point.replay_point_id;
+            let place = match self.line_numbers.get(id) {
+                Some(number) => format!("{POINTS_FILE} line {number}"),
+                None => POINTS_FILE.to_owned(),
+            };
+            OfflineError::Input(format!("replay point {id} ({place}): {error}"))
         })?;
         Ok(items
             .into_iter()

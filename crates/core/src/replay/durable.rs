@@ -813,19 +813,32 @@ fn epoch_in_text(text: &str) -> Option<u64> {
 /// Every point of the run at `root`, the last line of each id winning, in
 /// first-seen order.
 pub fn load_points(root: &Path) -> Result<Vec<PointLine>, DurableError> {
+    Ok(load_numbered_points(root)?
+        .into_iter()
+        .map(|(_, line)| line)
+        .collect())
+}
+
+/// [`load_points`], each point with the 1-based line of
+/// `replay-points.jsonl` its latest state was read from (for errors that
+/// name it).
+///
+/// # Errors
+/// As [`load_points`].
+pub fn load_numbered_points(root: &Path) -> Result<Vec<(usize, PointLine)>, DurableError> {
     let path = root.join(POINTS_FILE);
     if !path.exists() {
         return Err(DurableError::NoPoints(root.display().to_string()));
     }
     let mut order: Vec<String> = Vec::new();
-    let mut latest: BTreeMap<String, PointLine> = BTreeMap::new();
-    read_jsonl(&path, |record| {
+    let mut latest: BTreeMap<String, (usize, PointLine)> = BTreeMap::new();
+    read_numbered_jsonl_file(&path, |number, record| {
         let point = PointLine::from_record(&record)?;
         let id = point.point.replay_point_id.clone();
         if !latest.contains_key(&id) {
             order.push(id.clone());
         }
-        latest.insert(id, point);
+        latest.insert(id, (number, point));
         Ok(())
     })?;
     Ok(order
@@ -839,14 +852,22 @@ pub fn load_points(root: &Path) -> Result<Vec<PointLine>, DurableError> {
 /// (with a message naming the field), is an error naming the file and line.
 pub fn read_jsonl(
     path: &Path,
-    each: impl FnMut(Map<String, Value>) -> Result<(), String>,
+    mut each: impl FnMut(Map<String, Value>) -> Result<(), String>,
+) -> Result<(), DurableError> {
+    read_numbered_jsonl_file(path, |_, record| each(record))
+}
+
+/// [`read_jsonl`], `each` given every line's 1-based number too.
+fn read_numbered_jsonl_file(
+    path: &Path,
+    each: impl FnMut(usize, Map<String, Value>) -> Result<(), String>,
 ) -> Result<(), DurableError> {
     let shown = path.display().to_string();
     let file = open_regular_input(path).map_err(|source| DurableError::Read {
         path: shown.clone(),
         source,
     })?;
-    read_jsonl_from(BufReader::new(file), shown, each)
+    read_numbered_jsonl(BufReader::new(file), shown, each)
 }
 
 /// [`read_jsonl`] of the lines `reader` gives, errors naming the file
@@ -855,6 +876,15 @@ pub fn read_jsonl_from(
     reader: impl BufRead,
     shown: String,
     mut each: impl FnMut(Map<String, Value>) -> Result<(), String>,
+) -> Result<(), DurableError> {
+    read_numbered_jsonl(reader, shown, |_, record| each(record))
+}
+
+/// [`read_jsonl_from`], `each` given every line's 1-based number too.
+fn read_numbered_jsonl(
+    reader: impl BufRead,
+    shown: String,
+    mut each: impl FnMut(usize, Map<String, Value>) -> Result<(), String>,
 ) -> Result<(), DurableError> {
     for (index, line) in reader.lines().enumerate() {
         let line = match line {
@@ -883,7 +913,7 @@ pub fn read_jsonl_from(
         };
         let record: Map<String, Value> =
             serde_json::from_str(&line).map_err(|error| malformed(error.to_string()))?;
-        each(record).map_err(malformed)?;
+        each(index + 1, record).map_err(malformed)?;
     }
     Ok(())
 }

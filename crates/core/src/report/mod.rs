@@ -90,6 +90,31 @@ pub struct RunReport {
     pub distributed: Option<Map<String, Value>>,
 }
 
+/// Refuses an existing run directory given twice, under any spelling: a
+/// run compared with itself is a slip, not two arms. A directory that
+/// cannot be resolved is left to [`RunReport::load`], which names the file
+/// it lacks.
+///
+/// # Errors
+/// The two spellings of the same directory.
+pub fn check_distinct_runs(dirs: &[PathBuf]) -> Result<(), String> {
+    let mut seen: Vec<(PathBuf, &PathBuf)> = Vec::new();
+    for dir in dirs {
+        let Ok(same) = std::fs::canonicalize(dir) else {
+            continue;
+        };
+        if let Some((_, first)) = seen.iter().find(|(seen, _)| *seen == same) {
+            return Err(format!(
+                "{} and {} are the same run directory; give each run once (arms are different runs)",
+                first.display(),
+                dir.display()
+            ));
+        }
+        seen.push((same, dir));
+    }
+    Ok(())
+}
+
 impl RunReport {
     /// Reads the run directory `dir` and computes every figure.
     ///

@@ -1019,3 +1019,20 @@ fn a_long_candidate_list_is_cut_with_a_note() {
     assert!(!page.contains("<code>c40</code>"));
     assert!(page.contains("the first 40 of 45 candidates are shown"));
 }
+
+#[test]
+fn a_run_given_twice_is_refused_whatever_its_spelling() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let twice = [run.clone(), dir.path().join("other/../run")];
+    let message = check_distinct_runs(&twice).unwrap_err();
+    assert!(
+        message.contains("are the same run directory")
+            && message.contains(&run.display().to_string()),
+        "{message}"
+    );
+    check_distinct_runs(&[run, other]).unwrap();
+}

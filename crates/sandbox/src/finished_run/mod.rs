@@ -6,8 +6,8 @@
 //! point ([`replay_item`] → [`ReplayReport`]) and a hypothesis's
 //! candidates run as children of it ([`run_counterfactual`] →
 //! [`CounterfactualReport`]; [`ask_counterfactual`] is the whole command,
-//! from the hypothesis file to the line appended). What to replay, from which point, and the
-//! logs are core's [`FinishedRun`].
+//! from the hypothesis file to the line appended). What to replay, from
+//! which point, and the logs are core's [`FinishedRun`].
 //!
 //! [`ReplayReport`]: sandloop_core::finished_run::ReplayReport
 //! [`CounterfactualReport`]: sandloop_core::finished_run::CounterfactualReport
