@@ -13,7 +13,7 @@
 //!   unit), at once after a worker lacking its grants handed it back (that
 //!   worker then pulls again only after a pause), or [`HAND_BACK_DELAY`]
 //!   after one that could not fetch the component; the coordinator bounds how often a unit may start
-//!   ([`crate::ledger::MAX_STARTS`]);
+//!   (`ledger::MAX_STARTS`);
 //! - stream [`RESULTS_STREAM`] on `sandloop.results.<run id>`: what workers
 //!   send back, purged by the coordinator once a run finished and wrote its
 //!   files, else kept for [`RESULTS_MAX_AGE`] (the oldest dropped first past

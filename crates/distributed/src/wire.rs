@@ -24,7 +24,7 @@ pub use sandloop_core::limits::SandboxLimits;
 /// How a unit of a run with replay points runs its groups (the run's
 /// flags of the same names): the worker captures each group's point, runs
 /// its suffixes (as isolated children when `child_workers` > 0, forked by
-/// state transfer) and sends the points back in [`ReplayShipment`].
+/// state transfer) and sends the points back in `ReplayShipment`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplaySettings {
     /// Fidelity a restored suffix needs to be promotion eligible

@@ -9,7 +9,7 @@
 //! younger than its lease), another `register` is answered 409 (the worker
 //! waits and asks again) — unless the task's worker is known to be gone
 //! (it ran on this host and its process has ended; see
-//! [`super::identity::is_gone`]) or is the one asking again, having given
+//! `identity::is_gone`) or is the one asking again, having given
 //! the task up. Then, or once the lease runs out, `register` takes the task
 //! back as the reference's crash recovery does (its result is recovered
 //! from the pending request or result file of the same attempt, or it is

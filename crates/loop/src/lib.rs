@@ -9,7 +9,7 @@
 //!   at once.
 //! - [`events`]: a session's event log (late reports, refused child
 //!   requests).
-//! - [`scheduler`]: which workflow runs next.
+//! - `scheduler`: which workflow runs next.
 //! - [`sessions`]: the session directories and the files in them.
 //! - [`state_store`]: one state file per session, locked and written
 //!   atomically.
@@ -20,7 +20,7 @@
 //! - [`http_server`]: the endpoints served over HTTP (timeouts, limits,
 //!   bearer token, TLS, graceful shutdown).
 //! - [`http_worker`]: the worker that pulls tasks from such a server.
-//! - [`auth`]: the bearer token; [`identity`]: who a worker is, whether it
+//! - [`auth`]: the bearer token; `identity`: who a worker is, whether it
 //!   still runs, and attempt ids.
 //! - [`local`]: a loop driven from one process (the coordinator lock, the
 //!   check before any state is written, the in-process worker, a stop
@@ -34,11 +34,11 @@ pub mod endpoints;
 pub mod events;
 pub mod http_server;
 pub mod http_worker;
-pub mod identity;
+mod identity;
 pub mod local;
 pub mod models;
 pub mod scaffold;
-pub mod scheduler;
+mod scheduler;
 pub mod service;
 pub mod sessions;
 pub mod state_store;

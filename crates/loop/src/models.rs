@@ -425,7 +425,7 @@ impl TaskResponse {
 
 /// One finished (or abandoned) iteration in a loop's history (reference
 /// `HistoryEntry`). The scheduler reads these; see
-/// [`super::scheduler::choose_next_workflow`].
+/// `scheduler::choose_next_workflow`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryEntry {
     /// 1-based iteration number.

@@ -25,7 +25,7 @@ pub struct SandboxConfig {
     /// on-demand allocator instead.
     pub pool_instances: u32,
     /// Keep Cranelift's compiled functions in memory for the engine's later
-    /// compiles ([`super::function_cache`]): a snapshot fork's component
+    /// compiles (`function_cache`): a snapshot fork's component
     /// reuses the functions of the component it was taken from. Default off.
     pub incremental_compilation: bool,
 }

@@ -13,7 +13,7 @@ use super::function_cache::FunctionCache;
 /// How often the epoch advances; a call's deadline is a number of ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
-/// An engine plus the thread that advances its epoch every [`EPOCH_TICK`].
+/// An engine plus the thread that advances its epoch every `EPOCH_TICK`.
 /// Dropping it stops the ticker at once (it waits on a channel, not in a
 /// sleep, so a process does not linger up to a tick at exit).
 pub struct SandboxEngine {

@@ -10,7 +10,7 @@
 //! remembered, so a failed step can say which destination was refused.
 //!
 //! A granted name is then resolved once and connected to at an address
-//! that was checked ([`super::http_connect`]): one that resolves only to
+//! that was checked (`http_connect`): one that resolves only to
 //! loopback, private, link-local or unique-local addresses (or is re-bound
 //! to one) is refused with `destination-IP-prohibited` unless the workflow
 //! sets `allow_private_addresses = true`, and remembered the same way.

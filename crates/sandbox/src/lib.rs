@@ -16,22 +16,22 @@
 pub mod adapter;
 pub mod bindings;
 pub mod cache;
-pub mod call_log;
-pub mod classify;
+mod call_log;
+mod classify;
 pub mod component;
 pub mod config;
-pub mod crash;
-pub mod engine;
+mod crash;
+mod engine;
 pub mod finished_run;
-pub mod function_cache;
-pub mod guarded_open;
-pub mod host_state;
-pub mod http_connect;
+mod function_cache;
+mod guarded_open;
+mod host_state;
+mod http_connect;
 pub mod http_grant;
-pub mod open_files;
-pub mod output;
+mod open_files;
+mod output;
 pub mod snapshot;
-pub mod store;
+mod store;
 pub mod workflow;
 
 /// Directory grants are the core's ([`sandloop_core::dir_grant`]): the loop

@@ -66,7 +66,7 @@
 //!   resources, or let children use only exports that do not (pure
 //!   computation on the in-memory state, `log`, `trace`).
 //! - **Host-side state.** Each child gets a new
-//!   [`HostState`](crate::host_state::HostState): its own WASI
+//!   `HostState`: its own WASI
 //!   context (built from the same [`SandboxConfig`](super::SandboxConfig)
 //!   grants), empty captured
 //!   output, no open trace, its own memory limiter. Nothing of the parent's

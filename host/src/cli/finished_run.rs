@@ -29,7 +29,7 @@ pub fn run_component(flags: &RunComponentArgs) -> Result<RunComponent, CliError>
 }
 
 /// Run `load`, the compile of the component at `path`, saying on stderr
-/// while it takes long ([`while_compiling`]); `cached`: its code is kept.
+/// while it takes long (`while_compiling`); `cached`: its code is kept.
 pub fn compile_with_notice(
     path: &Path,
     cached: bool,

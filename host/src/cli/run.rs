@@ -1,5 +1,5 @@
 //! `sandloop run`: the flags as a [`RunRequest`], the run made by
-//! [`launch::run`] with progress on stderr ([`Progress`], the terminal's
+//! [`launch::run`] with progress on stderr (`Progress`, the terminal's
 //! [`RunObserver`]), then the closing summary.
 
 use std::io::IsTerminal;

@@ -5,7 +5,7 @@
 
 use super::CliError;
 use super::args::WorkerArgs;
-use crate::distributed::worker::default_name;
+use crate::distributed::default_name;
 use crate::distributed::{NatsTarget, Scratch, WorkerConfig, run_worker};
 use crate::sandbox::DirGrant;
 

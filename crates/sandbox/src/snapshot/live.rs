@@ -72,7 +72,7 @@ pub struct CompiledSnapshot {
 }
 
 /// One instance in its own store, set up like a
-/// [`WasmAdapter`](crate::WasmAdapter)'s: a fresh [`HostState`] from the
+/// [`WasmAdapter`](crate::WasmAdapter)'s: a fresh `HostState` from the
 /// adapter's [`SandboxConfig`](crate::SandboxConfig), its memory limiter,
 /// an epoch deadline of one call that traps, and fuel when metered.
 /// Dropping it drops the instance (its pool slot returns to the pool).
