@@ -3,6 +3,7 @@
 //! catalog, and the instrumented component children are snapshot-forked
 //! from.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use super::{LaunchError, RunObserver, RunRequest, error_chain};
@@ -10,7 +11,7 @@ use crate::episode::stored::StoredItems;
 use crate::harness::VariantCatalog;
 use crate::harness::items_file::load_items_file;
 use crate::sandbox::snapshot::{ForkKind, Instrumented};
-use crate::sandbox::{LoadError, LoadedAdapter, SandboxConfig, SandboxEngine, WasmAdapter, load};
+use crate::sandbox::{LoadedAdapter, SandboxConfig, SandboxEngine, WasmAdapter, load};
 
 /// What a run reads before it starts.
 pub struct Inputs {
@@ -37,17 +38,6 @@ pub fn open_engine(
         )
     })?;
     Ok((Arc::new(engine), Arc::new(config)))
-}
-
-impl From<LoadError> for LaunchError {
-    /// An engine that fails is the host's failure; anything else about the
-    /// component is bad input.
-    fn from(error: LoadError) -> Self {
-        match error {
-            LoadError::Engine(message) => LaunchError::Failed(message),
-            other => LaunchError::Refused(other.to_string()),
-        }
-    }
 }
 
 /// The component, loaded into a sandbox sized for the run's lanes and
@@ -87,15 +77,13 @@ pub fn load_inputs(
     let start_component = || -> Result<Arc<LoadedAdapter>, LaunchError> {
         let (engine, config) = open_engine(config).map_err(LaunchError::Refused)?;
         let cached = config.cache_dir.is_some();
-        let mut loaded = None;
-        observer.compiling(&options.adapter, "NAME", cached, &mut || {
-            loaded = Some(load(
-                &options.adapter,
-                Arc::clone(&engine),
-                Arc::clone(&config),
-            ));
-        });
-        let loaded = Arc::new(loaded.expect("compiling runs its work")?);
+        let loaded = Arc::new(compiled(
+            observer,
+            &options.adapter,
+            "NAME",
+            cached,
+            || load(&options.adapter, engine, config),
+        )?);
         // A component that cannot start under these limits would fail every
         // item the same way: say so once, before anything is written.
         WasmAdapter::check_starts(Arc::clone(&loaded)).map_err(|error| {
@@ -170,32 +158,45 @@ pub fn load_inputs(
     })
 }
 
-/// The instrumented component children are snapshot-forked from, when the
-/// request (or `auto`, for an adapter that exports `replay` but not
-/// `replay-children`) asks for snapshot forks; `None` for state transfer or
-/// no children at all.
+/// The instrumented component children are snapshot-forked from, when
+/// `fork` ([`RunRequest::fork_kind`]) is by snapshot; `None` for state
+/// transfer or no children at all.
 ///
 /// # Errors
-/// [`LaunchError::Refused`] when the fork asked for is one the adapter
-/// cannot give, or wizer refuses the component.
+/// [`LaunchError::Refused`] when wizer refuses the component.
 pub fn snapshot_forks(
     request: &RunRequest,
     loaded: &LoadedAdapter,
+    fork: Option<ForkKind>,
     observer: &dyn RunObserver,
 ) -> Result<Option<Arc<Instrumented>>, LaunchError> {
-    if request.fork_kind(&loaded.protocols)? != Some(ForkKind::Snapshot) {
+    if fork != Some(ForkKind::Snapshot) {
         return Ok(None);
     }
     let cached = loaded.config().cache_dir.is_some();
-    let mut instrumented = None;
-    observer.compiling(
+    compiled(
+        observer,
         &request.options.adapter,
         "NAME for snapshot forks",
         cached,
-        &mut || instrumented = Some(Instrumented::load(loaded)),
-    );
-    instrumented
-        .expect("compiling runs its work")
-        .map(|instrumented| Some(Arc::new(instrumented)))
-        .map_err(|error| LaunchError::Refused(format!("--fork snapshot: {error}")))
+        || Instrumented::load(loaded),
+    )
+    .map(|instrumented| Some(Arc::new(instrumented)))
+    .map_err(|error| LaunchError::Refused(format!("--fork snapshot: {error}")))
+}
+
+/// `work`'s result, run through [`RunObserver::compiling`].
+fn compiled<T>(
+    observer: &dyn RunObserver,
+    component: &Path,
+    what: &str,
+    cached: bool,
+    work: impl FnOnce() -> T,
+) -> T {
+    let mut work = Some(work);
+    let mut result = None;
+    observer.compiling(component, what, cached, &mut || {
+        result = work.take().map(|work| work());
+    });
+    result.expect("RunObserver::compiling runs its work")
 }

@@ -33,9 +33,10 @@ use crate::harness::ArmSummary;
 use crate::harness::arm::ArmEvent;
 use crate::harness::error_tally::{ErrorCounts, ErrorTally};
 use crate::harness::run_files::RunFailure;
+use crate::harness::run_session::SessionError;
 use crate::replay::ReplayMetricLedger;
 use crate::replay::snapshot_totals::SnapshotTotals;
-use crate::sandbox::ComponentInfo;
+use crate::sandbox::{ComponentInfo, LoadError};
 
 pub use request::{NatsRequest, RunRequest};
 pub use sequence::run;
@@ -129,6 +130,28 @@ pub struct RunStopped {
     pub failure: RunFailure,
     /// The run's failures by type when it stopped.
     pub errors: ErrorCounts,
+}
+
+impl From<LoadError> for LaunchError {
+    /// An engine that fails is the host's failure; anything else about the
+    /// component is bad input.
+    fn from(error: LoadError) -> Self {
+        match error {
+            LoadError::Engine(message) => LaunchError::Failed(message),
+            other => LaunchError::Refused(other.to_string()),
+        }
+    }
+}
+
+impl From<SessionError> for LaunchError {
+    /// A run directory that cannot be used: refused (exit 2) or
+    /// unwritable (exit 1).
+    fn from(error: SessionError) -> Self {
+        match error {
+            SessionError::Refused(message) => LaunchError::Refused(message),
+            SessionError::Io(message) => LaunchError::Failed(message),
+        }
+    }
 }
 
 /// `error` with its causes, `: `-separated.

@@ -26,14 +26,20 @@ use crate::sandbox::{CallLog, LoadedAdapter, ReplayOptions, SandboxConfig, WasmA
 /// checkpoint (what it wrote is cut back), under a new run id, so results
 /// the interrupted coordinator left in the stream are never read.
 ///
+/// `fork` is how the run forks its children ([`RunRequest::fork_kind`]).
+///
 /// # Errors
 /// [`LaunchError::Refused`] naming what is not supported, a bad URL or a
 /// zero wait.
-pub fn check_unsupported(request: &RunRequest, protocols: Protocols) -> Result<(), LaunchError> {
+pub fn check_unsupported(
+    request: &RunRequest,
+    protocols: Protocols,
+    fork: Option<ForkKind>,
+) -> Result<(), LaunchError> {
     let Some(nats) = &request.nats else {
         return Ok(());
     };
-    if request.fork_kind(&protocols)? == Some(ForkKind::Snapshot) {
+    if fork == Some(ForkKind::Snapshot) {
         let instead = if protocols.replay_children {
             "use --fork state"
         } else {

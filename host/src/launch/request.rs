@@ -105,8 +105,8 @@ impl RunRequest {
                 "--budget-minutes must be a positive number".into(),
             ));
         }
-        check_not_in_use(&options.out).map_err(LaunchError::from)?;
-        check_out_dir(&options.out, self.resume).map_err(LaunchError::from)?;
+        check_not_in_use(&options.out)?;
+        check_out_dir(&options.out, self.resume)?;
         if self.fork.is_some() && !self.children_requested() {
             return Err(LaunchError::Refused(format!(
                 "--fork {} forks children of replay points: it needs replay (no --no-replay) and --child-workers 1 or more",
@@ -131,18 +131,6 @@ impl RunRequest {
             resume: self.resume,
             item_failure_policy: options.failure_policy,
             ..ArmConfig::default()
-        }
-    }
-}
-
-impl From<crate::harness::run_session::SessionError> for LaunchError {
-    /// A run directory that cannot be used: refused (exit 2) or
-    /// unwritable (exit 1).
-    fn from(error: crate::harness::run_session::SessionError) -> Self {
-        use crate::harness::run_session::SessionError;
-        match error {
-            SessionError::Refused(message) => LaunchError::Refused(message),
-            SessionError::Io(message) => LaunchError::Failed(message),
         }
     }
 }

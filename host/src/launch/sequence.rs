@@ -48,9 +48,10 @@ pub fn run(request: &RunRequest, observer: &dyn RunObserver) -> Result<RunOutcom
         mut catalog,
     } = load_inputs(request, observer)?;
     let protocols = loaded.protocols;
-    remote::check_unsupported(request, protocols)?;
+    let fork = request.fork_kind(&protocols)?;
+    remote::check_unsupported(request, protocols, fork)?;
     let out = &request.options.out;
-    let snapshots = snapshot_forks(request, &loaded, observer)?;
+    let snapshots = snapshot_forks(request, &loaded, fork, observer)?;
     let mut arm = request.arm_config(&loaded.info.sha256);
     let resumed_at = resume_point(request, &arm, &loaded, catalog.is_some(), observer)?;
 

@@ -432,6 +432,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::hostile_inputs::{config, mutate_bytes};
 
     #[test]
     fn a_failure_is_an_error_record_or_a_refused_one() {
@@ -447,7 +448,6 @@ mod tests {
         assert!(!position(json!({"accepted": true, "adapter_error": null})).failed());
         assert!(!position(json!({})).failed());
     }
-    use crate::hostile_inputs::{config, mutate_bytes};
 
     #[test]
     fn invalid_utf8_in_records_jsonl_is_named_with_its_line() {

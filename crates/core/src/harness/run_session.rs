@@ -62,13 +62,11 @@ pub enum SessionError {
 /// first foreign entry, or the link and its target.
 pub fn check_out_dir(out: &Path, resume: bool) -> Result<(), SessionError> {
     check_out_entry(out)?;
-    let names = entry_names(out)?;
+    let (names, link) = entry_names(out)?;
     // Every name in a run directory is sandloop's own file or folder: a
     // link there would have the run write (or a resume cut back) where it
     // points.
-    if let Some(link) = names.iter().find(|name| {
-        std::fs::symlink_metadata(out.join(name)).is_ok_and(|meta| meta.file_type().is_symlink())
-    }) {
+    if let Some(link) = link {
         return Err(SessionError::Refused(format!(
             "{} is a symbolic link: a run writes no file through a link; put the file or \
              folder it points to in its place",
@@ -171,11 +169,12 @@ fn in_use(out: &Path, holder: Holder) -> SessionError {
     ))
 }
 
-/// The names in the directory `out`, sorted; none when it does not exist.
-fn entry_names(out: &Path) -> Result<Vec<String>, SessionError> {
+/// The names in the directory `out`, sorted, and the first of them that
+/// is a symbolic link; none when it does not exist.
+fn entry_names(out: &Path) -> Result<(Vec<String>, Option<String>), SessionError> {
     let entries = match std::fs::read_dir(out) {
         Ok(entries) => entries,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), None)),
         Err(error) => {
             return Err(SessionError::Refused(format!(
                 "cannot list {}: {error}",
@@ -183,12 +182,20 @@ fn entry_names(out: &Path) -> Result<Vec<String>, SessionError> {
             )));
         }
     };
-    let mut names: Vec<String> = entries
-        .filter_map(Result::ok)
-        .map(|entry| entry.file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut names = Vec::new();
+    let mut link = None;
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // The listing's own type: no `stat` per name.
+        if entry.file_type().is_ok_and(|kind| kind.is_symlink())
+            && link.as_ref().is_none_or(|first| name < *first)
+        {
+            link = Some(name.clone());
+        }
+        names.push(name);
+    }
     names.sort();
-    Ok(names)
+    Ok((names, link))
 }
 
 /// What a resume may continue from: the first epoch to run, when the run
